@@ -1,0 +1,69 @@
+r"""Unsupervised SimCSE, BERT-base: the paper's setting (Gao et al., 2021, run_unsup_example.sh).
+
+1 epoch over wiki1m (1M sentences), batch 64, lr 3e-5 with linear decay to 0,
+max_seq_len 32, temperature 0.05, dropout 0.1, seed 42; the [CLS] pooler with
+an MLP used only in training (tested without it); STS-B dev evaluated every
+125 steps and the best checkpoint kept.
+
+Run:
+  python -m jaxcse.train --config configs/base.py --workdir workdirs/simcse_bert_base
+
+Needs ``$JAXCSE_DATA_DIR/corpora/wiki1m_for_simcse.txt`` and the SentEval data
+under ``$JAXCSE_DATA_DIR/senteval/downstream``, and the ``bert-base-uncased``
+weights (from the hub, or ``--config.model.name=/path/to/folder``).
+
+Differences from the official run that do not change the math: float32 instead
+of fp16 on CPU (set ``model.dtype="bfloat16"`` on GPU/TPU); batches are padded
+to max_seq_len (masked, so the same numbers); the last partial batch of an
+epoch is left out (fixed shapes); STS-B dev is also evaluated at the last step.
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.method = "simcse"  # Training objective; "simcse" = InfoNCE over in-batch negatives.
+  config.seed = 42  # Seeds the MLP head init, the data order and every dropout mask.
+
+  config.model = ml_collections.ConfigDict()
+  config.model.name = "bert-base-uncased"  # HF folder, hub id, or an offline-package name (see README).
+  config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
+  config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, test without it.
+  config.model.dropout = 0.1  # Hidden and attention dropout; the source of SimCSE's positive pairs.
+  config.model.dtype = "float32"  # Computation dtype; params stay float32. bfloat16 on GPU/TPU.
+  config.model.gradient_checkpointing = False  # Recompute layers in the backward pass to save memory.
+
+  config.data = ml_collections.ConfigDict()
+  config.data.data_dir = ""  # Data root; empty = $JAXCSE_DATA_DIR. Relative paths below resolve there.
+  config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt (a sentence a line) or .csv (sent0,sent1[,hard_neg]).
+  config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
+  config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
+
+  config.loss = ml_collections.ConfigDict()
+  config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
+  config.loss.hard_negative_weight = 0.0  # Supervised only: log-weight on each anchor's own hard negative.
+
+  config.train = ml_collections.ConfigDict()
+  config.train.batch_size = 64  # Global batch (all devices); in-batch negatives span it.
+  config.train.num_epochs = 1  # Passes over the corpus; ignored when max_steps > 0.
+  config.train.max_steps = -1  # If > 0, train exactly this many steps (the lr decays over them).
+  config.train.learning_rate = 3e-5  # Peak AdamW learning rate.
+  config.train.warmup_steps = 0  # Linear warmup steps before the linear decay to 0.
+  config.train.weight_decay = 0.0  # AdamW decoupled weight decay (not on biases and LayerNorm).
+  config.train.adam_b1 = 0.9  # AdamW beta1 (torch/HF default).
+  config.train.adam_b2 = 0.999  # AdamW beta2 (torch/HF default).
+  config.train.adam_eps = 1e-8  # AdamW epsilon (torch/HF default).
+  config.train.max_grad_norm = 1.0  # Global-norm gradient clipping (HF Trainer's default); 0 = off.
+  config.train.log_every = 10  # Steps between lines in metrics.jsonl.
+
+  config.eval = ml_collections.ConfigDict()
+  config.eval.every = 125  # Evaluate STS-B dev every this many steps and keep the best checkpoint.
+  config.eval.at_start = False  # Also evaluate before the first step (reports the starting point).
+  config.eval.at_end = True  # Also evaluate after the last step.
+  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, or stsb_sickr_dev (DCLR's mean of both).
+  config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
+
+  config.checkpoint = ml_collections.ConfigDict()
+  config.checkpoint.every = 250  # Save the latest train state every this many steps (and at the end).
+  return config

@@ -1,0 +1,337 @@
+r"""Contrastive training of sentence encoders: one jitted step, data-parallel over all devices.
+
+  python -m jaxcse.train --config configs/base.py --workdir DIR [--config.train.batch_size=32 ...]
+
+The train step is a pure function of (state, batch), jitted once with the
+state donated. Params are replicated and the global batch is sharded over a
+1-axis ``data`` mesh, so the loss, written on the global batch, takes its
+in-batch negatives from every device. Dropout masks come from
+``fold_in(key(seed), step)`` and batches from ``data.Batches`` by step, so a
+run resumed from its latest checkpoint retraces the uninterrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
+
+from jaxcse import checkpoints, data as data_lib, evaluate, losses, models
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss became NaN or infinite; the run stopped without saving past its last good checkpoint."""
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+# --------------------------------------------------------------------------
+# Pure pieces: optimizer, loss, step.
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  """AdamW with linear warmup and linear decay to 0 (HF Trainer's defaults, as SimCSE trains)."""
+  schedule = optax.join_schedules(
+      [
+          optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
+          optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - cfg.warmup_steps, 1)),
+      ],
+      [cfg.warmup_steps],
+  ) if cfg.warmup_steps > 0 else optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps, 1))
+
+  def decay_mask(params):  # HF excludes biases and LayerNorm weights from weight decay.
+    flat = flax.traverse_util.flatten_dict(params)
+    return flax.traverse_util.unflatten_dict(
+        {k: not (k[-1] == "bias" or any("LayerNorm" in part for part in k)) for k in flat}
+    )
+
+  adamw = optax.adamw(schedule, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
+                      weight_decay=cfg.weight_decay, mask=decay_mask)
+  if cfg.max_grad_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+  return adamw
+
+
+def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array) -> jax.Array:
+  """Embeds every sentence of the batch in one forward pass, with dropout.
+
+  ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
+  (unsupervised) is duplicated into two views, which get independent dropout
+  masks because they are different rows of one forward pass (SimCSE's
+  formulation). Returns ``[batch, views, hidden]``.
+  """
+  ids, mask = batch["input_ids"], batch["attention_mask"]
+  if ids.shape[1] == 1:
+    ids = jnp.repeat(ids, 2, axis=1)
+    mask = jnp.repeat(mask, 2, axis=1)
+  b, v, length = ids.shape
+  # Rows of one example stay adjacent, so the reshape keeps the batch sharding.
+  z = module.apply({"params": params}, ids.reshape(b * v, length), mask.reshape(b * v, length), train=True,
+                   rngs={"dropout": rng})
+  return z.reshape(b, v, -1)
+
+
+def contrastive_loss(config: ml_collections.ConfigDict, z: jax.Array) -> jax.Array:
+  """The configured objective on ``[batch, views, hidden]`` embeddings."""
+  if config.method == "simcse":
+    hard = z[:, 2] if z.shape[1] > 2 else None
+    return losses.simcse_loss(z[:, 0], z[:, 1], hard, temperature=config.loss.temperature,
+                              hard_negative_weight=config.loss.hard_negative_weight)
+  raise ValueError(f"unknown method {config.method!r}")
+
+
+def make_train_step(config: ml_collections.ConfigDict, module: models.SentenceEncoder,
+                    tx: optax.GradientTransformation):
+  """The pure train step ``(state, batch) -> (state, metrics)``."""
+  base_rng = jax.random.key(config.seed)
+
+  def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
+    rng = jax.random.fold_in(base_rng, state.step)
+
+    def loss_fn(params):
+      return contrastive_loss(config, embed_views(module, params, batch, rng))
+
+    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads)}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return train_step
+
+
+def make_mesh() -> jax.sharding.Mesh:
+  """A 1-axis mesh over all devices: pure data parallelism."""
+  return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(AxisType.Auto,))
+
+
+# --------------------------------------------------------------------------
+# The loop.
+
+
+def _dtype(name: str):
+  return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
+
+
+def _total_steps(config, steps_per_epoch: int) -> int:
+  if config.train.max_steps > 0:
+    return config.train.max_steps
+  return config.train.num_epochs * steps_per_epoch
+
+
+class MetricsWriter:
+  """Appends one JSON object per line to ``metrics.jsonl``; a resumed run drops lines past its checkpoint."""
+
+  def __init__(self, path: str, resume_step: int):
+    self.path = path
+    if os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
+      with open(path) as f:
+        kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+      with open(path, "w") as f:
+        f.writelines(kept)
+
+  def write(self, record: dict) -> None:
+    with open(self.path, "a") as f:
+      f.write(json.dumps(record) + "\n")
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains per ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
+
+  Returns a summary: steps, best evaluation and its step, first evaluation.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  data_root = config.data.data_dir or None
+  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
+  best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
+  resume_step = latest.latest_step()
+  pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
+  dtype = _dtype(config.model.dtype)
+
+  if resume_step is None:
+    model = models.load_pretrained(config.model.name, pooling, dropout=config.model.dropout, seed=config.seed,
+                                   dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing)
+    models.save_description(model, model_dir)
+    checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  else:
+    model = models.from_description(model_dir, dtype=dtype,
+                                    gradient_checkpointing=config.model.gradient_checkpointing)
+    saved = json.load(open(os.path.join(workdir, "config.json")))
+    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
+      logging.warning("resuming %s with a config that differs from the saved config.json", workdir)
+
+  corpus = data_lib.load_corpus(config.data.train, root=data_root, skip_empty_lines=config.data.skip_empty_lines)
+  batches = data_lib.Batches(corpus, model.tokenizer, batch_size=config.train.batch_size,
+                             max_seq_len=config.data.max_seq_len, seed=config.seed)
+  total_steps = _total_steps(config, batches.steps_per_epoch)
+  tx = make_optimizer(config.train, total_steps)
+
+  mesh = make_mesh()
+  if config.train.batch_size % mesh.size:
+    raise ValueError(f"batch_size {config.train.batch_size} must be divisible by the {mesh.size} devices")
+  replicated = NamedSharding(mesh, PartitionSpec())
+  batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
+
+  def fresh_state(params):
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+  meta = {"best_metric": None, "best_step": None, "first_eval": None}
+  if resume_step is None:
+    state = jax.jit(fresh_state, out_shardings=replicated)(model.params)
+    start_step = 0
+  else:
+    abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(model, replicated))
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
+    restored = checkpoints.restore(latest, resume_step, state=abstract)
+    state, meta = restored["state"], restored["meta"]
+    start_step = int(state.step)
+    logging.info("resumed %s at step %d", workdir, start_step)
+  model.params = None  # The train state owns the params from here on (its buffers are donated).
+
+  train_step = jax.jit(make_train_step(config, model.train_module, tx), donate_argnums=0,
+                       out_shardings=(replicated, replicated))
+
+  dev_sets = evaluate.load_dev_sets(data_lib.data_dir(data_root))
+  embedder = models.Embedder(model, model.pooling.test_pooler, batch_size=config.eval.batch_size)
+  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start_step)
+
+  def run_eval(step: int, params) -> float:
+    t0 = time.time()
+    scores = evaluate.dev_scores(lambda s: embedder(s, params), dev_sets)
+    if config.eval.metric == "stsb_dev":
+      metric = scores["stsb_dev"]
+    elif config.eval.metric == "stsb_sickr_dev":
+      metric = (scores["stsb_dev"] + scores["sickr_dev"]) / 2
+    else:
+      raise ValueError(f"unknown eval.metric {config.eval.metric!r}")
+    record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
+              "eval/seconds": round(time.time() - t0, 2)}
+    metrics_log.write(record)
+    logging.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
+    if meta["first_eval"] is None:
+      meta["first_eval"] = {"step": step, **scores}
+    if meta["best_metric"] is None or metric > meta["best_metric"]:
+      meta["best_metric"], meta["best_step"] = metric, step
+      checkpoints.save(best, step, meta={"step": step, "metric": metric, **scores}, params=params)
+    return metric
+
+  if start_step == 0 and config.eval.at_start:
+    run_eval(0, state.params)
+
+  progress = _progress_bar(total_steps, start_step)
+  log_losses, t_log, prev = [], time.time(), None
+  last_logged_step = start_step
+
+  def check(step: int, metrics: dict) -> float:
+    loss = float(metrics["loss"])
+    if not math.isfinite(loss) or not math.isfinite(float(metrics["grad_norm"])):
+      good = latest.latest_step()
+      raise NonFiniteLossError(
+          f"non-finite loss ({loss}) at step {step}; stopped. The last good checkpoint is "
+          f"{'step ' + str(good) if good is not None else 'none'} in {os.path.join(workdir, checkpoints.LATEST_DIR)}"
+      )
+    return loss
+
+  try:
+    for step, host_batch in enumerate(batches.iterate(start_step, total_steps), start=start_step):
+      batch = jax.device_put(host_batch, batch_sharding)
+      state, metrics = train_step(state, batch)
+      # Read the previous step's loss while this one runs: the host never waits for the device here.
+      if prev is not None:
+        log_losses.append(check(*prev))
+      prev = (step, metrics)
+      done = step + 1
+      progress.update(1)
+      if done % config.train.log_every == 0 or done == total_steps or done % config.eval.every == 0 \
+          or done % config.checkpoint.every == 0:
+        log_losses.append(check(*prev))
+        prev = None
+        if log_losses:
+          elapsed = time.time() - t_log
+          record = {"step": done, "loss": float(np.mean(log_losses)),
+                    "steps_per_sec": round((done - last_logged_step) / elapsed, 4),
+                    "epoch": round(done / batches.steps_per_epoch, 4)}
+          metrics_log.write(record)
+          progress.set_postfix(loss=f"{record['loss']:.4f}")
+          log_losses, t_log, last_logged_step = [], time.time(), done
+      if done % config.eval.every == 0 or (config.eval.at_end and done == total_steps):
+        run_eval(done, state.params)
+      if done % config.checkpoint.every == 0 or done == total_steps:
+        checkpoints.save(latest, done, meta=copy.deepcopy(meta), state=state)
+    if prev is not None:
+      check(*prev)
+  finally:
+    progress.close()
+    latest.wait_until_finished()
+    best.wait_until_finished()
+    latest.close()
+    best.close()
+
+  summary = {"steps": total_steps, "best_step": meta["best_step"], "best_metric": meta["best_metric"],
+             "first_eval": meta["first_eval"], "workdir": workdir}
+  checkpoints.write_json(os.path.join(workdir, "summary.json"), summary)
+  return summary
+
+
+def _progress_bar(total: int, initial: int):
+  from tqdm.auto import tqdm
+
+  return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None)
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  from absl import flags
+
+  cfg = flags.FLAGS.config
+  workdir = flags.FLAGS.workdir
+  if flags.FLAGS.data_dir:
+    cfg.data.data_dir = flags.FLAGS.data_dir
+  try:
+    summary = train_and_evaluate(cfg, workdir)
+  except (NonFiniteLossError, data_lib.DataError) as e:
+    logging.error("%s", e)
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(1)
+  first = summary["first_eval"]
+  if first is not None and first["step"] == 0:
+    print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
+  if summary["best_metric"] is not None:
+    print(f"best {cfg.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+  print(f"evaluate it: python -m jaxcse.evaluate --model {workdir} --tasks sts")
+
+
+def _define_flags():
+  from absl import flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "Training config file (see configs/).", lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
+  flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+
+if __name__ == "__main__":
+  from absl import app
+
+  _define_flags()
+  app.run(main)
