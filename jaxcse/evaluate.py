@@ -5,7 +5,8 @@ and the scores are correlated with the gold scores (Spearman; Pearson too).
 Loading follows SentEval: pairs with an empty gold score are dropped, every
 sentence is split on whitespace and re-joined with single spaces, STS12-16
 report ``all`` (one correlation over all subsets of the year), ``mean`` and
-``wmean``; STS-B and SICK-R report train, dev and test.
+``wmean``; STS-B and SICK-R report dev and test (SentEval also scores their
+train splits, which no unsupervised result uses; we skip them for speed).
 
   python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts --output results.json
 
@@ -118,14 +119,14 @@ def load_stsb(root: str) -> dict[str, PairSet]:
   folder = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
   return {
       split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=(5, 6, 4))
-      for split in ("train", "dev", "test")
+      for split in ("dev", "test")
   }
 
 
 def load_sickr(root: str) -> dict[str, PairSet]:
   """SICK relatedness: pair_ID, sentence_A, sentence_B, relatedness_score, ... with a header."""
   folder = os.path.join(root, "senteval", "downstream", "SICK")
-  files = {"train": "SICK_train.txt", "dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
+  files = {"dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
   return {split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=(1, 2, 3)) for split, f in files.items()}
 
 

@@ -112,7 +112,7 @@ def make_train_step(config: ml_collections.ConfigDict, module: models.SentenceEn
     loss, grads = jax.value_and_grad(loss_fn)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.global_norm(grads)}
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
@@ -201,9 +201,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   else:
     abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(model, replicated))
     abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
-    restored = checkpoints.restore(latest, resume_step, state=abstract)
-    state, meta = restored["state"], restored["meta"]
-    start_step = int(state.step)
+    restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
+    state = TrainState(step=jax.device_put(jnp.int32(resume_step), replicated), params=restored["params"],
+                       opt_state=restored["opt_state"])
+    meta, start_step = restored["meta"], resume_step
     logging.info("resumed %s at step %d", workdir, start_step)
   model.params = None  # The train state owns the params from here on (its buffers are donated).
 
@@ -258,8 +259,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       # Read the previous step's loss while this one runs: the host never waits for the device here.
       if prev is not None:
         log_losses.append(check(*prev))
-      prev = (step, metrics)
       done = step + 1
+      prev = (done, metrics)  # Labelled like checkpoints: step n is the update that produces state n.
       progress.update(1)
       if done % config.train.log_every == 0 or done == total_steps or done % config.eval.every == 0 \
           or done % config.checkpoint.every == 0:
@@ -276,7 +277,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if done % config.eval.every == 0 or (config.eval.at_end and done == total_steps):
         run_eval(done, state.params)
       if done % config.checkpoint.every == 0 or done == total_steps:
-        checkpoints.save(latest, done, meta=copy.deepcopy(meta), state=state)
+        checkpoints.save(latest, done, meta=copy.deepcopy(meta), params=state.params, opt_state=state.opt_state)
     if prev is not None:
       check(*prev)
   finally:

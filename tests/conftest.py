@@ -1,0 +1,69 @@
+"""Shared fixtures: a tiny random BERT with MiniLM's tokenizer, a small corpus and a small data root."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)  # For `configs` and `tests.helpers`.
+
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+def shared_data_dir() -> str:
+  """The real data root: $JAXCSE_DATA_DIR, else ../shared/data next to the repo."""
+  root = os.environ.get("JAXCSE_DATA_DIR") or SHARED_DATA
+  if not os.path.isdir(os.path.join(root, "senteval", "downstream")):
+    pytest.skip(f"SentEval data not found under {root}")
+  return root
+
+
+@pytest.fixture(scope="session")
+def real_data_dir() -> str:
+  return shared_data_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> str:
+  from tests import helpers
+
+  return helpers.make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_bert")))
+
+
+@pytest.fixture(scope="session")
+def small_data_dir(tmp_path_factory) -> str:
+  """A data root with a 400-sentence corpus and the first rows of STS-B and SICK (fast evaluations)."""
+  root = str(tmp_path_factory.mktemp("data"))
+  real = shared_data_dir()
+  sts_dst = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
+  sick_dst = os.path.join(root, "senteval", "downstream", "SICK")
+  os.makedirs(sts_dst)
+  os.makedirs(sick_dst)
+  for src, dst, n in [
+      (os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-dev.csv"), os.path.join(sts_dst, "sts-dev.csv"), 60),
+      (os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-test.csv"), os.path.join(sts_dst, "sts-test.csv"), 60),
+      (os.path.join(real, "senteval/downstream/SICK/SICK_trial.txt"), os.path.join(sick_dst, "SICK_trial.txt"), 41),
+      (os.path.join(real, "senteval/downstream/SICK/SICK_test_annotated.txt"),
+       os.path.join(sick_dst, "SICK_test_annotated.txt"), 41),
+  ]:
+    with open(src, encoding="utf-8") as f:
+      lines = f.readlines()[:n]
+    with open(dst, "w", encoding="utf-8") as f:
+      f.writelines(lines)
+  os.makedirs(os.path.join(root, "corpora"))
+  with open(os.path.join(real, "corpora", "wiki_offline.txt"), encoding="utf-8") as f:
+    head = [next(f) for _ in range(400)]
+  with open(os.path.join(root, "corpora", "small.txt"), "w", encoding="utf-8") as f:
+    f.writelines(head)
+  return root
+
+
+@pytest.fixture
+def fresh_workdir(tmp_path) -> str:
+  path = tmp_path / "workdir"
+  yield str(path)
+  shutil.rmtree(path, ignore_errors=True)

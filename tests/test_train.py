@@ -1,0 +1,145 @@
+"""End-to-end training on a tiny BERT: smoke run, resume after a kill, devices, non-finite loss, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import flax
+import jax
+import numpy as np
+import pytest
+
+from jaxcse import checkpoints, data as data_lib, evaluate, models, train
+from tests import helpers
+
+REPO = helpers.REPO
+
+
+def _final_params(workdir: str) -> dict:
+  model, _ = checkpoints.load_model(workdir, checkpoint="latest")
+  return flax.traverse_util.flatten_dict(jax.device_get(model.params), sep="/")
+
+
+def _metrics(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir):
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"eval.at_start": True})
+  summary = train.train_and_evaluate(config, fresh_workdir)
+
+  assert summary["steps"] == 6
+  assert summary["first_eval"]["step"] == 0
+  records = _metrics(fresh_workdir)
+  loss_steps = [r["step"] for r in records if "loss" in r]
+  eval_steps = [r["step"] for r in records if "eval/metric" in r]
+  assert loss_steps == [2, 3, 4, 6]  # log_every=2, plus the eval step 3 (logged before evaluating).
+  assert eval_steps == [0, 3, 6]
+  assert all(np.isfinite(r["loss"]) and r["steps_per_sec"] > 0 for r in records if "loss" in r)
+  # The best checkpoint is the best evaluation, and a workdir loads with the saved test pooler.
+  best_record = max((r for r in records if "eval/metric" in r), key=lambda r: r["eval/metric"])
+  assert summary["best_step"] == best_record["step"]
+  model, described = checkpoints.load_model(fresh_workdir)
+  assert described and model.pooling.test_pooler == "cls_before_pooler"
+  embedder = models.Embedder(model)
+  dev = evaluate.dev_scores(embedder, evaluate.load_dev_sets(small_data_dir))
+  assert dev["stsb_dev"] == pytest.approx(best_record["eval/stsb_dev"], abs=1e-6)
+  # The evaluation CLI takes the workdir too.
+  out = os.path.join(fresh_workdir, "eval.json")
+  assert evaluate.main(["--model", fresh_workdir, "--tasks", "STSBenchmark", "--data_dir", small_data_dir,
+                        "--output", out]) == 0
+  result = json.load(open(out))
+  assert result["pooler"] == "cls_before_pooler"
+  assert result["summary"]["STSBenchmark"] == pytest.approx(round(result["tasks"]["STSBenchmark"]["test"]["spearman"] * 100, 2))
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, small_data_dir, tmp_path):
+  steps = 300
+  overrides = {"train.max_steps": steps, "eval.every": 10_000, "eval.at_end": False, "checkpoint.every": 20,
+               "train.log_every": 1}
+  reference = str(tmp_path / "reference")
+  train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), reference)
+
+  killed = str(tmp_path / "killed")
+  cmd = [sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"),
+         "--workdir", killed]
+  for key, value in {"model.name": tiny_model_dir, "data.data_dir": small_data_dir, "data.train": "corpora/small.txt",
+                     "data.max_seq_len": 16, "train.batch_size": 8, "train.learning_rate": 1e-3,
+                     "eval.batch_size": 32, **overrides}.items():
+    cmd.append(f"--config.{key}={value}")
+  proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  metrics_path = os.path.join(killed, "metrics.jsonl")
+  deadline = time.time() + 240
+  try:
+    while time.time() < deadline and proc.poll() is None:
+      if os.path.exists(metrics_path) and any(json.loads(l)["step"] >= 50 for l in open(metrics_path) if l.strip()):
+        break
+      time.sleep(0.02)
+    assert proc.poll() is None, "the training run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+  finally:
+    proc.wait()
+  interrupted_at = max(json.loads(l)["step"] for l in open(metrics_path) if l.strip())
+  assert 50 <= interrupted_at < steps
+
+  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), killed)
+  assert summary["steps"] == steps
+  logged = [r["step"] for r in _metrics(killed) if "loss" in r]
+  assert logged == list(range(1, steps + 1))  # Nothing lost, nothing logged twice.
+  a, b = _final_params(reference), _final_params(killed)
+  assert a.keys() == b.keys()
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  ref_losses = [r["loss"] for r in _metrics(reference) if "loss" in r]
+  assert ref_losses == [r["loss"] for r in _metrics(killed) if "loss" in r]
+
+
+def test_two_devices_equal_one_device(tiny_model_dir, small_data_dir, tmp_path):
+  results = {}
+  for n in (1, 2):
+    out = str(tmp_path / f"step_{n}.npz")
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, os.path.join(REPO, "tests", "helpers.py"), "one_step", tiny_model_dir,
+                    small_data_dir, out], check=True, env=env, cwd=REPO)
+    results[n] = dict(np.load(out))
+  assert int(results[1]["devices"]) == 1 and int(results[2]["devices"]) == 2
+  np.testing.assert_allclose(results[1]["loss"], results[2]["loss"], rtol=1e-6)
+  for key in results[1]:
+    if key not in ("loss", "devices"):
+      # Reduction order differs across devices; Adam turns a ~1e-9 gradient difference on a near-zero
+      # gradient into up to ~1e-6 of an update whose size is lr = 1e-3. Anything structural is far larger.
+      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-5, atol=1e-6, err_msg=key)
+  # The step did train: the params moved.
+  initial = flax.traverse_util.flatten_dict(
+      models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42).params, sep="/")
+  assert not np.allclose(initial["backbone/encoder/layer/0/attention/self/query/kernel"],
+                         results[1]["backbone/encoder/layer/0/attention/self/query/kernel"])
+
+
+def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, small_data_dir, fresh_workdir):
+  # An absurd learning rate: Adam moves every weight by ~1e38 in step 1, and step 2's forward overflows.
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
+      "train.learning_rate": 1e38, "train.max_grad_norm": 0.0, "checkpoint.every": 1, "eval.every": 10_000,
+      "eval.at_end": False})
+  with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss .* at step (\d+)") as info:
+    train.train_and_evaluate(config, fresh_workdir)
+  bad_step = int(info.value.args[0].split("at step ")[1].split(";")[0])
+  mngr = checkpoints.manager(os.path.join(fresh_workdir, checkpoints.LATEST_DIR))
+  # Checkpoint n holds the state after n steps; the last one kept is the state the bad step started from.
+  assert bad_step >= 2 and mngr.latest_step() == bad_step - 1
+  params = _final_params(fresh_workdir)
+  assert all(np.isfinite(v).all() for v in params.values())
+
+
+def test_bad_corpus_is_a_clear_error(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes(b"a fine sentence\nanother fine one\n\xff\xfe broken\n")
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"data.train": str(bad)})
+  with pytest.raises(data_lib.DataError, match=rf"{bad}:3: not valid UTF-8"):
+    train.train_and_evaluate(config, fresh_workdir)
