@@ -32,6 +32,9 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from jaxcse import checkpoints, data as data_lib, evaluate, losses, models
 
 
+log = logging.getLogger("jaxcse")
+
+
 class NonFiniteLossError(RuntimeError):
   """The loss became NaN or infinite; the run stopped without saving past its last good checkpoint."""
 
@@ -177,7 +180,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                     gradient_checkpointing=config.model.gradient_checkpointing)
     saved = json.load(open(os.path.join(workdir, "config.json")))
     if saved != json.loads(json.dumps(config.to_dict(), default=str)):
-      logging.warning("resuming %s with a config that differs from the saved config.json", workdir)
+      log.warning("resuming %s with a config that differs from the saved config.json", workdir)
 
   corpus = data_lib.load_corpus(config.data.train, root=data_root, skip_empty_lines=config.data.skip_empty_lines)
   batches = data_lib.Batches(corpus, model.tokenizer, batch_size=config.train.batch_size,
@@ -205,7 +208,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     state = TrainState(step=jax.device_put(jnp.int32(resume_step), replicated), params=restored["params"],
                        opt_state=restored["opt_state"])
     meta, start_step = restored["meta"], resume_step
-    logging.info("resumed %s at step %d", workdir, start_step)
+    log.info("resumed %s at step %d", workdir, start_step)
   model.params = None  # The train state owns the params from here on (its buffers are donated).
 
   train_step = jax.jit(make_train_step(config, model.train_module, tx), donate_argnums=0,
@@ -227,7 +230,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
               "eval/seconds": round(time.time() - t0, 2)}
     metrics_log.write(record)
-    logging.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
+    log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
     if meta["first_eval"] is None:
       meta["first_eval"] = {"step": step, **scores}
     if meta["best_metric"] is None or metric > meta["best_metric"]:
@@ -302,6 +305,11 @@ def _progress_bar(total: int, initial: int):
 def main(argv: list[str]) -> None:
   del argv
   from absl import flags
+  from absl import logging as absl_logging
+
+  # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logging.getLogger("jaxcse").setLevel(logging.INFO)
 
   cfg = flags.FLAGS.config
   workdir = flags.FLAGS.workdir
@@ -310,7 +318,7 @@ def main(argv: list[str]) -> None:
   try:
     summary = train_and_evaluate(cfg, workdir)
   except (NonFiniteLossError, data_lib.DataError) as e:
-    logging.error("%s", e)
+    log.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
   first = summary["first_eval"]
