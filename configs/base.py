@@ -39,6 +39,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt (a sentence a line) or .csv (sent0,sent1[,hard_neg]).
   config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
   config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
+  config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).
 
   config.loss = ml_collections.ConfigDict()
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.

@@ -164,18 +164,26 @@ class Batches:
   """Deterministic batches of a corpus, addressable by step, for exact resume.
 
   Epoch ``e`` visits the examples in the order
-  ``np.random.default_rng([seed, e]).permutation(n)``; step ``s`` is batch
-  ``s % steps_per_epoch`` of epoch ``s // steps_per_epoch``. The last
-  ``n % batch_size`` examples of each epoch's order are left out of that epoch
-  (fixed shapes; they differ from epoch to epoch). So a run resumed at step
-  ``s`` sees exactly the batches the uninterrupted run saw.
+  ``np.random.default_rng([seed, e]).permutation(n)``, cut into batches of
+  ``batch_size``; step ``s`` is batch ``s % steps_per_epoch`` of epoch
+  ``s // steps_per_epoch``. The last ``n % batch_size`` examples of each
+  epoch's order are left out of that epoch (fixed shapes; they differ from
+  epoch to epoch). So a run resumed at step ``s`` sees exactly the batches the
+  uninterrupted run saw.
+
+  With ``no_duplicates=True`` no batch holds the same text twice in any column
+  (a repeated sentence would be a false negative): walking the epoch's order,
+  an example whose text is already in the batch being filled is deferred to the
+  next batch that has room for it. Epochs then may have a few batches fewer,
+  and whatever cannot be placed at the end of an epoch is left out of it.
 
   A batch is ``{"input_ids", "attention_mask"}``, int32 ``[batch, columns,
   max_seq_len]``, where columns are the corpus's sentence columns in order
   (``sent0[, sent1[, hard_neg]]``).
   """
 
-  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int):
+  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
+               no_duplicates: bool = False):
     if batch_size > len(corpus):
       raise DataError(f"{corpus.path}: {len(corpus)} examples, fewer than one batch of {batch_size}")
     self.corpus = corpus
@@ -183,15 +191,78 @@ class Batches:
     self.batch_size = batch_size
     self.max_seq_len = max_seq_len
     self.seed = seed
-    self.steps_per_epoch = len(corpus) // batch_size
-    self._order_cache: tuple[int, np.ndarray] | None = None
+    self.no_duplicates = no_duplicates
+    self._layouts: dict[int, np.ndarray] = {}
+
+  @property
+  def steps_per_epoch(self) -> int:
+    """Batches in epoch 0 (every epoch has this many unless ``no_duplicates``)."""
+    return self.steps_in_epoch(0)
+
+  def steps_in_epoch(self, epoch: int) -> int:
+    if not self.no_duplicates:
+      return len(self.corpus) // self.batch_size
+    return len(self._layout(epoch))
+
+  def total_steps(self, num_epochs: int) -> int:
+    return sum(self.steps_in_epoch(e) for e in range(num_epochs))
+
+  def locate(self, step: int) -> tuple[int, int]:
+    """(epoch, batch within the epoch) of a step."""
+    if not self.no_duplicates:
+      return divmod(step, self.steps_per_epoch)
+    epoch = 0
+    while step >= self.steps_in_epoch(epoch):
+      step -= self.steps_in_epoch(epoch)
+      epoch += 1
+    return epoch, step
+
+  def _layout(self, epoch: int) -> np.ndarray:
+    """``[batches, batch_size]`` example indices of one epoch."""
+    layout = self._layouts.get(epoch)
+    if layout is None:
+      order = np.random.default_rng([self.seed, epoch]).permutation(len(self.corpus))
+      if self.no_duplicates:
+        layout = self._distinct_batches(order)
+      else:
+        nb = len(order) // self.batch_size
+        layout = order[: nb * self.batch_size].reshape(nb, self.batch_size)
+      if len(self._layouts) > 4:  # Resume and prefetch only look near the current epoch.
+        self._layouts.pop(min(self._layouts))
+      self._layouts[epoch] = layout
+    return layout
+
+  def _distinct_batches(self, order: np.ndarray) -> np.ndarray:
+    columns = list(self.corpus.columns.values())
+    texts = [frozenset(col[r] for col in columns) for r in range(len(self.corpus))]
+    batches, deferred, rest = [], [], iter(order.tolist())
+    while True:
+      batch, seen, still_deferred = [], set(), []
+      for r in deferred:  # Deferred examples go first, in the order they were deferred.
+        if len(batch) < self.batch_size and seen.isdisjoint(texts[r]):
+          batch.append(r)
+          seen.update(texts[r])
+        else:
+          still_deferred.append(r)
+      deferred = still_deferred
+      for r in rest if len(batch) < self.batch_size else ():
+        if seen.isdisjoint(texts[r]):
+          batch.append(r)
+          seen.update(texts[r])
+          if len(batch) == self.batch_size:
+            break
+        else:
+          deferred.append(r)
+      if len(batch) < self.batch_size:
+        break
+      batches.append(batch)
+    if not batches:
+      raise DataError(f"{self.corpus.path}: cannot fill one batch of {self.batch_size} distinct sentences")
+    return np.asarray(batches, dtype=np.int64)
 
   def indices(self, step: int) -> np.ndarray:
-    epoch, k = divmod(step, self.steps_per_epoch)
-    cache = self._order_cache  # Read once: the prefetch thread may replace it.
-    if cache is None or cache[0] != epoch:
-      cache = self._order_cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(len(self.corpus)))
-    return cache[1][k * self.batch_size : (k + 1) * self.batch_size]
+    epoch, k = self.locate(step)
+    return self._layout(epoch)[k]
 
   def batch(self, step: int) -> dict[str, np.ndarray]:
     rows = self.indices(step)

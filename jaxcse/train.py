@@ -134,10 +134,10 @@ def _dtype(name: str):
   return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
 
 
-def _total_steps(config, steps_per_epoch: int) -> int:
+def _total_steps(config, batches: data_lib.Batches) -> int:
   if config.train.max_steps > 0:
     return config.train.max_steps
-  return config.train.num_epochs * steps_per_epoch
+  return batches.total_steps(config.train.num_epochs)
 
 
 class MetricsWriter:
@@ -184,8 +184,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   corpus = data_lib.load_corpus(config.data.train, root=data_root, skip_empty_lines=config.data.skip_empty_lines)
   batches = data_lib.Batches(corpus, model.tokenizer, batch_size=config.train.batch_size,
-                             max_seq_len=config.data.max_seq_len, seed=config.seed)
-  total_steps = _total_steps(config, batches.steps_per_epoch)
+                             max_seq_len=config.data.max_seq_len, seed=config.seed,
+                             no_duplicates=config.data.no_duplicates)
+  total_steps = _total_steps(config, batches)
   tx = make_optimizer(config.train, total_steps)
 
   mesh = make_mesh()
@@ -273,7 +274,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           elapsed = time.time() - t_log
           record = {"step": done, "loss": float(np.mean(log_losses)),
                     "steps_per_sec": round((done - last_logged_step) / elapsed, 4),
-                    "epoch": round(done / batches.steps_per_epoch, 4)}
+                    "epoch": round(done / batches.steps_per_epoch, 4)}  # Nominal with no_duplicates.
           metrics_log.write(record)
           progress.set_postfix(loss=f"{record['loss']:.4f}")
           log_losses, t_log, last_logged_step = [], time.time(), done

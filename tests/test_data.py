@@ -425,3 +425,43 @@ def test_corpus_smaller_than_a_batch(tokenizer):
 def test_text_lines_utf8_bom_is_not_part_of_the_first_sentence(tmp_path):
   corpus = data.read_text_lines(_write(tmp_path / "bom.txt", b"\xef\xbb\xbffirst line\nsecond\n"))
   assert corpus.columns["sent0"] == ["first line", "second"]
+
+
+def test_no_duplicate_batches_hold_distinct_texts_and_stay_deterministic(tokenizer):
+  # 60 examples, only 12 distinct texts in sent0 (5 copies each); pairs share some texts across columns too.
+  sent0 = [f"sentence {i % 12}" for i in range(60)]
+  sent1 = [f"other {i}" if i % 7 else f"sentence {(i + 1) % 12}" for i in range(60)]
+  corpus = Corpus("memory", {"sent0": sent0, "sent1": sent1})
+  b = Batches(corpus, tokenizer, batch_size=4, max_seq_len=8, seed=1, no_duplicates=True)
+  plain = Batches(corpus, tokenizer, batch_size=4, max_seq_len=8, seed=1)
+  assert any(len({sent0[r] for r in plain.indices(s)}) < 4 for s in range(plain.steps_per_epoch))  # Plain has clashes.
+  for epoch in range(2):
+    seen_rows = []
+    for k in range(b.steps_in_epoch(epoch)):
+      step = sum(b.steps_in_epoch(e) for e in range(epoch)) + k
+      rows = b.indices(step)
+      texts = [corpus.columns[c][r] for r in rows for c in ("sent0", "sent1")]
+      assert len(texts) == len(set(texts)), (epoch, k, texts)
+      seen_rows.extend(rows.tolist())
+    assert len(seen_rows) == len(set(seen_rows))  # No example twice in an epoch.
+    assert len(seen_rows) >= 40  # Deferral keeps most examples (12 distinct texts allow 3 batches in a row).
+  again = Batches(corpus, tokenizer, batch_size=4, max_seq_len=8, seed=1, no_duplicates=True)
+  assert b.total_steps(2) == again.total_steps(2)
+  for s in range(b.total_steps(2)):
+    np.testing.assert_array_equal(b.indices(s), again.indices(s))
+  assert b.locate(b.steps_in_epoch(0)) == (1, 0)
+
+
+def test_no_duplicates_without_clashes_matches_plain_order(tokenizer):
+  corpus = _corpus(50)
+  a = Batches(corpus, tokenizer, batch_size=8, max_seq_len=8, seed=3, no_duplicates=True)
+  p = Batches(corpus, tokenizer, batch_size=8, max_seq_len=8, seed=3)
+  assert a.total_steps(3) == p.total_steps(3) == 18
+  for s in range(18):
+    np.testing.assert_array_equal(a.indices(s), p.indices(s))
+
+
+def test_no_duplicates_impossible_batch_is_an_error(tokenizer):
+  corpus = Corpus("memory.txt", {"sent0": ["same"] * 10})
+  with pytest.raises(DataError, match="distinct sentences"):
+    Batches(corpus, tokenizer, batch_size=2, max_seq_len=8, seed=0, no_duplicates=True).total_steps(1)
