@@ -45,6 +45,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
   config.loss.hard_negative_weight = 0.0  # Supervised only: log-weight on each anchor's own hard negative.
 
+  config.mlm = ml_collections.ConfigDict()
+  config.mlm.enabled = False  # SimCSE's do_mlm: add a masked-LM loss on the same encoder.
+  config.mlm.weight = 0.1  # Its weight (SimCSE's mlm_weight).
+  config.mlm.probability = 0.15  # Share of tokens chosen for prediction (80% [MASK], 10% random, 10% kept).
+
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 64  # Global batch (all devices); in-batch negatives span it.
   config.train.num_epochs = 1  # Passes over the corpus; ignored when max_steps > 0.

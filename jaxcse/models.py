@@ -20,6 +20,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -111,6 +112,40 @@ def pool(
   raise ValueError(f"unknown pooler {pooler!r}; choose one of {POOLERS}")
 
 
+def _position_ids(input_ids: jax.Array, padding_idx: int | None) -> jax.Array:
+  if padding_idx is None:  # BERT: 0 .. len-1.
+    return jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+  # RoBERTa: padding_idx + 1 + rank among non-padding tokens; padding_idx at padding.
+  not_pad = (input_ids != padding_idx).astype(jnp.int32)
+  return jnp.cumsum(not_pad, axis=-1) * not_pad + padding_idx
+
+
+@dataclasses.dataclass(frozen=True)
+class MLMHead:
+  """A masked-language-model head on the same backbone (SimCSE's auxiliary ``do_mlm`` objective).
+
+  ``module`` is the transformers ``Flax*ForMaskedLM`` module; its backbone
+  params are the encoder's own (``params["backbone"]``) under ``prefix``, and
+  its head params live in ``params["mlm_head"]``. The output embedding is tied
+  to the input word embeddings, as in BERT and RoBERTa.
+  """
+
+  module: nn.Module
+  prefix: str
+  pretrained: bool  # False: the checkpoint had no MLM head and it was freshly initialised.
+
+
+def mlm_logits(model: "Model", params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool,
+               rng: jax.Array | None = None) -> jax.Array:
+  """Vocabulary logits ``[batch, len, vocab]`` of the MLM head on the encoder's backbone."""
+  head = model.mlm
+  variables = {"params": {head.prefix: params["backbone"], **params["mlm_head"]}}
+  return head.module.apply(
+      variables, input_ids, attention_mask, jnp.zeros_like(input_ids), model.position_ids(input_ids), None,
+      deterministic=not train, rngs={"dropout": rng} if train else {},
+  ).logits
+
+
 class SentenceEncoder(nn.Module):
   """A transformer backbone followed by a pooler.
 
@@ -133,11 +168,7 @@ class SentenceEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool = False) -> jax.Array:
-    if self.position_padding_idx is None:
-      position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-    else:  # RoBERTa: padding_idx + 1 + rank among non-padding tokens.
-      not_pad = (input_ids != self.position_padding_idx).astype(jnp.int32)
-      position_ids = jnp.cumsum(not_pad, axis=-1) * not_pad + self.position_padding_idx
+    position_ids = _position_ids(input_ids, self.position_padding_idx)
     needs_all_layers = self.pooler in ("avg_top2", "avg_first_last")
     outputs = self.backbone(
         input_ids,
@@ -174,6 +205,7 @@ class Model:
   params: Any
   pooling: PoolerSpec
   source: str = ""
+  mlm: MLMHead | None = None
 
   def module_for(self, pooler: str) -> SentenceEncoder:
     padding_idx = self.hf_config.pad_token_id if self.hf_config.model_type in ("roberta", "xlm-roberta") else None
@@ -191,6 +223,9 @@ class Model:
   @property
   def test_module(self) -> SentenceEncoder:
     return self.module_for(self.pooling.test_pooler)
+
+  def position_ids(self, input_ids: jax.Array) -> jax.Array:
+    return _position_ids(input_ids, self.module_for("avg").position_padding_idx)
 
   @property
   def max_positions(self) -> int:
@@ -228,6 +263,7 @@ def load_pretrained(
     dtype: Any = jnp.float32,
     gradient_checkpointing: bool = False,
     mlp_from_backbone_pooler: bool = False,
+    with_mlm_head: bool = False,
 ) -> Model:
   """Loads a Hugging Face model folder or hub id as a fresh jaxcse ``Model``.
 
@@ -246,6 +282,8 @@ def load_pretrained(
       ``pooler.dense``) as the ``cls`` MLP instead of a fresh one. SimCSE's
       released checkpoints store their trained MLP there, and its
       evaluation.py's ``cls`` means exactly this.
+    with_mlm_head: also load the checkpoint's masked-LM head (fresh if it has
+      none; ``model.mlm.pretrained`` tells) for the auxiliary MLM loss.
   """
   from transformers import AutoTokenizer
   from transformers.utils import logging as hf_logging
@@ -263,6 +301,8 @@ def load_pretrained(
   tokenizer = AutoTokenizer.from_pretrained(path)
   model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=name_or_path)
   model.params = init_params(model, seed, backbone_params=hf_model.params)
+  if with_mlm_head:
+    model.mlm, model.params["mlm_head"] = _load_mlm_head(path, hf_config, dtype, seed)
   if mlp_from_backbone_pooler and "mlp" in model.params:
     if "pooler" not in hf_model.params:
       raise ValueError(f"{name_or_path}: pooler 'cls' needs the checkpoint's pooler layer, and it has none")
@@ -276,7 +316,31 @@ def init_params(model: Model, seed: int, backbone_params: Any = None) -> dict:
   params = model.train_module.init(jax.random.key(seed), dummy, dummy)["params"]
   if backbone_params is not None:
     params = {**params, "backbone": backbone_params}
+  if model.mlm is not None:
+    full = model.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
+    params["mlm_head"] = {k: v for k, v in full.items() if k != model.mlm.prefix}
   return params
+
+
+def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dict]:
+  """The checkpoint's MLM head (or a fresh one if it has none) and its params."""
+  from transformers import FlaxAutoModelForMaskedLM
+
+  try:
+    cls = FlaxAutoModelForMaskedLM._model_mapping[type(hf_config)]
+  except KeyError:
+    raise ValueError(f"model type {hf_config.model_type!r} has no Flax masked-LM head in transformers") from None
+  mlm_model, loaded = cls.from_pretrained(path, config=hf_config, dtype=dtype, _do_init=False)
+  prefix = cls.base_model_prefix
+  expected = {k for k in flax.traverse_util.flatten_dict(mlm_model.params_shape_tree) if k[0] != prefix}
+  present = {k for k in flax.traverse_util.flatten_dict(loaded) if k[0] != prefix}
+  pretrained = expected <= present
+  if pretrained:
+    head = {k: v for k, v in loaded.items() if k != prefix}
+  else:  # e.g. sentence-transformers checkpoints keep no MLM head.
+    fresh = mlm_model.init_weights(jax.random.key(seed), (1, 4))
+    head = {k: v for k, v in fresh.items() if k != prefix}
+  return MLMHead(mlm_model.module, prefix, pretrained), head
 
 
 def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> Model:
@@ -294,7 +358,14 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
   )
   tokenizer = AutoTokenizer.from_pretrained(folder)
   pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"])
-  return Model(hf_config, tokenizer, hf_model.module, None, pooling, source=info.get("source", folder))
+  model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=info.get("source", folder))
+  if info.get("mlm_head"):
+    from transformers import FlaxAutoModelForMaskedLM
+
+    cls = FlaxAutoModelForMaskedLM._model_mapping[type(hf_config)]
+    mlm_model = cls(hf_config, dtype=dtype, _do_init=False)
+    model.mlm = MLMHead(mlm_model.module, cls.base_model_prefix, info["mlm_head"] == "pretrained")
+  return model
 
 
 def save_description(model: Model, folder: str) -> None:
@@ -308,6 +379,8 @@ def save_description(model: Model, folder: str) -> None:
       "mlp_only_train": model.pooling.mlp_only_train,
       "test_pooler": model.pooling.test_pooler,
       "source": model.source,
+      # The params hold an MLM head (trained with do_mlm): "pretrained" or "fresh" at the start; null: none.
+      "mlm_head": None if model.mlm is None else ("pretrained" if model.mlm.pretrained else "fresh"),
   }
   with open(os.path.join(folder, JAXCSE_MODEL_FILE), "w") as f:
     json.dump(info, f, indent=2)
@@ -360,8 +433,8 @@ class Embedder:
   def __call__(self, sentences: Sequence[str], params: Any = None) -> np.ndarray:
     """Returns float32 ``[len(sentences), hidden]`` in input order."""
     params = self.model.params if params is None else params
-    if self.pooler != "cls":  # Only the cls pooler has (and may be given) MLP params.
-      params = {k: v for k, v in params.items() if k != "mlp"}
+    # Only what this pooler's module reads: training params may also hold an MLP or an MLM head.
+    params = {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and self.pooler == "cls")}
     ids = tokenize(self.model.tokenizer, sentences, self.max_seq_len)
     pad_id = self.model.tokenizer.pad_token_id or 0
     order = np.argsort([len(x) for x in ids], kind="stable")

@@ -73,49 +73,123 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
   return adamw
 
 
-def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array) -> jax.Array:
-  """Embeds every sentence of the batch in one forward pass, with dropout.
-
-  ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
-  (unsupervised) is duplicated into two views, which get independent dropout
-  masks because they are different rows of one forward pass (SimCSE's
-  formulation). Returns ``[batch, views, hidden]``.
-  """
+def _flat_views(batch: dict) -> tuple[jax.Array, jax.Array, int, int]:
+  """``[batch * views, len]`` ids and mask; a one-column (unsupervised) batch becomes two views."""
   ids, mask = batch["input_ids"], batch["attention_mask"]
   if ids.shape[1] == 1:
     ids = jnp.repeat(ids, 2, axis=1)
     mask = jnp.repeat(mask, 2, axis=1)
   b, v, length = ids.shape
   # Rows of one example stay adjacent, so the reshape keeps the batch sharding.
-  z = module.apply({"params": params}, ids.reshape(b * v, length), mask.reshape(b * v, length), train=True,
-                   rngs={"dropout": rng})
+  return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
+
+
+def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array, *, train: bool = True
+                ) -> jax.Array:
+  """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
+
+  ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
+  (unsupervised) is duplicated into two views, which get independent dropout
+  masks because they are different rows of one forward pass (SimCSE's
+  formulation). Returns ``[batch, views, hidden]``.
+  """
+  ids, mask, b, v = _flat_views(batch)
+  z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
   return z.reshape(b, v, -1)
 
 
-def contrastive_loss(config: ml_collections.ConfigDict, z: jax.Array) -> jax.Array:
-  """The configured objective on ``[batch, views, hidden]`` embeddings."""
+def contrastive_loss(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array,
+                     complementary: jax.Array | None = None) -> tuple[jax.Array, dict]:
+  """The configured objective on ``[batch, views, hidden]`` embeddings; returns (loss, extra metrics).
+
+  ``complementary`` (DCLR only) holds the frozen complementary model's
+  embeddings of the same batch, ``[batch, views, hidden]``.
+  """
+  z1, z2 = z[:, 0], z[:, 1]
+  temperature = config.loss.temperature
   if config.method == "simcse":
     hard = z[:, 2] if z.shape[1] > 2 else None
-    return losses.simcse_loss(z[:, 0], z[:, 1], hard, temperature=config.loss.temperature,
-                              hard_negative_weight=config.loss.hard_negative_weight)
-  raise ValueError(f"unknown method {config.method!r}")
+    return losses.simcse_loss(z1, z2, hard, temperature=temperature,
+                              hard_negative_weight=config.loss.hard_negative_weight), {}
+  if config.method == "mixcse":
+    m = config.mixcse
+    return losses.mixcse_loss(z1, z2, temperature=temperature, mix_lambda=m.mix_lambda, neighbour=m.neighbour,
+                              symmetric=m.symmetric, stop_gradient=m.stop_gradient, rng=rng), {}
+  if config.method == "dclr":
+    d = config.dclr
+    num_noise = int(round(z1.shape[0] * d.noise_times))
+    noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std)
+    noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
+                                        step_size=d.ascent_step_size)
+    weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
+    loss = losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
+    return loss, {"dclr/weight_zero_frac": 1.0 - weights.mean()}
+  raise ValueError(f"unknown method {config.method!r}; choose simcse, mixcse or dclr")
 
 
-def make_train_step(config: ml_collections.ConfigDict, module: models.SentenceEncoder,
-                    tx: optax.GradientTransformation):
-  """The pure train step ``(state, batch) -> (state, metrics)``."""
+def mask_tokens(rng: jax.Array, ids: jax.Array, attention_mask: jax.Array, *, mask_token_id: int,
+                vocab_size: int, special_ids: tuple[int, ...], probability: float) -> tuple[jax.Array, jax.Array]:
+  """BERT's masking (as HF's DataCollatorForLanguageModeling): returns (masked ids, labels; -100 = not predicted).
+
+  Each non-special, non-padding token is chosen with ``probability``; a chosen
+  token becomes [MASK] 80% of the time, a random token 10%, and stays 10%.
+  """
+  k_choose, k_how, k_token = jax.random.split(rng, 3)
+  special = jnp.isin(ids, jnp.asarray(special_ids)) | (attention_mask == 0)
+  chosen = (jax.random.uniform(k_choose, ids.shape) < probability) & ~special
+  how = jax.random.uniform(k_how, ids.shape)
+  random_tokens = jax.random.randint(k_token, ids.shape, 0, vocab_size, dtype=ids.dtype)
+  masked = jnp.where(chosen & (how < 0.8), mask_token_id, jnp.where(chosen & (how < 0.9), random_tokens, ids))
+  return masked, jnp.where(chosen, ids, -100)
+
+
+def mlm_loss(model: models.Model, params, batch: dict, rng: jax.Array, config: ml_collections.ConfigDict
+             ) -> jax.Array:
+  """SimCSE's auxiliary MLM loss: every view masked independently, mean cross-entropy over chosen tokens."""
+  k_mask, k_drop = jax.random.split(rng)
+  ids, mask, _, _ = _flat_views(batch)
+  tok = model.tokenizer
+  masked, labels = mask_tokens(k_mask, ids, mask, mask_token_id=tok.mask_token_id,
+                               vocab_size=model.hf_config.vocab_size, special_ids=tuple(tok.all_special_ids),
+                               probability=config.mlm.probability)
+  logits = models.mlm_logits(model, params, masked, mask, train=True, rng=k_drop)
+  chosen = labels >= 0
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(chosen, labels, 0))
+  return jnp.sum(ce * chosen) / jnp.maximum(chosen.sum(), 1)
+
+
+def make_train_step(config: ml_collections.ConfigDict, model: models.Model, tx: optax.GradientTransformation,
+                    complementary: models.Model | None = None):
+  """The pure train step ``(state, batch, complementary_params) -> (state, metrics)``.
+
+  ``complementary_params`` (DCLR's frozen complementary model; None for other
+  methods) is an input, not part of the state: it gets no gradient, no
+  optimizer state, and is never saved in our checkpoints.
+  """
   base_rng = jax.random.key(config.seed)
+  module = model.train_module
+  if config.method == "dclr" and complementary is None:
+    raise ValueError("dclr needs a complementary model (config.dclr.complementary_model)")
 
-  def train_step(state: TrainState, batch: dict) -> tuple[TrainState, dict]:
-    rng = jax.random.fold_in(base_rng, state.step)
+  def train_step(state: TrainState, batch: dict, complementary_params=None) -> tuple[TrainState, dict]:
+    k_drop, k_method, k_mlm, k_comp = jax.random.split(jax.random.fold_in(base_rng, state.step), 4)
+    comp = None
+    if complementary is not None:
+      comp = jax.lax.stop_gradient(embed_views(complementary.test_module, complementary_params, batch, k_comp,
+                                               train=config.dclr.complementary_dropout))
 
     def loss_fn(params):
-      return contrastive_loss(config, embed_views(module, params, batch, rng))
+      loss, extra = contrastive_loss(config, embed_views(module, params, batch, k_drop), k_method, comp)
+      extra = {"contrastive_loss": loss, **extra}
+      if config.mlm.enabled:
+        extra["mlm_loss"] = mlm_loss(model, params, batch, k_mlm, config)
+        loss = loss + config.mlm.weight * extra["mlm_loss"]
+      return loss, extra
 
-    loss, grads = jax.value_and_grad(loss_fn)(state.params)
+    (loss, extra), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads)}
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **extra}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
@@ -172,7 +246,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   if resume_step is None:
     model = models.load_pretrained(config.model.name, pooling, dropout=config.model.dropout, seed=config.seed,
-                                   dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing)
+                                   dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing,
+                                   with_mlm_head=config.mlm.enabled)
+    if model.mlm is not None and not model.mlm.pretrained:
+      log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
     models.save_description(model, model_dir)
     checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
   else:
@@ -212,7 +289,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     log.info("resumed %s at step %d", workdir, start_step)
   model.params = None  # The train state owns the params from here on (its buffers are donated).
 
-  train_step = jax.jit(make_train_step(config, model.train_module, tx), donate_argnums=0,
+  complementary, complementary_params = None, None
+  if config.method == "dclr":
+    # Frozen: a jit input replicated on every device, never in the train state or our checkpoints.
+    complementary, _ = checkpoints.load_model(config.dclr.complementary_model)
+    complementary_params = jax.device_put(complementary.params, replicated)
+    complementary.params = None
+  train_step = jax.jit(make_train_step(config, model, tx, complementary), donate_argnums=0,
                        out_shardings=(replicated, replicated))
 
   dev_sets = evaluate.load_dev_sets(data_lib.data_dir(data_root))
@@ -246,20 +329,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   log_losses, t_log, prev = [], time.time(), None
   last_logged_step = start_step
 
-  def check(step: int, metrics: dict) -> float:
-    loss = float(metrics["loss"])
-    if not math.isfinite(loss) or not math.isfinite(float(metrics["grad_norm"])):
+  def check(step: int, metrics: dict) -> dict[str, float]:
+    values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    loss = values["loss"]
+    if not math.isfinite(loss) or not math.isfinite(values["grad_norm"]):
       good = latest.latest_step()
       raise NonFiniteLossError(
           f"non-finite loss ({loss}) at step {step}; stopped. The last good checkpoint is "
           f"{'step ' + str(good) if good is not None else 'none'} in {os.path.join(workdir, checkpoints.LATEST_DIR)}"
       )
-    return loss
+    return values
 
   try:
     for step, host_batch in enumerate(batches.iterate(start_step, total_steps), start=start_step):
       batch = jax.device_put(host_batch, batch_sharding)
-      state, metrics = train_step(state, batch)
+      state, metrics = train_step(state, batch, complementary_params)
       # Read the previous step's loss while this one runs: the host never waits for the device here.
       if prev is not None:
         log_losses.append(check(*prev))
@@ -272,7 +356,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
         prev = None
         if log_losses:
           elapsed = time.time() - t_log
-          record = {"step": done, "loss": float(np.mean(log_losses)),
+          record = {"step": done, **{k: float(np.mean([m[k] for m in log_losses])) for k in log_losses[0]},
                     "steps_per_sec": round((done - last_logged_step) / elapsed, 4),
                     "epoch": round(done / batches.steps_per_epoch, 4)}  # Nominal with no_duplicates.
           metrics_log.write(record)

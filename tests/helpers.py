@@ -75,7 +75,7 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
   state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params, opt_state=tx.init(model.params)),
                          replicated)
   batch = jax.device_put(batches.batch(0), NamedSharding(mesh, PartitionSpec("data")))
-  step = jax.jit(train.make_train_step(config, model.train_module, tx), donate_argnums=0)
+  step = jax.jit(train.make_train_step(config, model, tx), donate_argnums=0)
   state, metrics = step(state, batch)
   flat = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
   np.savez(out, loss=np.asarray(metrics["loss"]), devices=jax.device_count(), **flat)
