@@ -29,7 +29,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   config.model.name = "bert-base-uncased"  # HF folder, hub id, or an offline-package name (see README).
   config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
-  config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, test without it.
+  config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, evaluate without it.
+  config.model.test_pooler = ""  # Saved test-time pooler if not the dev-evaluation one ("" = the same).
   config.model.dropout = 0.1  # Hidden and attention dropout; the source of SimCSE's positive pairs.
   config.model.dtype = "float32"  # Computation dtype; params stay float32. bfloat16 on GPU/TPU.
   config.model.gradient_checkpointing = False  # Recompute layers in the backward pass to save memory.

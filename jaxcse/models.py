@@ -64,22 +64,33 @@ class PoolerSpec:
     pooler: the training pooler, one of ``POOLERS``. ``cls`` is SimCSE's: the
       [CLS] state through a freshly initialised Linear(H, H) + tanh (not BERT's
       NSP pooler).
-    mlp_only_train: SimCSE's flag: train with ``cls`` and its MLP, but test
-      with ``cls_before_pooler`` (the MLP dropped).
+    mlp_only_train: SimCSE's flag: train with ``cls`` and its MLP, but
+      evaluate (during training and at test time) with ``cls_before_pooler``.
+    test_pooler_override: the pooler the final model is tested with, when it
+      is not the one used for model selection during training. MixCSE trains
+      with ``cls`` (its dev evaluations use the MLP) but reports test numbers
+      with ``cls_before_pooler``.
   """
 
   pooler: str = "cls"
   mlp_only_train: bool = False
+  test_pooler_override: str | None = None
 
   def __post_init__(self):
-    if self.pooler not in POOLERS:
-      raise ValueError(f"unknown pooler {self.pooler!r}; choose one of {POOLERS}")
+    for p in (self.pooler, self.test_pooler_override or self.pooler):
+      if p not in POOLERS:
+        raise ValueError(f"unknown pooler {p!r}; choose one of {POOLERS}")
     if self.mlp_only_train and self.pooler != "cls":
       raise ValueError("mlp_only_train only makes sense with pooler='cls'")
 
   @property
-  def test_pooler(self) -> str:
+  def dev_pooler(self) -> str:
+    """The pooler of SimCSE's evaluations during training (its ``sentemb_forward``)."""
     return "cls_before_pooler" if self.mlp_only_train else self.pooler
+
+  @property
+  def test_pooler(self) -> str:
+    return self.test_pooler_override or self.dev_pooler
 
 
 def pool(
@@ -357,7 +368,8 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
       hf_config, dtype=dtype, _do_init=False, gradient_checkpointing=gradient_checkpointing
   )
   tokenizer = AutoTokenizer.from_pretrained(folder)
-  pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"])
+  pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"],
+                       test_pooler_override=info.get("test_pooler_override"))
   model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=info.get("source", folder))
   if info.get("mlm_head"):
     from transformers import FlaxAutoModelForMaskedLM
@@ -378,6 +390,7 @@ def save_description(model: Model, folder: str) -> None:
       "pooler": model.pooling.pooler,
       "mlp_only_train": model.pooling.mlp_only_train,
       "test_pooler": model.pooling.test_pooler,
+      "test_pooler_override": model.pooling.test_pooler_override,
       "source": model.source,
       # The params hold an MLM head (trained with do_mlm): "pretrained" or "fresh" at the start; null: none.
       "mlm_head": None if model.mlm is None else ("pretrained" if model.mlm.pretrained else "fresh"),

@@ -241,7 +241,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   resume_step = latest.latest_step()
-  pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
+  pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None)
   dtype = _dtype(config.model.dtype)
 
   if resume_step is None:
@@ -299,7 +299,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                        out_shardings=(replicated, replicated))
 
   dev_sets = evaluate.load_dev_sets(data_lib.data_dir(data_root))
-  embedder = models.Embedder(model, model.pooling.test_pooler, batch_size=config.eval.batch_size)
+  embedder = models.Embedder(model, model.pooling.dev_pooler, batch_size=config.eval.batch_size)
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start_step)
 
   def run_eval(step: int, params) -> float:

@@ -46,6 +46,10 @@ def test_pooler_spec_test_pooler():
   assert models.PoolerSpec("cls", mlp_only_train=True).test_pooler == "cls_before_pooler"
   assert models.PoolerSpec("cls").test_pooler == "cls"
   assert models.PoolerSpec("avg").test_pooler == "avg"
+  mix = models.PoolerSpec("cls", test_pooler_override="cls_before_pooler")  # MixCSE: select with MLP, test without.
+  assert (mix.dev_pooler, mix.test_pooler) == ("cls", "cls_before_pooler")
+  with pytest.raises(ValueError, match="unknown pooler"):
+    models.PoolerSpec("cls", test_pooler_override="first")
   with pytest.raises(ValueError, match="unknown pooler"):
     models.PoolerSpec("mean")
   with pytest.raises(ValueError, match="mlp_only_train"):
@@ -90,6 +94,9 @@ def test_saved_description_restores_poolers(tiny_model_dir, tmp_path):
   models.save_description(model, str(tmp_path / "model"))
   loaded = models.from_description(str(tmp_path / "model"))
   assert loaded.pooling == model.pooling and loaded.pooling.test_pooler == "cls_before_pooler"
+  model.pooling = models.PoolerSpec("cls", test_pooler_override="avg")
+  models.save_description(model, str(tmp_path / "model2"))
+  assert models.from_description(str(tmp_path / "model2")).pooling.test_pooler == "avg"
   assert loaded.hf_config.hidden_size == 32
   with pytest.raises(FileNotFoundError, match="not a jaxcse model description"):
     models.from_description(tiny_model_dir)
