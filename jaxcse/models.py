@@ -13,6 +13,7 @@ with, so that evaluation cannot silently use the wrong one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -297,28 +298,35 @@ def load_pretrained(
       none; ``model.mlm.pretrained`` tells) for the auxiliary MLM loss.
   """
   from transformers import AutoTokenizer
-  from transformers.utils import logging as hf_logging
 
   path = resolve_model_path(name_or_path)
   hf_config = _hf_config(path, dropout)
-  verbosity = hf_logging.get_verbosity()
-  hf_logging.set_verbosity_error()  # e.g. "position_ids not used": harmless, but alarming.
-  try:
+  with _quiet_transformers():  # e.g. "position_ids not used", "cls.* newly initialized": we report what matters.
     hf_model = _flax_model_class(hf_config).from_pretrained(
         path, config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing
     )
-  finally:
-    hf_logging.set_verbosity(verbosity)
-  tokenizer = AutoTokenizer.from_pretrained(path)
-  model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=name_or_path)
-  model.params = init_params(model, seed, backbone_params=hf_model.params)
-  if with_mlm_head:
-    model.mlm, model.params["mlm_head"] = _load_mlm_head(path, hf_config, dtype, seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=name_or_path)
+    model.params = init_params(model, seed, backbone_params=hf_model.params)
+    if with_mlm_head:
+      model.mlm, model.params["mlm_head"] = _load_mlm_head(path, hf_config, dtype, seed)
   if mlp_from_backbone_pooler and "mlp" in model.params:
     if "pooler" not in hf_model.params:
       raise ValueError(f"{name_or_path}: pooler 'cls' needs the checkpoint's pooler layer, and it has none")
     model.params["mlp"] = hf_model.params["pooler"]["dense"]
   return model
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+  from transformers.utils import logging as hf_logging
+
+  verbosity = hf_logging.get_verbosity()
+  hf_logging.set_verbosity_error()
+  try:
+    yield
+  finally:
+    hf_logging.set_verbosity(verbosity)
 
 
 def init_params(model: Model, seed: int, backbone_params: Any = None) -> dict:

@@ -117,7 +117,7 @@ def contrastive_loss(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.A
                               symmetric=m.symmetric, stop_gradient=m.stop_gradient, rng=rng), {}
   if config.method == "dclr":
     d = config.dclr
-    num_noise = int(round(z1.shape[0] * d.noise_times))
+    num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
     noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std)
     noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
                                         step_size=d.ascent_step_size)

@@ -59,6 +59,14 @@ def small_data_dir(tmp_path_factory) -> str:
     head = [next(f) for _ in range(400)]
   with open(os.path.join(root, "corpora", "small.txt"), "w", encoding="utf-8") as f:
     f.writelines(head)
+  # Triplets for the supervised configs: (sentence, next sentence, the one after), quoted as csv.
+  import csv
+
+  with open(os.path.join(root, "corpora", "small_nli.csv"), "w", encoding="utf-8", newline="") as f:
+    writer = csv.writer(f)
+    writer.writerow(["sent0", "sent1", "hard_neg"])
+    lines = [line.strip() for line in head]
+    writer.writerows((lines[i], lines[i + 1], lines[i + 2]) for i in range(0, 300, 3))
   return root
 
 

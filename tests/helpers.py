@@ -31,15 +31,18 @@ def make_tiny_model_dir(path: str) -> str:
   return path
 
 
-def tiny_config(model_dir: str, data_dir: str, **overrides):
-  """configs/base.py on the tiny model and corpus: batch 8, length 16, a few steps."""
-  sys.path.insert(0, REPO)
-  from configs import base
+CONFIG_NAMES = ("base", "quickstart", "simcse_sup", "mixcse", "dclr", "dclr_roberta")
 
-  config = base.get_config()
+
+def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **overrides):
+  """A config file of configs/ on the tiny model and corpus: batch 8, length 16, a few steps."""
+  import importlib
+
+  sys.path.insert(0, REPO)
+  config = importlib.import_module(f"configs.{config_name}").get_config()
   config.model.name = model_dir
   config.data.data_dir = data_dir
-  config.data.train = "corpora/small.txt"
+  config.data.train = "corpora/small_nli.csv" if config.data.train.endswith(".csv") else "corpora/small.txt"
   config.data.max_seq_len = 16
   config.train.batch_size = 8
   config.train.max_steps = 6
@@ -48,6 +51,8 @@ def tiny_config(model_dir: str, data_dir: str, **overrides):
   config.eval.every = 3
   config.eval.batch_size = 32
   config.checkpoint.every = 3
+  if config.method == "dclr":
+    config.dclr.complementary_model = model_dir  # Any HF folder or jaxcse workdir will do.
   for key, value in overrides.items():
     node = config
     *parents, leaf = key.split(".")
@@ -57,28 +62,58 @@ def tiny_config(model_dir: str, data_dir: str, **overrides):
   return config
 
 
+# Every objective the train step can run, as (config file, overrides); checked on 1 vs 2 devices.
+STEP_VARIANTS = {
+    "simcse": ("base", {}),
+    "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
+    "mixcse": ("mixcse", {}),
+    "mixcse_hardest_single": ("mixcse", {"mixcse.neighbour": "hardest", "mixcse.symmetric": False}),
+    "dclr": ("dclr", {}),
+    "dclr_infonce": ("dclr", {"dclr.loss_form": "infonce", "dclr.complementary_dropout": True}),
+    "simcse_mlm": ("base", {"mlm.enabled": True}),
+}
+
+
 def one_step(model_dir: str, data_dir: str, out: str) -> None:
+  """One train step of every STEP_VARIANTS entry on all visible devices; saves losses and params.
+
+  Each variant steps with SGD at lr 1 (so the update is exactly the gradient,
+  whose comparison is well conditioned); ``simcse`` also with the configured
+  AdamW (Adam's first update is lr * sign(g), which amplifies rounding noise on
+  near-zero gradients).
+  """
+  import optax
   import flax
   import jax
   import numpy as np
   from jax.sharding import NamedSharding, PartitionSpec
 
-  from jaxcse import data as data_lib, models, train
+  from jaxcse import checkpoints, data as data_lib, models, train
 
-  config = tiny_config(model_dir, data_dir, **{"train.batch_size": 16})
-  model = models.load_pretrained(model_dir, models.PoolerSpec("cls", True), dropout=0.1, seed=config.seed)
-  corpus = data_lib.load_corpus(config.data.train, root=data_dir)
-  batches = data_lib.Batches(corpus, model.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
-  tx = train.make_optimizer(config.train, 10)
+  results = {"devices": np.asarray(jax.device_count())}
   mesh = train.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
-  state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params, opt_state=tx.init(model.params)),
-                         replicated)
-  batch = jax.device_put(batches.batch(0), NamedSharding(mesh, PartitionSpec("data")))
-  step = jax.jit(train.make_train_step(config, model, tx), donate_argnums=0)
-  state, metrics = step(state, batch)
-  flat = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
-  np.savez(out, loss=np.asarray(metrics["loss"]), devices=jax.device_count(), **flat)
+  variants = [(name, spec, "sgd") for name, spec in STEP_VARIANTS.items()] + [("simcse", STEP_VARIANTS["simcse"], "adamw")]
+  for name, (config_name, overrides), optimizer in variants:
+    config = tiny_config(model_dir, data_dir, config_name, **{"train.batch_size": 16, **overrides})
+    pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
+    model = models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed, with_mlm_head=config.mlm.enabled)
+    corpus = data_lib.load_corpus(config.data.train, root=data_dir)
+    batches = data_lib.Batches(corpus, model.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
+    tx = optax.sgd(1.0) if optimizer == "sgd" else train.make_optimizer(config.train, 10)
+    complementary, comp_params = None, None
+    if config.method == "dclr":
+      complementary, _ = checkpoints.load_model(config.dclr.complementary_model)
+      comp_params = jax.device_put(complementary.params, replicated)
+    state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params,
+                                            opt_state=tx.init(model.params)), replicated)
+    batch = jax.device_put(batches.batch(0), NamedSharding(mesh, PartitionSpec("data")))
+    step = jax.jit(train.make_train_step(config, model, tx, complementary), donate_argnums=0)
+    state, metrics = step(state, batch, comp_params)
+    results[f"{name}/{optimizer}:loss"] = np.asarray(metrics["loss"])
+    for key, value in flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/").items():
+      results[f"{name}/{optimizer}:{key}"] = value
+  np.savez(out, **results)
 
 
 if __name__ == "__main__":
