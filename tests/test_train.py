@@ -198,3 +198,52 @@ def test_bad_corpus_is_a_clear_error(tiny_model_dir, small_data_dir, fresh_workd
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"data.train": str(bad)})
   with pytest.raises(data_lib.DataError, match=rf"{bad}:3: not valid UTF-8"):
     train.train_and_evaluate(config, fresh_workdir)
+
+
+def test_pretrained_mlm_head_is_loaded_not_reinitialised(tiny_model_dir, tmp_path):
+  from transformers import FlaxBertForMaskedLM
+
+  mlm_dir = str(tmp_path / "tiny_mlm")
+  hf = FlaxBertForMaskedLM.from_pretrained(tiny_model_dir)  # Random head, saved with the backbone.
+  hf.save_pretrained(mlm_dir)
+  models.load_pretrained(tiny_model_dir).tokenizer.save_pretrained(mlm_dir)
+  model = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, seed=123)
+  assert model.mlm.pretrained
+  saved = flax.traverse_util.flatten_dict(hf.params["cls"])
+  loaded = flax.traverse_util.flatten_dict(model.params["mlm_head"]["cls"])
+  assert saved.keys() == loaded.keys()
+  for key in saved:
+    np.testing.assert_array_equal(saved[key], loaded[key])
+  # Logits equal transformers' own masked-LM forward.
+  ids, mask = models.tokenize_padded(model.tokenizer, ["a [MASK] sentence"], 8)
+  ours = models.mlm_logits(model, model.params, ids, mask, train=False)
+  np.testing.assert_allclose(ours, hf(input_ids=ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_dir, small_data_dir, fresh_workdir):
+  # Temperature 1 and the InfoNCE form keep the loss O(1) on this random model, so weight changes show.
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{
+      "train.max_steps": 2, "loss.temperature": 1.0, "dclr.loss_form": "infonce"})
+  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=0)
+  complementary, _ = checkpoints.load_model(tiny_model_dir)
+  batches = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), model.tokenizer,
+                             batch_size=8, max_seq_len=16, seed=0)
+  # phi at the median complementary similarity: about half the negatives get weight 0.
+  c = models.Embedder(complementary)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)])
+  cos = (c / np.linalg.norm(c, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
+  config.dclr.phi = float(np.median(cos[~np.eye(8, dtype=bool)]))
+  tx = train.make_optimizer(config.train, 2)
+  step = train.make_train_step(config, model, tx, complementary)
+  state = train.TrainState(step=jnp.int32(0), params=model.params, opt_state=tx.init(model.params))
+  batch = batches.batch(0)
+
+  def loss_wrt_complementary(comp_params):
+    return step(state, batch, comp_params)[1]["loss"]
+
+  grads = jax.grad(loss_wrt_complementary)(complementary.params)
+  assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
+  # The weights do depend on the complementary model: a different one changes the loss.
+  shuffled = jax.tree.map(lambda x: x[::-1] if x.ndim == 2 else x, complementary.params)
+  assert float(loss_wrt_complementary(shuffled)) != float(loss_wrt_complementary(complementary.params))
+  train.train_and_evaluate(config, fresh_workdir)
+  assert set(_final_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(model.params, sep="/"))
