@@ -57,6 +57,14 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
                         "--output", out]) == 0
   result = json.load(open(out))
   assert result["pooler"] == "cls_before_pooler"
+  # A checkpoint folder works too, and --checkpoint picks one by step.
+  latest_dir = os.path.join(fresh_workdir, checkpoints.LATEST_DIR, "6")
+  by_folder, _ = checkpoints.load_model(latest_dir)
+  by_step, _ = checkpoints.load_model(fresh_workdir, checkpoint="6")
+  for a, b in zip(jax.tree.leaves(by_folder.params), jax.tree.leaves(by_step.params)):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(FileNotFoundError, match="no checkpoint at step 5"):
+    checkpoints.load_model(fresh_workdir, checkpoint="5")
   assert result["summary"]["STSBenchmark"] == pytest.approx(round(result["tasks"]["STSBenchmark"]["test"]["spearman"] * 100, 2))
 
 
