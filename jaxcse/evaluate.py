@@ -7,8 +7,10 @@ sentence is split on whitespace and re-joined with single spaces, STS12-16
 report ``all`` (one correlation over all subsets of the year), ``mean`` and
 ``wmean``; STS-B and SICK-R report dev and test (SentEval also scores their
 train splits, which no unsupervised result uses; we skip them for speed).
+``align_uniform`` adds Wang & Isola's alignment and uniformity on STS-B test,
+as SimCSE uses them (see ``evaluate_align_uniform``).
 
-  python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts --output results.json
+  python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts,align_uniform --output results.json
 
 ``--model`` is a Hugging Face folder or hub id, or a jaxcse workdir (its best
 checkpoint, else its latest) or one of its checkpoint folders.
@@ -24,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import scipy.spatial.distance
 import scipy.stats
 
 from jaxcse import data as data_lib
@@ -40,6 +43,9 @@ STS_YEARS = {
 }
 STS_TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 SUMMARY_NAMES = (*STS_TASKS, "Avg")
+ALIGN_UNIFORM = "align_uniform"
+# SimCSE's positive pairs for alignment: STS-B pairs with a gold score of at least 4 (out of 5).
+POSITIVE_MIN_SCORE = 4.0
 
 
 @dataclasses.dataclass
@@ -196,8 +202,79 @@ def evaluate_sts(embed: Embed, root: str, tasks: Sequence[str] = STS_TASKS) -> d
   return results
 
 
+def _normalize_rows(x: np.ndarray) -> np.ndarray:
+  x = np.asarray(x, np.float64)
+  if x.ndim != 2:
+    raise ValueError(f"expected embeddings of shape [n, dim], got {x.shape}")
+  norms = np.linalg.norm(x, axis=1, keepdims=True)
+  if np.any(norms == 0) or not np.all(np.isfinite(norms)):
+    raise ValueError("embeddings must be finite and non-zero to be normalised")
+  return x / norms
+
+
+def alignment(x: np.ndarray, y: np.ndarray, *, alpha: float = 2) -> float:
+  """Wang & Isola's alignment: mean of ||f(x) - f(y)||^alpha over paired rows (lower is better).
+
+  Args:
+    x, y: ``[n, dim]`` embeddings; row i of ``x`` and of ``y`` form a positive pair. Rows are L2-normalised here.
+    alpha: the exponent (2, as SimCSE).
+
+  Returns:
+    A float in [0, 2^alpha].
+  """
+  x, y = _normalize_rows(x), _normalize_rows(y)
+  if x.shape != y.shape or len(x) == 0:
+    raise ValueError(f"alignment needs two non-empty arrays of the same shape, got {x.shape} and {y.shape}")
+  return float(np.mean(np.linalg.norm(x - y, axis=1) ** alpha))
+
+
+def uniformity(x: np.ndarray, *, t: float = 2) -> float:
+  """Wang & Isola's uniformity: log of the mean of exp(-t ||f(a) - f(b)||^2) over all pairs i < j (lower is better).
+
+  Args:
+    x: ``[n, dim]`` embeddings, n >= 2; rows are L2-normalised here.
+    t: the temperature (2, as SimCSE).
+
+  Returns:
+    A float in [-4t, 0]: 0 when all rows are equal.
+  """
+  x = _normalize_rows(x)
+  if len(x) < 2:
+    raise ValueError(f"uniformity needs at least 2 embeddings, got {len(x)}")
+  sq_dists = scipy.spatial.distance.pdist(x, "sqeuclidean")  # [n (n - 1) / 2], the pairs i < j.
+  return float(np.log(np.mean(np.exp(-t * sq_dists))))
+
+
+def evaluate_align_uniform(embed: Embed, root: str) -> dict:
+  """Alignment and uniformity on STS-B test, as SimCSE measures them.
+
+  Alignment is over the test pairs with gold score >= 4 (``POSITIVE_MIN_SCORE``) and uniformity over all pairs
+  of the distinct sentences of the test split (both sides of every pair, after SentEval's whitespace
+  normalisation, each sentence once). Embeddings are L2-normalised; alpha = 2, t = 2.
+
+  Returns:
+    ``{"alignment", "uniformity", "n_positive_pairs", "n_sentences"}``.
+  """
+  test = load_stsb(root)["test"]
+  table = embed_unique(embed, [test])
+  positive = np.flatnonzero(test.gold >= POSITIVE_MIN_SCORE)
+  if len(positive) == 0:
+    raise data_lib.DataError(f"STS-B test has no pair with gold score >= {POSITIVE_MIN_SCORE} under {root}")
+  e1 = np.stack([table[test.sent1[i]] for i in positive])
+  e2 = np.stack([table[test.sent2[i]] for i in positive])
+  return {
+      "alignment": alignment(e1, e2),
+      "uniformity": uniformity(np.stack(list(table.values()))),
+      "n_positive_pairs": int(len(positive)),
+      "n_sentences": len(table),
+  }
+
+
 def summarize(results: dict) -> dict[str, float]:
-  """The numbers SimCSE's evaluation.py prints: Spearman x100, 2 decimals, STS12-16 'all', test splits."""
+  """The numbers SimCSE's evaluation.py prints: Spearman x100, 2 decimals, STS12-16 'all', test splits.
+
+  With ``results["align_uniform"]``, also its alignment and uniformity, rounded to 4 decimals.
+  """
   summary = {}
   for task in STS_TASKS:
     if task not in results:
@@ -207,6 +284,9 @@ def summarize(results: dict) -> dict[str, float]:
     summary[task] = round(value * 100, 2)
   if all(t in summary for t in STS_TASKS):
     summary["Avg"] = round(sum(summary[t] for t in STS_TASKS) / len(STS_TASKS), 2)
+  if ALIGN_UNIFORM in results:
+    for key in ("alignment", "uniformity"):
+      summary[key] = round(results[ALIGN_UNIFORM][key], 4)
   return summary
 
 
@@ -238,10 +318,10 @@ def expand_tasks(spec: str) -> list[str]:
     item = item.strip()
     if item in TASK_GROUPS:
       tasks.extend(TASK_GROUPS[item])
-    elif item in STS_TASKS:
+    elif item in STS_TASKS or item == ALIGN_UNIFORM:
       tasks.append(item)
     else:
-      raise ValueError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)} or {STS_TASKS}")
+      raise ValueError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS} or {ALIGN_UNIFORM!r}")
   return list(dict.fromkeys(tasks))
 
 
@@ -256,7 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
                            "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step number")
-  parser.add_argument("--tasks", default="sts", help="comma-separated: sts, or task names " + ",".join(STS_TASKS))
+  parser.add_argument("--tasks", default="sts",
+                      help=f"comma-separated: sts, task names {','.join(STS_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
   parser.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--output", default=None, help="write the full results as JSON here")
@@ -271,11 +352,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
           f"{model.pooling.test_pooler!r}", file=sys.stderr)
   embedder = models.Embedder(model, pooler, batch_size=args.batch_size)
-  results = evaluate_sts(embedder, root, tasks)
+  sts_tasks = [t for t in tasks if t != ALIGN_UNIFORM]
+  results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
+  if ALIGN_UNIFORM in tasks:
+    results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
   summary = summarize(results)
   wall = time.time() - start
   print(f"model: {args.model}  pooler: {pooler}  ({wall:.1f} s)")
-  print(format_table(summary))
+  if sts_tasks:
+    print(format_table(summary))
+  if ALIGN_UNIFORM in results:
+    au = results[ALIGN_UNIFORM]
+    print(f"alignment: {summary['alignment']:.4f}  uniformity: {summary['uniformity']:.4f}  (STS-B test: "
+          f"{au['n_positive_pairs']} pairs with score >= {POSITIVE_MIN_SCORE:g}, {au['n_sentences']} sentences)")
   if args.output:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
