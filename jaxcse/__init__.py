@@ -1,3 +1,12 @@
-"""jaxcse: contrastive sentence embeddings (SimCSE and friends) in JAX/Flax."""
+"""jaxcse: contrastive sentence embeddings (SimCSE, MixCSE, DCLR) in JAX/Flax."""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+  # `from jaxcse import Encoder` without importing JAX and orbax for every `import jaxcse`.
+  if name == "Encoder":
+    from jaxcse.encode import Encoder
+
+    return Encoder
+  raise AttributeError(f"module 'jaxcse' has no attribute {name!r}")

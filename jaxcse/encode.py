@@ -1,0 +1,275 @@
+r"""Using a trained encoder: embed files to numpy, and a Python API with exact top-k search.
+
+  python -m jaxcse.encode --model PATH_OR_ID --input FILE --output OUT.npy \
+      [--pooler P] [--normalize] [--batch_size N] [--max_seq_len L] [--column NAME] [--dtype float16]
+
+Input: a text file (one sentence a line), or a ``.csv`` / ``.jsonl`` file with
+the text in ``--column``. Row ``i`` of the output is always input row ``i``:
+an empty line is embedded as the empty sentence (``[CLS] [SEP]``), never
+skipped. The output is written through ``numpy.lib.format.open_memmap`` one
+chunk at a time, so memory stays flat whatever the input size; an interrupted
+run resumes at its last finished chunk and produces byte-identical output.
+``OUT.json`` records the model, pooler, count, dim, dtype and normalisation.
+
+  from jaxcse.encode import Encoder
+  enc = Encoder.load("workdirs/quickstart")
+  vectors = enc.encode(["A man plays a guitar.", "Someone is playing music."])
+  enc.build_index(corpus_sentences)
+  scores, ids = enc.search(["a person with an instrument"], top_k=5)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from collections.abc import Iterable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcse import checkpoints, data as data_lib, models
+
+
+# --------------------------------------------------------------------------
+# Streaming input.
+
+
+def _text_rows(path: str) -> Iterator[str]:
+  with open(path, "rb") as f:
+    for lineno, line in enumerate(f, start=1):
+      try:
+        text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
+      except UnicodeDecodeError as e:
+        raise data_lib.DataError(f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)") from None
+      yield text.rstrip("\n").removesuffix("\r")
+
+
+def _csv_rows(path: str, column: str) -> Iterator[str]:
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    reader = csv.reader(f, strict=True)
+    header = next(reader, None)
+    if header is None or column not in header:
+      raise data_lib.DataError(f"{path}:1: no column {column!r} in the header {header}")
+    index = header.index(column)
+    while True:
+      start = reader.line_num + 1
+      try:
+        row = next(reader)
+      except StopIteration:
+        return
+      except (csv.Error, UnicodeDecodeError) as e:
+        raise data_lib.DataError(f"{path}:{start}: malformed csv row ({e})") from None
+      if len(row) != len(header):
+        raise data_lib.DataError(f"{path}:{start}: expected {len(header)} fields, found {len(row)}")
+      yield row[index]
+
+
+def _jsonl_rows(path: str, column: str) -> Iterator[str]:
+  with open(path, "rb") as f:
+    for lineno, line in enumerate(f, start=1):
+      try:
+        record = json.loads(line)
+      except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise data_lib.DataError(f"{path}:{lineno}: not a JSON object ({e})") from None
+      if not isinstance(record, dict) or not isinstance(record.get(column), str):
+        raise data_lib.DataError(f"{path}:{lineno}: no string field {column!r}")
+      yield record[column]
+
+
+def read_rows(path: str, column: str | None = None) -> Iterator[str]:
+  """The input's sentences, one per row, streamed; ``column`` names the text field of a csv/jsonl file."""
+  if not os.path.isfile(path):
+    raise data_lib.DataError(f"{path}: no such file")
+  if path.endswith((".csv", ".jsonl")):
+    if not column:
+      raise data_lib.DataError(f"{path}: a .csv or .jsonl input needs --column (the text field)")
+    return _csv_rows(path, column) if path.endswith(".csv") else _jsonl_rows(path, column)
+  return _text_rows(path)
+
+
+def _chunks(rows: Iterable[str], size: int) -> Iterator[list[str]]:
+  chunk = []
+  for row in rows:
+    chunk.append(row)
+    if len(chunk) == size:
+      yield chunk
+      chunk = []
+  if chunk:
+    yield chunk
+
+
+# --------------------------------------------------------------------------
+# The Python API.
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+class Encoder:
+  """A sentence encoder for inference: embeddings, similarities and exact top-k search.
+
+  Uses the test-time pooler saved with a jaxcse model (or the one given).
+  """
+
+  def __init__(self, model: models.Model, pooler: str | None = None, *, batch_size: int = 128,
+               max_seq_len: int | None = None):
+    self.model = model
+    self.embedder = models.Embedder(model, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
+    self.pooler = self.embedder.pooler
+    self._index: np.ndarray | None = None
+    self._faiss = None
+
+  @classmethod
+  def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", **kwargs) -> "Encoder":
+    """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``checkpoints.load_model``)."""
+    model, _ = checkpoints.load_model(path, checkpoint=checkpoint)
+    return cls(model, pooler, **kwargs)
+
+  @property
+  def dim(self) -> int:
+    return self.model.hf_config.hidden_size
+
+  def encode(self, sentences: str | Iterable[str], *, normalize: bool = False, chunk_size: int = 8192) -> np.ndarray:
+    """float32 ``[n, dim]`` embeddings, in input order (a single string gives ``[dim]``)."""
+    if isinstance(sentences, str):
+      return self.encode([sentences], normalize=normalize)[0]
+    parts = [self.embedder(chunk) for chunk in _chunks(sentences, chunk_size)]
+    out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+    return _normalize(out) if normalize else out
+
+  def similarity(self, a: str | Sequence[str] | np.ndarray, b: str | Sequence[str] | np.ndarray) -> np.ndarray:
+    """Cosine similarities ``[len(a), len(b)]`` between sentences or embeddings."""
+    ea = _normalize(np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a)))
+    eb = _normalize(np.atleast_2d(b if isinstance(b, np.ndarray) else self.encode([b] if isinstance(b, str) else b)))
+    return ea @ eb.T
+
+  def build_index(self, corpus: Sequence[str] | np.ndarray, *, backend: str = "jax") -> None:
+    """Indexes sentences (embedded here) or precomputed embeddings for cosine search.
+
+    ``backend="jax"``: exact search, a matmul and ``jax.lax.top_k`` per block
+    of the index. ``backend="faiss"``: exact inner-product search with FAISS
+    (``IndexFlatIP``; ``pip install faiss-cpu``).
+    """
+    vectors = corpus if isinstance(corpus, np.ndarray) else self.encode(corpus)
+    self._index = _normalize(np.asarray(vectors, np.float32))
+    self._faiss = None
+    if backend == "faiss":
+      try:
+        import faiss
+      except ImportError:
+        raise ImportError("backend='faiss' needs FAISS: pip install faiss-cpu") from None
+      self._faiss = faiss.IndexFlatIP(self._index.shape[1])
+      self._faiss.add(self._index)
+    elif backend != "jax":
+      raise ValueError(f"backend must be 'jax' or 'faiss', not {backend!r}")
+
+  def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *, block_size: int = 65536
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k cosine search: ``(scores, indices)``, each ``[n_queries, top_k]``, best first."""
+    if self._index is None:
+      raise RuntimeError("call build_index first")
+    q = queries if isinstance(queries, np.ndarray) else self.encode([queries] if isinstance(queries, str) else queries)
+    q = _normalize(np.atleast_2d(np.asarray(q, np.float32)))
+    k = min(top_k, len(self._index))
+    if self._faiss is not None:
+      scores, ids = self._faiss.search(q, k)
+      return scores, ids.astype(np.int64)
+    best_scores = np.full((len(q), 0), -np.inf, np.float32)
+    best_ids = np.zeros((len(q), 0), np.int64)
+    for start in range(0, len(self._index), block_size):  # Memory stays at one block of scores.
+      block = self._index[start : start + block_size]
+      scores, ids = jax.lax.top_k(jnp.asarray(q) @ jnp.asarray(block).T, min(k, len(block)))
+      best_scores = np.concatenate([best_scores, np.asarray(scores)], axis=1)
+      best_ids = np.concatenate([best_ids, np.asarray(ids) + start], axis=1)
+      keep = np.argsort(-best_scores, axis=1, kind="stable")[:, :k]
+      best_scores = np.take_along_axis(best_scores, keep, axis=1)
+      best_ids = np.take_along_axis(best_ids, keep, axis=1)
+    return best_scores, best_ids
+
+
+# --------------------------------------------------------------------------
+# The command.
+
+
+def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
+                normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
+                progress: bool = True) -> dict:
+  """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar."""
+  if dtype not in ("float32", "float16"):
+    raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
+  count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
+  stat = os.stat(input_path)
+  job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
+         "model": model_name, "pooler": encoder.pooler, "count": count, "dim": encoder.dim, "dtype": dtype,
+         "normalized": normalize, "column": column, "chunk_size": chunk_size,
+         "max_seq_len": encoder.embedder.max_seq_len}
+  partial, state_path = output_path + ".partial", output_path + ".progress.json"
+  done = 0
+  if os.path.exists(partial) and os.path.exists(state_path):
+    with open(state_path) as f:
+      saved = json.load(f)
+    if saved["job"] == job:
+      done = saved["rows_done"]
+  out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
+  from tqdm.auto import tqdm
+
+  bar = tqdm(total=count, initial=done, unit="sent", disable=not progress or None, dynamic_ncols=True)
+  rows = read_rows(input_path, column)
+  for _ in range(done):
+    next(rows)
+  start = done
+  for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
+    out[start : start + len(chunk)] = encoder.encode(chunk, normalize=normalize).astype(dtype)
+    start += len(chunk)
+    out.flush()
+    tmp = state_path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump({"job": job, "rows_done": start}, f)
+    os.replace(tmp, state_path)
+    bar.update(len(chunk))
+  bar.close()
+  del out
+  os.replace(partial, output_path)
+  os.remove(state_path)
+  sidecar = {k: job[k] for k in ("model", "pooler", "count", "dim", "dtype", "normalized", "max_seq_len")}
+  sidecar["input"] = job["input"]
+  with open(os.path.splitext(output_path)[0] + ".json", "w") as f:
+    json.dump(sidecar, f, indent=2)
+  return sidecar
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m jaxcse.encode", description=__doc__.split("\n\n")[0])
+  parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
+  parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
+  parser.add_argument("--output", required=True, help="the .npy file to write")
+  parser.add_argument("--column", default=None, help="text field of a .csv/.jsonl input")
+  parser.add_argument("--pooler", choices=models.POOLERS, default=None, help="default: the model's test pooler")
+  parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
+  parser.add_argument("--normalize", action="store_true", help="L2-normalise every embedding")
+  parser.add_argument("--batch_size", type=int, default=128)
+  parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens")
+  parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
+  parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
+  args = parser.parse_args(argv)
+  if not args.output.endswith(".npy"):
+    parser.error("--output must end in .npy")
+  try:
+    encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, batch_size=args.batch_size,
+                           max_seq_len=args.max_seq_len)
+    sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
+                          dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model)
+  except data_lib.DataError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']})")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
