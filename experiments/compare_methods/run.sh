@@ -24,4 +24,4 @@ for seed in $seeds; do
     python -m jaxcse.evaluate --model "$wd" --tasks sts --output "$out/results/$method-seed$seed.json"
   done
 done
-python "$out/summarize.py" "$out"/results/*.json | tee "$out/table.md"
+python -m jaxcse.report --group-by-seed-suffix "$out"/results/*.json | tee "$out/table.md"
