@@ -13,6 +13,20 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def write_text(path: str, text: str) -> None:
+  """Writes ``text`` as UTF-8, creating the folders on the way."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+
+
+def numeric_embed(sentences):
+  """A fake encoder: sentence "x y" -> the vector (float(x), float(y)), so cosines can be computed by hand."""
+  import numpy as np
+
+  return np.array([[float(t) for t in s.split()] for s in sentences], np.float32)
+
+
 def make_tiny_model_dir(path: str) -> str:
   """A randomly initialised 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer, saved as Flax."""
   from transformers import AutoTokenizer, BertConfig, FlaxBertModel

@@ -10,20 +10,14 @@ import pytest
 import scipy.stats
 
 from jaxcse import data as data_lib, evaluate, models
+from tests import helpers
 
 # reference.md §2 (and SentEval run on these files): pairs with a gold score.
 EXPECTED_PAIRS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186}
 
 
-def _write(path, text):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
-
-
-def _numeric_embed(sentences):
-  """Sentence "x y" -> the 2-d vector (float(x), float(y)): cosines we can compute by hand."""
-  return np.array([[float(t) for t in s.split()] for s in sentences], np.float32)
+_write = helpers.write_text
+_numeric_embed = helpers.numeric_embed
 
 
 @pytest.fixture

@@ -10,20 +10,14 @@ import numpy as np
 import pytest
 
 from jaxcse import evaluate, report
+from tests import helpers
 
 # Three unit vectors in 2-d: a = (1, 0), b = (0, 1), c = (-1, 0).
 A, B, C = [1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]
 
 
-def _write(path, text):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w", encoding="utf-8") as f:
-    f.write(text)
-
-
-def _numeric_embed(sentences):
-  """Sentence "x y" -> the 2-d vector (float(x), float(y))."""
-  return np.array([[float(t) for t in s.split()] for s in sentences], np.float32)
+_write = helpers.write_text
+_numeric_embed = helpers.numeric_embed
 
 
 # --- alignment and uniformity -----------------------------------------------------------------------------------
