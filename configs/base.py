@@ -37,10 +37,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.data_dir = ""  # Data root; empty = $JAXCSE_DATA_DIR. Relative paths below resolve there.
-  config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt (a sentence a line) or .csv (sent0,sent1[,hard_neg]).
+  config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt, .csv (sent0,sent1[,hard_neg]) or tfds:NAME[:split].
   config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
   config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
   config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).
+  config.data.tfds_text_feature = "text"  # With train = "tfds:NAME[:split]": the Text feature to train on.
+  config.data.tfds_data_dir = ""  # TFDS data folder for tfds: sources; empty = $TFDS_DATA_DIR or ~/tensorflow_datasets.
 
   config.loss = ml_collections.ConfigDict()
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
