@@ -45,6 +45,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 
 import numpy as np
+import tqdm
 
 from jaxcse import models
 
@@ -200,10 +201,10 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
     raise DataError(f"{spec}: tfds.data_source({name!r}, split={split!r}) failed: {type(e).__name__}: {e}") from e
   features = source.dataset_info.features
   if text_feature not in features.keys():
-    available = ", ".join(f"{key} ({type(features[key]).__name__})" for key in features.keys())
+    available = ", ".join(f"{key} ({type(features[key]).__name__})" for key in sorted(features.keys()))
     raise DataError(f"{spec}: no feature {text_feature!r}; set data.tfds_text_feature to one of: {available}")
   if not isinstance(features[text_feature], tfds.features.Text):
-    texts = [key for key in features.keys() if isinstance(features[key], tfds.features.Text)]
+    texts = sorted(key for key in features.keys() if isinstance(features[key], tfds.features.Text))
     raise DataError(f"{spec}: feature {text_feature!r} is {type(features[text_feature]).__name__}, not Text "
                     f"(Text features: {', '.join(texts) or 'none'})")
   sentences, skipped = [], []
@@ -351,8 +352,13 @@ class Batches:
     epoch, k = self.locate(step)
     return self._layout(epoch)[k]
 
-  def batch(self, step: int) -> dict[str, np.ndarray]:
-    rows = self.indices(step)
+  def batch(self, step: int, positions: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The batch of ``step``, or only its rows ``positions`` (one process's shard in multi-host training).
+
+    Rows are tokenized one by one to ``max_seq_len``, so a shard equals the
+    same rows of the whole batch, whichever process reads it.
+    """
+    rows = self.indices(step) if positions is None else self.indices(step)[positions]
     ids, masks = [], []
     for column in self.corpus.columns.values():
       i, m = models.tokenize_padded(self.tokenizer, [column[r] for r in rows], self.max_seq_len)
@@ -360,14 +366,15 @@ class Batches:
       masks.append(m)
     return {"input_ids": np.stack(ids, axis=1), "attention_mask": np.stack(masks, axis=1)}
 
-  def iterate(self, start_step: int, end_step: int, prefetch: int = 2) -> Iterator[dict[str, np.ndarray]]:
-    """Batches for steps ``start_step .. end_step - 1``, tokenized ahead in a background thread."""
+  def iterate(self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
+              ) -> Iterator[dict[str, np.ndarray]]:
+    """Batches (or their rows ``positions``) for steps ``start_step .. end_step - 1``, tokenized ahead in a thread."""
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-      ahead = [pool.submit(self.batch, s) for s in range(start_step, min(start_step + prefetch, end_step))]
+      ahead = [pool.submit(self.batch, s, positions) for s in range(start_step, min(start_step + prefetch, end_step))]
       for step in range(start_step, end_step):
         batch = ahead.pop(0).result()
         if step + prefetch < end_step:
-          ahead.append(pool.submit(self.batch, step + prefetch))
+          ahead.append(pool.submit(self.batch, step + prefetch, positions))
         yield batch
 
 
@@ -518,6 +525,31 @@ def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> Do
       f"copy it by hand to {dest}{check}; running the command again then verifies it and goes on.")
 
 
+def _write_part(response, part: str, url: str, *, offset: int) -> str:
+  """Writes the response body into ``part`` after its first ``offset`` bytes; returns the whole file's sha256."""
+  length = response.headers.get("Content-Length")
+  expected_size = offset + int(length) if length is not None else None
+  digest = hashlib.sha256()
+  with open(part, "r+b" if offset else "wb") as f:
+    for chunk in iter(lambda: f.read(_CHUNK_BYTES), b"") if offset else ():  # The kept bytes count in the digest.
+      digest.update(chunk)
+    with tqdm.tqdm(total=expected_size, initial=offset, unit="B", unit_scale=True, desc=os.path.basename(part),
+                   disable=None) as progress:  # disable=None: shown on a terminal only.
+      try:
+        for chunk in iter(lambda: response.read(_CHUNK_BYTES), b""):
+          f.write(chunk)
+          digest.update(chunk)
+          progress.update(len(chunk))
+      except (OSError, http.client.HTTPException) as e:  # Reset connection, timeout, short read.
+        raise DownloadError(f"download of {url} broke off after {f.tell()} bytes ({e}); {part} is kept and running "
+                            "the command again resumes it") from None
+    size = f.tell()
+  if expected_size is not None and size != expected_size:
+    raise DownloadError(f"download of {url} broke off at {size} of {expected_size} bytes; {part} is kept and "
+                        "running the command again resumes it")
+  return digest.hexdigest()
+
+
 def fetch_file(url: str, dest: str, *, sha256: str | None = None, timeout: float = 60.0) -> str:
   """Downloads ``url`` to ``dest``, verified, resumable, atomically; returns the file's sha256.
 
@@ -555,28 +587,7 @@ def fetch_file(url: str, dest: str, *, sha256: str | None = None, timeout: float
         raise DownloadError(f"{url}: the server announces sha256 {announced}, not the expected {sha256}; the remote "
                             "file has changed, so it is not downloaded")
       resumed = response.status == 206 and (response.headers.get("Content-Range") or "").startswith(f"bytes {offset}-")
-      if not resumed:
-        offset = 0  # A 200 answer (Range ignored) or an unexpected range: start over.
-      length = response.headers.get("Content-Length")
-      expected_size = offset + int(length) if length is not None else None
-      digest = hashlib.sha256()
-      with open(part, "r+b" if resumed else "wb") as f:
-        if resumed:
-          for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):  # The kept bytes count in the digest too.
-            digest.update(chunk)
-          f.truncate(offset)
-        try:
-          for chunk in iter(lambda: response.read(_CHUNK_BYTES), b""):
-            f.write(chunk)
-            digest.update(chunk)
-        except (OSError, http.client.HTTPException) as e:  # Reset connection, timeout, short read.
-          raise DownloadError(f"download of {url} broke off after {f.tell()} bytes ({e}); {part} is kept and running "
-                              "the command again resumes it") from None
-        size = f.tell()
-      if expected_size is not None and size != expected_size:
-        raise DownloadError(f"download of {url} broke off at {size} of {expected_size} bytes; {part} is kept and "
-                            "running the command again resumes it")
-      actual = digest.hexdigest()
+      actual = _write_part(response, part, url, offset=offset if resumed else 0)  # A 200 (Range ignored): start over.
   else:
     actual = file_sha256(part)
   expected = sha256 or announced
