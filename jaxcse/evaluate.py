@@ -8,7 +8,9 @@ report ``all`` (one correlation over all subsets of the year), ``mean`` and
 ``wmean``; STS-B and SICK-R report dev and test (SentEval also scores their
 train splits, which no unsupervised result uses; we skip them for speed).
 ``align_uniform`` adds Wang & Isola's alignment and uniformity on STS-B test,
-as SimCSE uses them (see ``evaluate_align_uniform``).
+as SimCSE uses them (see ``evaluate_align_uniform``). ``transfer`` runs
+SentEval's seven transfer tasks (MR ... MRPC) with a JAX logistic-regression
+probe (``jaxcse.transfer``); ``all`` = STS + transfer.
 
   python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts,align_uniform --output results.json
 
@@ -30,6 +32,7 @@ import scipy.spatial.distance
 import scipy.stats
 
 from jaxcse import data as data_lib
+from jaxcse import transfer as transfer_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -287,6 +290,8 @@ def summarize(results: dict) -> dict[str, float]:
   if ALIGN_UNIFORM in results:
     for key in ("alignment", "uniformity"):
       summary[key] = round(results[ALIGN_UNIFORM][key], 4)
+  # Transfer accuracies (x100, 2 decimals) and Avg_transfer, the mean of the seven rounded values.
+  summary.update(transfer_lib.summarize_transfer(results))
   return summary
 
 
@@ -300,8 +305,8 @@ def load_dev_sets(root: str) -> dict[str, PairSet]:
   return {"stsb_dev": load_stsb(root)["dev"], "sickr_dev": load_sickr(root)["dev"]}
 
 
-def format_table(summary: dict[str, float]) -> str:
-  names = [n for n in SUMMARY_NAMES if n in summary]
+def format_table(summary: dict[str, float], names: Sequence[str] = SUMMARY_NAMES) -> str:
+  names = [n for n in names if n in summary]
   widths = [max(len(n), 6) for n in names]
   line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
   head = "|" + "|".join(f" {n:>{w}} " for n, w in zip(names, widths)) + "|"
@@ -309,7 +314,9 @@ def format_table(summary: dict[str, float]) -> str:
   return "\n".join([line, head, line, row, line])
 
 
-TASK_GROUPS = {"sts": STS_TASKS}
+TASK_GROUPS = {"sts": STS_TASKS, "transfer": transfer_lib.TRANSFER_TASKS,
+               "all": (*STS_TASKS, *transfer_lib.TRANSFER_TASKS)}
+TRANSFER_SUMMARY_NAMES = (*transfer_lib.TRANSFER_TASKS, "Avg_transfer")
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -318,10 +325,11 @@ def expand_tasks(spec: str) -> list[str]:
     item = item.strip()
     if item in TASK_GROUPS:
       tasks.extend(TASK_GROUPS[item])
-    elif item in STS_TASKS or item == ALIGN_UNIFORM:
+    elif item in STS_TASKS or item in transfer_lib.TRANSFER_TASKS or item == ALIGN_UNIFORM:
       tasks.append(item)
     else:
-      raise ValueError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS} or {ALIGN_UNIFORM!r}")
+      raise ValueError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
+                       f"{transfer_lib.TRANSFER_TASKS} or {ALIGN_UNIFORM!r}")
   return list(dict.fromkeys(tasks))
 
 
@@ -337,7 +345,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step number")
   parser.add_argument("--tasks", default="sts",
-                      help=f"comma-separated: sts, task names {','.join(STS_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
+                      help=f"comma-separated: sts, transfer, all (sts + transfer), task names "
+                           f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
+  parser.add_argument("--transfer_mode", choices=sorted(transfer_lib.MODES), default="test",
+                      help="SentEval's classifier protocol for transfer tasks: test (adam, batch 64, 10 folds; the "
+                           "papers' numbers) or dev (rmsprop, batch 128, 5 folds; fast)")
+  parser.add_argument("--transfer_seed", type=int, default=transfer_lib.DEFAULT_SEED,
+                      help="seed of the transfer probes (initialisation, shuffling, k-fold of TREC/MRPC)")
   parser.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--output", default=None, help="write the full results as JSON here")
@@ -352,8 +366,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
           f"{model.pooling.test_pooler!r}", file=sys.stderr)
   embedder = models.Embedder(model, pooler, batch_size=args.batch_size)
-  sts_tasks = [t for t in tasks if t != ALIGN_UNIFORM]
+  sts_tasks = [t for t in tasks if t in STS_TASKS]
+  transfer_tasks = [t for t in tasks if t in transfer_lib.TRANSFER_TASKS]
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
+  if transfer_tasks:
+    results.update(transfer_lib.evaluate_transfer(embedder, root, transfer_tasks, mode=args.transfer_mode,
+                                                  seed=args.transfer_seed))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
   summary = summarize(results)
@@ -361,6 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   print(f"model: {args.model}  pooler: {pooler}  ({wall:.1f} s)")
   if sts_tasks:
     print(format_table(summary))
+  if transfer_tasks:
+    print(f"transfer ({args.transfer_mode} mode, seed {args.transfer_seed}):")
+    print(format_table(summary, TRANSFER_SUMMARY_NAMES))
   if ALIGN_UNIFORM in results:
     au = results[ALIGN_UNIFORM]
     print(f"alignment: {summary['alignment']:.4f}  uniformity: {summary['uniformity']:.4f}  (STS-B test: "
@@ -368,8 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.output:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
-      json.dump({"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,
-                 "wall_seconds": round(wall, 1)}, f, indent=2)
+      record = {"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,
+                "wall_seconds": round(wall, 1)}
+      if transfer_tasks:
+        record["transfer"] = {"mode": args.transfer_mode, "seed": args.transfer_seed}
+      json.dump(record, f, indent=2)
   return 0
 
 
