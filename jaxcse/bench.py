@@ -1,0 +1,487 @@
+r"""Benchmarks of jaxcse against the PyTorch originals, each measured in one run.
+
+  python -m jaxcse.bench train    [--shape tiny|minilm|base] [--batch_size 64] [--max_seq_len 32] [--profile]
+  python -m jaxcse.bench encode   [--model all-MiniLM-L6-v2] [--input FILE] [--limit 2048] [--batch_size 64]
+  python -m jaxcse.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] [--senteval_dir /work/ref_senteval/SimCSE]
+
+Every benchmark runs jaxcse and its baseline in the same process, on the same
+inputs and threads, excludes warm-up (compilation, first calls) from the
+timings, and prints as its last line ``<name>: <x.xx>x``: baseline time over
+jaxcse time, so above 1 means jaxcse is faster.
+
+- ``train``: jaxcse's jitted train step (``train.make_train_step`` with the
+  AdamW of ``train.make_optimizer``, SimCSE unsup config) against a PyTorch
+  step in SimCSE's formulation: one ``BertModel`` forward over the stacked
+  ``[2 * batch, len]`` views, [CLS] + MLP pooler, InfoNCE at temperature 0.05,
+  gradient clipping at 1, ``torch.optim.AdamW`` with a linear schedule; both
+  on randomly initialised weights of the shape. Also prints the model FLOPs
+  utilisation of each against a float32 matmul peak measured in the same run.
+- ``encode``: ``models.Embedder`` against sentence-transformers' ``encode``,
+  same model, sentences and batch size; sentences per second.
+- ``evaluate``: ``evaluate.evaluate_sts`` against SentEval driven as SimCSE's
+  ``evaluation.py`` drives it (its batcher: a PyTorch ``AutoModel``, padding
+  to the longest sentence of a batch, the same pooler), same model.
+
+Torch, sentence-transformers and SentEval are bench-only dependencies
+(``requirements-torch.txt``); nothing here imports them at module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxcse import data as data_lib, evaluate, models, train
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  """A BERT shape for the train benchmark."""
+
+  layers: int
+  hidden: int
+  heads: int
+  intermediate: int
+  vocab: int = 30522
+
+  def bert_config(self, dropout: float = 0.1):
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=self.vocab, hidden_size=self.hidden, num_hidden_layers=self.layers,
+                      num_attention_heads=self.heads, intermediate_size=self.intermediate,
+                      max_position_embeddings=512, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout)
+
+
+SHAPES = {
+    "tiny": Shape(layers=2, hidden=64, heads=2, intermediate=256, vocab=2000),
+    "minilm": Shape(layers=6, hidden=384, heads=12, intermediate=1536),  # all-MiniLM-L6-v2
+    "base": Shape(layers=12, hidden=768, heads=12, intermediate=3072),  # bert-base-uncased
+}
+
+
+def ratio_line(name: str, baseline_seconds: float, jaxcse_seconds: float) -> str:
+  """The benchmark's last line: baseline time over jaxcse time (above 1 = jaxcse faster)."""
+  return f"{name}: {baseline_seconds / jaxcse_seconds:.2f}x"
+
+
+def machine_line() -> str:
+  """Load and cores next to every measurement: a loaded machine slows both sides, not always equally."""
+  load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+  return (f"machine: {os.cpu_count()} cpus, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+          f"jax {jax.__version__} on {jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+
+
+def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int) -> dict[str, list[float]]:
+  """Seconds per call of each function, alternating between them every ``repeats`` calls.
+
+  Interleaving spreads load from other processes over every side instead of
+  letting it land on whichever ran during a busy spell.
+  """
+  times = {name: [] for name in fns}
+  for r in range(rounds):
+    names = list(fns) if r % 2 == 0 else list(reversed(fns))
+    for name in names:
+      for _ in range(repeats):
+        t0 = time.perf_counter()
+        fns[name]()
+        times[name].append(time.perf_counter() - t0)
+  return times
+
+
+# --------------------------------------------------------------------------
+# Machine peak.
+
+
+def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
+  """Best float32 FLOP/s of an ``[n, n] @ [n, n]`` jitted jnp matmul (the machine's practical peak)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  matmul = jax.jit(jnp.matmul)
+  matmul(a, b).block_until_ready()
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    matmul(a, b).block_until_ready()
+    best = min(best, time.perf_counter() - t0)
+  return 2 * n**3 / best
+
+
+def train_step_flops(shape: Shape, rows: int, length: int) -> float:
+  """Model FLOPs of one SimCSE train step: 3x the forward matmuls over ``rows`` padded sequences.
+
+  Counts the dense layers (QKV, attention output, the two FFN matmuls), the
+  attention scores and their weighted sum, and the MLP head; the backward pass
+  is twice the forward. Embedding lookups, softmax, LayerNorm and the
+  optimizer are not model FLOPs (the usual MFU convention).
+  """
+  h, i, t = shape.hidden, shape.intermediate, rows * length
+  dense = 2 * t * (4 * h * h + 2 * h * i)
+  attention = 2 * 2 * rows * length * length * h
+  head = 2 * rows * h * h
+  return 3 * (shape.layers * (dense + attention) + head)
+
+
+# --------------------------------------------------------------------------
+# Train step.
+
+
+def random_batch(shape: Shape, batch_size: int, length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+  """int32 ``(input_ids, attention_mask)``, each ``[batch, length]``: [CLS] words [SEP], lengths 8..length."""
+  rng = np.random.default_rng(seed)
+  lengths = rng.integers(min(8, length), length + 1, size=batch_size)
+  ids = rng.integers(1000 if shape.vocab > 2000 else 3, shape.vocab, size=(batch_size, length)).astype(np.int32)
+  mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+  ids[:, 0] = 101 if shape.vocab > 102 else 1
+  ids[np.arange(batch_size), lengths - 1] = 102 if shape.vocab > 102 else 2
+  ids = np.where(mask == 1, ids, 0).astype(np.int32)
+  return ids, mask
+
+
+def simcse_config(steps: int):
+  """``configs/base.py`` (unsupervised SimCSE, batch 64, lr 3e-5, temperature 0.05) set to ``steps`` steps."""
+  import importlib.util
+
+  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "base.py")
+  spec = importlib.util.spec_from_file_location("jaxcse_bench_base_config", path)
+  if spec is None or not os.path.isfile(path):
+    raise FileNotFoundError(f"{path}: the train benchmark reads the repository's configs/base.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  config.train.max_steps = steps
+  return config
+
+
+def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, dtype=jnp.float32
+                      ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
+  """jaxcse's real step on a fresh random model: returns (run one step, last loss, release the state)."""
+  from transformers import FlaxBertModel
+
+  hf_config = shape.bert_config()
+  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False).module
+  model = models.Model(hf_config, None, backbone, None, models.PoolerSpec("cls", mlp_only_train=True))
+  model.params = models.init_params(model, seed=0)
+  config = simcse_config(steps)
+  tx = train.make_optimizer(config.train, steps)
+  step_fn = jax.jit(train.make_train_step(config, model, tx), donate_argnums=0)
+  state = {"state": train.TrainState(step=jnp.zeros((), jnp.int32), params=model.params,
+                                     opt_state=tx.init(model.params)), "loss": None}
+  batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": mask[:, None]})
+
+  def run():
+    state["state"], metrics = step_fn(state["state"], batch)
+    state["loss"] = metrics["loss"]
+    state["loss"].block_until_ready()
+
+  def release():
+    state.clear()
+
+  return run, lambda: float(state["loss"]), release
+
+
+def torch_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int
+                     ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
+  """SimCSE's unsupervised step in PyTorch (its ``cl_forward`` with HF Trainer's AdamW, clipping and schedule)."""
+  import torch
+  import torch.nn.functional as F
+  from transformers import BertModel
+
+  torch.manual_seed(0)
+  hf_config = shape.bert_config()
+  bert = BertModel(hf_config, add_pooling_layer=False)
+  mlp = torch.nn.Linear(shape.hidden, shape.hidden)
+  params = list(bert.parameters()) + list(mlp.parameters())
+  optimizer = torch.optim.AdamW(params, lr=3e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+  scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / steps))
+  bert.train()
+  mlp.train()
+  batch_size, length = ids.shape
+  # SimCSE duplicates each sentence into [batch, 2, len] and flattens to [2 * batch, len]: rows 2i and 2i+1 are views.
+  input_ids = torch.from_numpy(np.repeat(ids, 2, axis=0)).long()
+  attention_mask = torch.from_numpy(np.repeat(mask, 2, axis=0)).long()
+  token_type_ids = torch.zeros_like(input_ids)
+  labels = torch.arange(batch_size)
+  last = {"loss": None}
+
+  def run():
+    out = bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    z = torch.tanh(mlp(out.last_hidden_state[:, 0])).view(batch_size, 2, shape.hidden)
+    sim = F.cosine_similarity(z[:, 0].unsqueeze(1), z[:, 1].unsqueeze(0), dim=-1) / 0.05
+    loss = F.cross_entropy(sim, labels)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    last["loss"] = loss.item()
+
+  def release():
+    optimizer.state.clear()
+
+  return run, lambda: last["loss"], release
+
+
+def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats: int) -> None:
+  """Times the parts of jaxcse's step (forward, forward+backward, whole step) and prints XLA's cost analysis."""
+  from transformers import FlaxBertModel
+
+  hf_config = shape.bert_config()
+  backbone = FlaxBertModel(hf_config, seed=0, _do_init=False).module
+  model = models.Model(hf_config, None, backbone, None, models.PoolerSpec("cls", mlp_only_train=True))
+  params = models.init_params(model, seed=0)
+  config = simcse_config(10)
+  batch = {"input_ids": jnp.asarray(ids[:, None]), "attention_mask": jnp.asarray(mask[:, None])}
+  module = model.train_module
+  rng = jax.random.key(0)
+
+  def loss_fn(p):
+    return train.contrastive_loss(config, train.embed_views(module, p, batch, rng), rng)[0]
+
+  parts = {
+      "forward (train mode)": jax.jit(loss_fn),
+      "forward+backward": jax.jit(jax.value_and_grad(loss_fn)),
+  }
+  for name, fn in parts.items():
+    compiled = fn.lower(params).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    jax.block_until_ready(fn(params))
+    times = []
+    for _ in range(repeats):
+      t0 = time.perf_counter()
+      jax.block_until_ready(fn(params))
+      times.append(time.perf_counter() - t0)
+    print(f"profile: {name}: {statistics.median(times):.3f} s, XLA flops {cost.get('flops', float('nan')) / 1e9:.1f} G,"
+          f" bytes accessed {cost.get('bytes accessed', float('nan')) / 1e9:.2f} GB")
+
+
+def bench_train(args) -> str:
+  import torch
+
+  if args.threads:
+    torch.set_num_threads(args.threads)
+  shape = SHAPES[args.shape]
+  ids, mask = random_batch(shape, args.batch_size, args.max_seq_len)
+  print(machine_line())
+  print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+  peak = matmul_peak_flops()
+  print(f"peak: float32 2048x2048 jnp matmul {peak / 1e9:.1f} GFLOP/s")
+  if args.profile:
+    profile_train_step(shape, ids, mask, args.repeats)
+  steps = args.warmup + args.rounds * args.repeats
+  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
+  sides = {"jaxcse": jaxcse_train_step(shape, ids, mask, steps=steps, dtype=dtype),
+           "pytorch": torch_train_step(shape, ids, mask, steps=steps)}
+  for name, (run, loss, _) in sides.items():
+    for _ in range(args.warmup):
+      run()
+    print(f"warm-up: {name} loss after {args.warmup} steps {loss():.4f}")
+  times = time_interleaved({name: side[0] for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
+  medians = {}
+  for name, ts in times.items():
+    medians[name] = statistics.median(ts)
+    achieved = flops / medians[name]
+    print(f"{name}: {medians[name]:.3f} s/step (median of {len(ts)}; min {min(ts):.3f}), "
+          f"{achieved / 1e9:.1f} GFLOP/s, MFU {achieved / peak * 100:.1f}% of the measured peak")
+  for _, _, release in sides.values():
+    release()
+  print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
+  return ratio_line(f"train_{args.shape}", medians["pytorch"], medians["jaxcse"])
+
+
+# --------------------------------------------------------------------------
+# Encoding.
+
+
+def read_sentences(path: str, limit: int) -> list[str]:
+  """The first ``limit`` non-empty lines of a UTF-8 text file."""
+  out = []
+  with open(path, encoding="utf-8") as f:
+    for line in f:
+      if line.strip():
+        out.append(line.strip())
+        if len(out) == limit:
+          break
+  if not out:
+    raise data_lib.DataError(f"{path}: no sentences")
+  return out
+
+
+def bench_encode(args) -> str:
+  import torch
+  from sentence_transformers import SentenceTransformer
+
+  if args.threads:
+    torch.set_num_threads(args.threads)
+  path = models.resolve_model_path(args.model)
+  input_path = args.input or os.path.join(data_lib.data_dir(args.data_dir), "corpora", "wiki_offline.txt")
+  sentences = read_sentences(input_path, args.limit)
+  st = SentenceTransformer(path, device="cpu")
+  st.max_seq_length = args.max_seq_len or st.max_seq_length
+  model = models.load_pretrained(path, models.PoolerSpec("avg"))
+  embedder = models.Embedder(model, "avg", batch_size=args.batch_size, max_seq_len=st.max_seq_length)
+  print(machine_line())
+  print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
+        f"max_seq_len {st.max_seq_length}, torch {torch.__version__} with {torch.get_num_threads()} threads")
+
+  def run_st():
+    return st.encode(sentences, batch_size=args.batch_size, convert_to_numpy=True, normalize_embeddings=True)
+
+  def run_jaxcse():
+    out = embedder(sentences)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)  # all-MiniLM-L6-v2's pipeline ends with Normalize.
+
+  ours, theirs = run_jaxcse(), run_st()  # Warm-up: compiles every bucket, loads every lazy module.
+  print(f"agreement: max |jaxcse - sentence-transformers| over unit embeddings {np.abs(ours - theirs).max():.2e}")
+  times = time_interleaved({"jaxcse": run_jaxcse, "sentence-transformers": run_st}, rounds=args.rounds,
+                           repeats=args.repeats)
+  medians = {name: statistics.median(ts) for name, ts in times.items()}
+  for name, t in medians.items():
+    print(f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])})")
+  print(machine_line())
+  return ratio_line("encode", medians["sentence-transformers"], medians["jaxcse"])
+
+
+# --------------------------------------------------------------------------
+# STS evaluation.
+
+
+def senteval_sts(senteval_dir: str, data_root: str, model_path: str, pooler: str, tasks: Sequence[str],
+                 batch_size: int) -> Callable[[], dict]:
+  """SentEval's STS run as SimCSE's ``evaluation.py`` (test mode) drives it, with a PyTorch ``AutoModel``."""
+  import torch
+  from transformers import AutoModel, AutoTokenizer
+
+  sys.path.insert(0, os.path.join(senteval_dir, "SentEval"))
+  try:
+    import senteval
+  except ImportError as e:
+    raise SystemExit(f"{senteval_dir}/SentEval: no SentEval checkout there ({e}); pass --senteval_dir") from None
+  tokenizer = AutoTokenizer.from_pretrained(model_path)
+  has_torch_weights = any(os.path.isfile(os.path.join(model_path, f))
+                          for f in ("model.safetensors", "pytorch_model.bin"))
+  model = AutoModel.from_pretrained(model_path, from_flax=not has_torch_weights).eval()
+
+  def batcher(params, batch):
+    if batch and batch[0] and isinstance(batch[0][0], bytes):
+      batch = [[w.decode("utf-8") for w in s] for s in batch]
+    enc = tokenizer([" ".join(s) for s in batch], return_tensors="pt", padding=True)
+    with torch.no_grad():
+      out = model(**enc, output_hidden_states=True, return_dict=True)
+    if pooler == "avg":
+      m = enc["attention_mask"].unsqueeze(-1)
+      return ((out.last_hidden_state * m).sum(1) / m.sum(1)).cpu()
+    if pooler == "cls_before_pooler":
+      return out.last_hidden_state[:, 0].cpu()
+    raise ValueError(f"the SentEval side supports poolers avg and cls_before_pooler, not {pooler!r}")
+
+  params = {"task_path": os.path.join(data_root, "senteval"), "usepytorch": True, "kfold": 10, "batch_size": batch_size,
+            "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4}}
+
+  def run():
+    return {task: senteval.engine.SE(params, batcher, lambda p, s: None).eval(task) for task in tasks}
+
+  return run
+
+
+def bench_evaluate(args) -> str:
+  import logging
+
+  import torch
+
+  if args.threads:
+    torch.set_num_threads(args.threads)
+  logging.getLogger().setLevel(logging.WARNING)  # SentEval logs every batch at INFO.
+  root = data_lib.data_dir(args.data_dir)
+  tasks = evaluate.expand_tasks(args.tasks)
+  tasks = [t for t in tasks if t in evaluate.STS_TASKS]
+  path = models.resolve_model_path(args.model)
+  model = models.load_pretrained(path, models.PoolerSpec(args.pooler))
+  embedder = models.Embedder(model, args.pooler, batch_size=args.batch_size)
+  run_senteval = senteval_sts(args.senteval_dir, root, path, args.pooler, tasks, args.batch_size)
+  print(machine_line())
+  print(f"evaluate: tasks {tasks}, model {args.model}, pooler {args.pooler}, batch {args.batch_size}, "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+
+  results = {}
+
+  def run_jaxcse():
+    results["jaxcse"] = evaluate.summarize(evaluate.evaluate_sts(embedder, root, tasks))
+
+  def run_se():
+    raw = run_senteval()
+    results["senteval"] = {t: (raw[t]["all"]["spearman"]["all"] if t.startswith("STS1")
+                               else raw[t]["test"]["spearman"].correlation) * 100 for t in tasks}
+
+  t0 = time.perf_counter()
+  run_jaxcse()  # Warm-up: compiles the length buckets.
+  print(f"jaxcse cold (compilation included): {time.perf_counter() - t0:.2f} s")
+  times = time_interleaved({"jaxcse": run_jaxcse, "senteval": run_se}, rounds=args.rounds, repeats=1)
+  for t in tasks:
+    print(f"{t}: jaxcse {results['jaxcse'][t]:.2f}  SentEval {results['senteval'][t]:.2f}")
+  medians = {name: statistics.median(ts) for name, ts in times.items()}
+  for name, t in medians.items():
+    print(f"{name}: {t:.2f} s (median of {len(times[name])})")
+  print(machine_line())
+  return ratio_line("evaluate", medians["senteval"], medians["jaxcse"])
+
+
+# --------------------------------------------------------------------------
+# Command line.
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m jaxcse.bench", description=__doc__.split("\n\n")[0])
+  sub = parser.add_subparsers(dest="benchmark", required=True)
+
+  p = sub.add_parser("train", help="train step vs SimCSE's PyTorch step")
+  p.add_argument("--shape", choices=sorted(SHAPES), default="minilm")
+  p.add_argument("--batch_size", type=int, default=64)
+  p.add_argument("--max_seq_len", type=int, default=32)
+  p.add_argument("--warmup", type=int, default=2, help="untimed steps per side (compilation, allocator)")
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="jaxcse's compute dtype (params stay float32); the PyTorch side is float32")
+  p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
+
+  p = sub.add_parser("encode", help="Embedder vs sentence-transformers encode")
+  p.add_argument("--model", default="all-MiniLM-L6-v2")
+  p.add_argument("--input", default="", help="one sentence a line (default: corpora/wiki_offline.txt of the data root)")
+  p.add_argument("--limit", type=int, default=2048)
+  p.add_argument("--batch_size", type=int, default=64)
+  p.add_argument("--max_seq_len", type=int, default=0, help="0: the sentence-transformers model's own")
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--repeats", type=int, default=1)
+
+  p = sub.add_parser("evaluate", help="jaxcse STS evaluation vs SentEval as SimCSE drives it")
+  p.add_argument("--model", default="all-MiniLM-L6-v2")
+  p.add_argument("--pooler", choices=("avg", "cls_before_pooler"), default="avg")
+  p.add_argument("--tasks", default="sts", help="sts, or a comma-separated list of STS12..16, STSBenchmark, SICKRelatedness")
+  p.add_argument("--senteval_dir", default="/work/ref_senteval/SimCSE", help="a SimCSE checkout (its SentEval/ copy)")
+  p.add_argument("--batch_size", type=int, default=128, help="sentences per batch on both sides (SentEval's default)")
+  p.add_argument("--rounds", type=int, default=1)
+
+  for p in sub.choices.values():
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
+    p.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
+  args = parser.parse_args(argv)
+  line = {"train": bench_train, "encode": bench_encode, "evaluate": bench_evaluate}[args.benchmark](args)
+  print(line, flush=True)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
