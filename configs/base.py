@@ -64,6 +64,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.adam_b2 = 0.999  # AdamW beta2 (torch/HF default).
   config.train.adam_eps = 1e-8  # AdamW epsilon (torch/HF default).
   config.train.max_grad_norm = 1.0  # Global-norm gradient clipping (HF Trainer's default); 0 = off.
+  # GradCache: embed the batch in chunks of this many examples (0 = off; must divide batch_size). Negatives still
+  # span the whole batch; activation memory is one chunk's, for a second forward pass. Chunk i gets its own dropout key.
+  config.train.grad_cache_chunk = 0
   config.train.log_every = 10  # Steps between lines in metrics.jsonl.
 
   config.eval = ml_collections.ConfigDict()

@@ -297,8 +297,15 @@ def summarize(results: dict) -> dict[str, float]:
 
 def dev_scores(embed: Embed, dev_sets: dict[str, PairSet]) -> dict[str, float]:
   """Spearman (not x100) on each dev set; used for model selection during training."""
+  return dev_scores_and_embeddings(embed, dev_sets)[0]
+
+
+def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
+                              ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+  """``dev_scores`` and the embeddings they were computed from: ``{sentence: [hidden] vector}``, each once."""
   table = embed_unique(embed, list(dev_sets.values()))
-  return {name: correlations(score_pairs(table, ps), ps.gold)["spearman"] for name, ps in dev_sets.items()}
+  scores = {name: correlations(score_pairs(table, ps), ps.gold)["spearman"] for name, ps in dev_sets.items()}
+  return scores, table
 
 
 def load_dev_sets(root: str) -> dict[str, PairSet]:

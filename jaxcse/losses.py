@@ -239,6 +239,47 @@ def mixcse_loss(
   return optax.softmax_cross_entropy_with_integer_labels(logits, rows).mean()
 
 
+def mixcse_mix_scores(
+    z1: jax.Array,
+    z2: jax.Array,
+    *,
+    mix_lambda: float = 0.2,
+    neighbour: str = "roll",
+    rng: jax.Array | None = None,
+) -> jax.Array:
+  """The MixCSE paper's mix score per anchor, as a cosine: ``cos(z1[i], lam * z2[i] + (1 - lam) * z2[nb(i)])``.
+
+  Each anchor against its own mixed negative (its positive mixed with the
+  neighbour ``nb(i)``), the quantity of the paper's Fig. 4a (which plots it
+  divided by tau). ``nb`` is drawn exactly as ``mixcse_loss`` draws it for the
+  same arguments (same ``rng`` for ``"random"``), so these are the mixes the
+  loss used. Without gradient.
+
+  Args:
+    z1: anchors, ``[batch, dim]``.
+    z2: positives, ``[batch, dim]``.
+    mix_lambda: the weight of the positive in the mix.
+    neighbour: ``"roll"``, ``"random"`` or ``"hardest"`` (see ``mixcse_loss``).
+    rng: a PRNG key, needed for ``neighbour="random"`` only.
+
+  Returns:
+    ``[batch]`` cosines.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> z = jnp.eye(2)  # Anchor 0 against 0.2 * e0 + 0.8 * e1.
+    >>> [round(float(s), 4) for s in mixcse_mix_scores(z, z)]
+    [0.2425, 0.2425]
+  """
+  _check_pair(z1, z2)
+  if neighbour not in _MIXCSE_NEIGHBOURS:
+    raise ValueError(f"neighbour must be one of {_MIXCSE_NEIGHBOURS}; got {neighbour!r}")
+  z1, z2 = jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2)
+  nb12, _ = _mixcse_neighbours(cosine_similarity_matrix(z1, z2), neighbour, rng)
+  mixed = mix_lambda * z2 + (1 - mix_lambda) * z2[nb12]
+  return jnp.sum(_unit_rows(z1) * _unit_rows(mixed), axis=-1)
+
+
 # ------------------------------------------------------------------------
 # DCLR.
 

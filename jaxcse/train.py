@@ -98,13 +98,53 @@ def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Ar
   return z.reshape(b, v, -1)
 
 
+def training_scores(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array) -> dict[str, jax.Array]:
+  """Mean cosines of the step's own embeddings, the training dynamics of the MixCSE paper's Fig. 4a.
+
+  * ``pos_score``: ``cos(z1[i], z2[i])`` averaged over ``i``, the two views of one sentence;
+  * ``neg_score``: ``cos(z1[i], z2[j])`` averaged over ``i != j``, the in-batch negatives (a supervised batch's
+    hard negatives are not counted);
+  * ``mix_score`` (MixCSE only): each anchor against its own mixed negative, drawn with the loss's ``rng``
+    (``losses.mixcse_mix_scores``).
+
+  The paper plots these divided by the temperature; we log the cosines. Without gradient.
+
+  Args:
+    config: the run's config (method and MixCSE options).
+    z: ``[batch, views, hidden]`` embeddings; views 0 and 1 are the anchor and its positive.
+    rng: the key the loss got (MixCSE's random neighbours).
+
+  Returns:
+    Scalars by name.
+  """
+  z = jax.lax.stop_gradient(z)
+  sim = losses.cosine_similarity_matrix(z[:, 0], z[:, 1])  # [batch, batch]
+  batch = sim.shape[0]
+  positive = jnp.trace(sim) / batch
+  # The off-diagonal mean; 0 for a batch of one, which has no negatives.
+  negative = (jnp.sum(sim) - jnp.trace(sim)) / max(batch * (batch - 1), 1)
+  scores = {"pos_score": positive, "neg_score": negative}
+  if config.method == "mixcse":
+    m = config.mixcse
+    scores["mix_score"] = losses.mixcse_mix_scores(z[:, 0], z[:, 1], mix_lambda=m.mix_lambda,
+                                                   neighbour=m.neighbour, rng=rng).mean()
+  return scores
+
+
 def contrastive_loss(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array,
                      complementary: jax.Array | None = None) -> tuple[jax.Array, dict]:
   """The configured objective on ``[batch, views, hidden]`` embeddings; returns (loss, extra metrics).
 
   ``complementary`` (DCLR only) holds the frozen complementary model's
-  embeddings of the same batch, ``[batch, views, hidden]``.
+  embeddings of the same batch, ``[batch, views, hidden]``. The extra metrics
+  include ``training_scores`` of ``z``.
   """
+  loss, extra = _objective(config, z, rng, complementary)
+  return loss, {**training_scores(config, z, rng), **extra}
+
+
+def _objective(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array,
+               complementary: jax.Array | None) -> tuple[jax.Array, dict]:
   z1, z2 = z[:, 0], z[:, 1]
   temperature = config.loss.temperature
   if config.method == "simcse":
@@ -143,56 +183,215 @@ def mask_tokens(rng: jax.Array, ids: jax.Array, attention_mask: jax.Array, *, ma
   return masked, jnp.where(chosen, ids, -100)
 
 
+def _mlm_targets(model: models.Model, batch: dict, rng: jax.Array, config: ml_collections.ConfigDict
+                 ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """BERT-masks every view of the batch: (masked ids, attention mask, labels), each ``[batch * views, len]``."""
+  ids, mask, _, _ = _flat_views(batch)
+  tok = model.tokenizer
+  masked, labels = mask_tokens(rng, ids, mask, mask_token_id=tok.mask_token_id,
+                               vocab_size=model.hf_config.vocab_size, special_ids=tuple(tok.all_special_ids),
+                               probability=config.mlm.probability)
+  return masked, mask, labels
+
+
+def _mlm_cross_entropy_sum(model: models.Model, params, masked: jax.Array, mask: jax.Array, labels: jax.Array,
+                           rng: jax.Array) -> jax.Array:
+  """The summed cross-entropy over the chosen tokens (labels >= 0) of ``[rows, len]`` masked inputs."""
+  logits = models.mlm_logits(model, params, masked, mask, train=True, rng=rng)
+  chosen = labels >= 0
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(chosen, labels, 0))
+  return jnp.sum(ce * chosen)
+
+
 def mlm_loss(model: models.Model, params, batch: dict, rng: jax.Array, config: ml_collections.ConfigDict
              ) -> jax.Array:
   """SimCSE's auxiliary MLM loss: every view masked independently, mean cross-entropy over chosen tokens."""
   k_mask, k_drop = jax.random.split(rng)
-  ids, mask, _, _ = _flat_views(batch)
-  tok = model.tokenizer
-  masked, labels = mask_tokens(k_mask, ids, mask, mask_token_id=tok.mask_token_id,
-                               vocab_size=model.hf_config.vocab_size, special_ids=tuple(tok.all_special_ids),
-                               probability=config.mlm.probability)
-  logits = models.mlm_logits(model, params, masked, mask, train=True, rng=k_drop)
-  chosen = labels >= 0
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(chosen, labels, 0))
-  return jnp.sum(ce * chosen) / jnp.maximum(chosen.sum(), 1)
+  masked, mask, labels = _mlm_targets(model, batch, k_mask, config)
+  return _mlm_cross_entropy_sum(model, params, masked, mask, labels, k_drop) / jnp.maximum((labels >= 0).sum(), 1)
+
+
+def _to_chunks(tree, num_chunks: int):
+  """``[batch, ...]`` leaves -> ``[num_chunks, batch / num_chunks, ...]``; chunk ``i`` holds rows ``i, i + n, ...``.
+
+  Strided rather than contiguous: a batch sharded in contiguous blocks over the
+  devices then puts ``chunk / devices`` rows of every chunk on every device, so
+  each chunk's forward still runs on all devices, and which rows share a chunk
+  (and a dropout key) does not depend on the device count.
+  """
+  return jax.tree.map(lambda x: jnp.swapaxes(x.reshape(x.shape[0] // num_chunks, num_chunks, *x.shape[1:]), 0, 1),
+                      tree)
+
+
+def _from_chunks(x: jax.Array) -> jax.Array:
+  """The inverse of ``_to_chunks`` for one ``[num_chunks, chunk, ...]`` array: back to ``[batch, ...]`` in row order."""
+  return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
 
 
 def make_train_step(config: ml_collections.ConfigDict, model: models.Model, tx: optax.GradientTransformation,
-                    complementary: models.Model | None = None):
+                    complementary: models.Model | None = None, *, cache_gradients: bool = True):
   """The pure train step ``(state, batch, complementary_params) -> (state, metrics)``.
 
   ``complementary_params`` (DCLR's frozen complementary model; None for other
   methods) is an input, not part of the state: it gets no gradient, no
   optimizer state, and is never saved in our checkpoints.
+
+  With ``config.train.grad_cache_chunk = C > 0`` the step is GradCache's
+  (Gao et al., 2021, "Scaling Deep Contrastive Learning Batch Size under
+  Memory Limited Setup"): the batch is split into ``batch / C`` chunks, each
+  embedded with its own dropout key (``split(key, num_chunks)[i]``) and no
+  gradient; the loss and ``d loss / d embeddings`` are computed on the
+  embeddings of the whole batch, so the negatives still span it; then each
+  chunk is embedded again with the same key, so the same dropout masks, and
+  its vector-Jacobian product with its slice of ``d loss / d embeddings`` is
+  added to the gradient, inside one ``lax.scan``. Activation memory is that of
+  one chunk (plus the ``[batch, views, hidden]`` embeddings), at the cost of a
+  second forward pass. The MLM loss, a sum over sentences, is differentiated
+  chunk by chunk in the same scan; DCLR's complementary model embeds chunk by
+  chunk too. The masks differ from the plain step's (one key for the whole
+  batch) only through the dropout keys; with dropout 0 the gradients are the
+  plain step's up to float rounding.
+
+  ``cache_gradients=False`` (with ``C > 0``) differentiates the same chunked
+  embeddings, keys and loss as one graph instead, with full-batch memory: the
+  reference the cached step must equal, used by the tests.
   """
   base_rng = jax.random.key(config.seed)
   module = model.train_module
+  chunk = config.train.grad_cache_chunk
+  mlm_enabled, mlm_weight = config.mlm.enabled, config.mlm.weight
   if config.method == "dclr" and complementary is None:
     raise ValueError("dclr needs a complementary model (config.dclr.complementary_model)")
+  if chunk < 0:
+    raise ValueError(f"config.train.grad_cache_chunk must be >= 0 (0 = off); got {chunk}")
 
-  def train_step(state: TrainState, batch: dict, complementary_params=None) -> tuple[TrainState, dict]:
-    k_drop, k_method, k_mlm, k_comp = jax.random.split(jax.random.fold_in(base_rng, state.step), 4)
-    comp = None
-    if complementary is not None:
-      comp = jax.lax.stop_gradient(embed_views(complementary.test_module, complementary_params, batch, k_comp,
-                                               train=config.dclr.complementary_dropout))
+  def embed_complementary(complementary_params, batch: dict, rng: jax.Array) -> jax.Array:
+    return jax.lax.stop_gradient(embed_views(complementary.test_module, complementary_params, batch, rng,
+                                             train=config.dclr.complementary_dropout))
+
+  def plain_value_and_grad(params, batch, complementary_params, keys):
+    k_drop, k_method, k_mlm, k_comp = keys
+    comp = None if complementary is None else embed_complementary(complementary_params, batch, k_comp)
 
     def loss_fn(params):
       loss, extra = contrastive_loss(config, embed_views(module, params, batch, k_drop), k_method, comp)
       extra = {"contrastive_loss": loss, **extra}
-      if config.mlm.enabled:
+      if mlm_enabled:
         extra["mlm_loss"] = mlm_loss(model, params, batch, k_mlm, config)
-        loss = loss + config.mlm.weight * extra["mlm_loss"]
+        loss = loss + mlm_weight * extra["mlm_loss"]
       return loss, extra
 
-    (loss, extra), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    return jax.value_and_grad(loss_fn, has_aux=True)(params)
+
+  def chunked_value_and_grad(params, batch, complementary_params, keys):
+    k_drop, k_method, k_mlm, k_comp = keys
+    rows = batch["input_ids"].shape[0]
+    if rows % chunk:
+      raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
+    n = rows // chunk
+    # Per-chunk inputs of both passes: the sentences and the dropout key (the replayed masks), and the MLM inputs.
+    xs = {"batch": _to_chunks(batch, n), "drop": jax.random.split(k_drop, n)}
+    mlm_count = None
+    if mlm_enabled:
+      k_mask, k_mlm_drop = jax.random.split(k_mlm)
+      # Masked on the whole batch (the same tokens as the plain step); the mean divides by the batch's count.
+      masked, mask, labels = (x.reshape(rows, -1, x.shape[-1]) for x in _mlm_targets(model, batch, k_mask, config))
+      xs["mlm"] = _to_chunks((masked, mask, labels), n)
+      xs["mlm_drop"] = jax.random.split(k_mlm_drop, n)
+      mlm_count = jnp.maximum((labels >= 0).sum(), 1)
+    comp = None
+    if complementary is not None:
+      comp = _from_chunks(jax.lax.map(lambda a: embed_complementary(complementary_params, a[0], a[1]),
+                                      (xs["batch"], jax.random.split(k_comp, n))))
+
+    def chunk_forward(params, x):
+      """One chunk: its embeddings ``[chunk, views, hidden]`` and its summed MLM cross-entropy (0 without MLM)."""
+      z = embed_views(module, params, x["batch"], x["drop"])
+      if not mlm_enabled:
+        return z, jnp.zeros((), jnp.float32)
+      flat = [t.reshape(-1, t.shape[-1]) for t in x["mlm"]]
+      return z, _mlm_cross_entropy_sum(model, params, *flat, x["mlm_drop"])
+
+    def add_mlm(contrastive, extra, mlm_sum):
+      """(total loss, metrics) from the contrastive loss and the batch's summed MLM cross-entropy."""
+      extra = {"contrastive_loss": contrastive, **extra}
+      if not mlm_enabled:
+        return contrastive, extra
+      extra["mlm_loss"] = mlm_sum / mlm_count
+      return contrastive + mlm_weight * extra["mlm_loss"], extra
+
+    if not cache_gradients:
+      def loss_fn(params):
+        z, mlm_sums = jax.lax.map(lambda x: chunk_forward(params, x), xs)
+        return add_mlm(*contrastive_loss(config, _from_chunks(z), k_method, comp), mlm_sums.sum())
+
+      return jax.value_and_grad(loss_fn, has_aux=True)(params)
+
+    # Pass 1: embeddings of the whole batch, chunk by chunk, no gradient kept.
+    z = _from_chunks(jax.lax.map(lambda x: embed_views(module, params, x["batch"], x["drop"]), xs))
+    (contrastive, extra), dz = jax.value_and_grad(lambda z: contrastive_loss(config, z, k_method, comp),
+                                                  has_aux=True)(z)
+    xs["dz"] = _to_chunks(dz, n)
+    # d loss / d (chunk's MLM sum), the same for every chunk.
+    mlm_cotangent = jnp.asarray(mlm_weight / mlm_count if mlm_enabled else 0.0, jnp.float32)
+
+    # Pass 2: re-embed each chunk with the same key and pull its cached cotangent back to the params.
+    def accumulate(grads, x):
+      (_, mlm_sum), vjp = jax.vjp(lambda p: chunk_forward(p, x), params)
+      (chunk_grads,) = vjp((x["dz"], mlm_cotangent))
+      return jax.tree.map(jnp.add, grads, chunk_grads), mlm_sum
+
+    grads, mlm_sums = jax.lax.scan(accumulate, jax.tree.map(jnp.zeros_like, params), xs)
+    return add_mlm(contrastive, extra, mlm_sums.sum()), grads
+
+  def train_step(state: TrainState, batch: dict, complementary_params=None) -> tuple[TrainState, dict]:
+    keys = jax.random.split(jax.random.fold_in(base_rng, state.step), 4)  # dropout, method, MLM, complementary
+    value_and_grad = chunked_value_and_grad if chunk else plain_value_and_grad
+    (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **extra}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
+
+
+def largest_angle_deg(x: np.ndarray) -> float:
+  """The largest angle between any two rows of ``[n, hidden]`` embeddings (n >= 2), in degrees.
+
+  The MixCSE paper's omega (Fig. 4b): the biggest angle between any two
+  sentences' embeddings of STS-B, taken as the opening of the spherical cap the
+  embeddings fill; contrastive training widens it.
+  """
+  x = np.asarray(x, np.float64)
+  if x.ndim != 2 or len(x) < 2:
+    raise ValueError(f"need [n >= 2, hidden] embeddings, got {x.shape}")
+  unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+  cos = unit @ unit.T  # [n, n]
+  np.fill_diagonal(cos, np.inf)  # A row with itself is not a pair.
+  return float(np.degrees(np.arccos(np.clip(cos.min(), -1.0, 1.0))))
+
+
+def dev_dynamics(table: dict[str, np.ndarray], stsb_dev: "evaluate.PairSet") -> dict[str, float]:
+  """Geometry of the STS-B dev embeddings the dev evaluation computed (no second encoding).
+
+  Returns ``omega_deg`` (``largest_angle_deg`` over its distinct sentences),
+  ``alignment`` over its pairs with gold score >= 4 and ``uniformity`` over its
+  distinct sentences (Wang & Isola, ``evaluate.alignment``/``uniformity``, as
+  ``evaluate_align_uniform`` measures them on the test split).
+
+  Args:
+    table: ``{sentence: [hidden] vector}`` covering the STS-B dev sentences (other sentences are ignored).
+    stsb_dev: the STS-B dev pairs.
+  """
+  sentences = list(dict.fromkeys((*stsb_dev.sent1, *stsb_dev.sent2)))
+  everything = np.stack([table[s] for s in sentences])
+  positive = np.flatnonzero(stsb_dev.gold >= evaluate.POSITIVE_MIN_SCORE)
+  dynamics = {"omega_deg": largest_angle_deg(everything), "uniformity": evaluate.uniformity(everything)}
+  if len(positive):  # A cut-down dev set may have no such pair; then there is no alignment to report.
+    dynamics["alignment"] = evaluate.alignment(np.stack([table[stsb_dev.sent1[i]] for i in positive]),
+                                               np.stack([table[stsb_dev.sent2[i]] for i in positive]))
+  return dynamics
 
 
 def make_mesh() -> jax.sharding.Mesh:
@@ -304,7 +503,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   def run_eval(step: int, params) -> float:
     t0 = time.time()
-    scores = evaluate.dev_scores(lambda s: embedder(s, params), dev_sets)
+    scores, table = evaluate.dev_scores_and_embeddings(lambda s: embedder(s, params), dev_sets)
+    # The training dynamics of the MixCSE paper (Fig. 4b) and Wang & Isola's map, from the same embeddings.
+    dynamics = dev_dynamics(table, dev_sets["stsb_dev"])
     if config.eval.metric == "stsb_dev":
       metric = scores["stsb_dev"]
     elif config.eval.metric == "stsb_sickr_dev":
@@ -312,7 +513,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     else:
       raise ValueError(f"unknown eval.metric {config.eval.metric!r}")
     record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
-              "eval/seconds": round(time.time() - t0, 2)}
+              **{f"eval/{k}": v for k, v in dynamics.items()}, "eval/seconds": round(time.time() - t0, 2)}
     metrics_log.write(record)
     log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
     if meta["first_eval"] is None:
