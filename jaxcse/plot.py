@@ -440,6 +440,8 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
           "colouring every run by its best STS-B dev instead", file=sys.stderr)
 
   plt = _pyplot()
+  from matplotlib.ticker import MaxNLocator
+
   fig, ax = plt.subplots(figsize=(7.2, 5.6))
   colours = np.array(colour_values, dtype=np.float64)
   finite = colours[np.isfinite(colours)]
@@ -471,6 +473,7 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   split = "STS-B dev" if use_dev else "STS-B test"
   ax.set_xlabel(f"alignment, {split} (lower is better)")
   ax.set_ylabel(f"uniformity, {split} (lower is better)")
+  ax.xaxis.set_major_locator(MaxNLocator(6))  # Small ranges would otherwise crowd long tick labels.
   ax.set_title("alignment-uniformity map")
   ax.grid(alpha=0.3)
   ax.margins(x=0.25, y=0.15)  # Room for the run labels right of the points.

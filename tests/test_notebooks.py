@@ -1,0 +1,88 @@
+"""The notebooks in notebooks/ run top to bottom on CPU (tiny setting), so they cannot rot.
+
+Each notebook is executed with nbclient in a kernel of this test's own Python
+(the venv running pytest), with ``JAXCSE_NOTEBOOK_SMOKE=1``: a tiny random
+BERT, a few steps, STS-B only. The TPU notebook runs on 2 simulated CPU
+devices, so its mesh and global batch are those of a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+from tests import helpers  # noqa: E402  (after the skips: only needed when the notebook tooling is there)
+
+NOTEBOOKS = os.path.join(helpers.REPO, "notebooks")
+KERNEL = "jaxcse-test-python"
+
+
+@pytest.fixture
+def kernel(tmp_path, monkeypatch) -> str:
+  """A kernelspec that runs ipykernel with this interpreter, whatever kernels the machine has registered."""
+  pytest.importorskip("ipykernel")
+  spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL
+  spec_dir.mkdir(parents=True)
+  (spec_dir / "kernel.json").write_text(json.dumps({
+      "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+      "display_name": "jaxcse tests", "language": "python"}))
+  monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+  return KERNEL
+
+
+def run_notebook(name: str, kernel: str, workdir: str, env: dict[str, str], monkeypatch) -> nbformat.NotebookNode:
+  """Executes notebooks/<name> in its own folder; returns it with outputs. A failing cell raises with its traceback."""
+  path = os.path.join(NOTEBOOKS, name)
+  nb = nbformat.read(path, as_version=4)
+  assert not any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), f"{path}: committed outputs"
+  monkeypatch.setenv("JAXCSE_NOTEBOOK_SMOKE", "1")
+  monkeypatch.setenv("JAXCSE_NOTEBOOK_WORKDIR", workdir)
+  monkeypatch.setenv("JAXCSE_DATA_DIR", helpers_data_dir())
+  for key, value in env.items():
+    monkeypatch.setenv(key, value)
+  client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300,
+                                   resources={"metadata": {"path": NOTEBOOKS}})
+  client.execute()
+  return nb
+
+
+def helpers_data_dir() -> str:
+  from tests.conftest import shared_data_dir
+
+  return shared_data_dir()
+
+
+def text_output(nb) -> str:
+  """All stdout of the executed notebook."""
+  return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
+                 if out.output_type == "stream" and out.name == "stdout")
+
+
+def test_quickstart_notebook(kernel, tmp_path, monkeypatch):
+  workdir = str(tmp_path / "quickstart")
+  nb = run_notebook("quickstart.ipynb", kernel, workdir, {}, monkeypatch)
+  out = text_output(nb)
+  assert "smoke setting: True" in out
+  assert "STS-B dev before training:" in out and "best:" in out
+  assert os.path.isfile(os.path.join(workdir, "sts.json"))
+  assert os.path.isfile(os.path.join(workdir, "plots", "quickstart_training.png"))
+  assert "(8, 32) float32" in out  # 8 sentences encoded by the tiny BERT (hidden 32) into emb.npy.
+  assert "Someone is making music." in out
+
+
+def test_tpu_notebook_on_two_devices(kernel, tmp_path, monkeypatch):
+  workdir = str(tmp_path / "tpu")
+  nb = run_notebook("tpu.ipynb", kernel, workdir, {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+                    monkeypatch)
+  out = text_output(nb)
+  assert "2 cpu devices; mesh axes {'data': 2}" in out
+  assert "global batch 8 = 4 per core x 2 cores" in out
+  assert "rows 0:4, shape (4, 1, 32)" in out and "rows 4:8, shape (4, 1, 32)" in out
+  assert "trained 2 steps of global batch 8 on 2 devices" in out
+  assert os.path.isfile(os.path.join(workdir, "sts.json"))
