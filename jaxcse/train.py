@@ -8,6 +8,11 @@ state donated. Params are replicated and the global batch is sharded over a
 in-batch negatives from every device. Dropout masks come from
 ``fold_in(key(seed), step)`` and batches from ``data.Batches`` by step, so a
 run resumed from its latest checkpoint retraces the uninterrupted run exactly.
+
+Several hosts run the same command, one process each (or one per GPU), with
+``--coordinator_address/--num_processes/--process_id`` or ``--distributed``
+(cluster auto-detection): the mesh then spans every process's devices, and
+each process tokenizes only its rows of each global batch.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import math
 import os
 import sys
 import time
+import zlib
 from typing import Any
 
 import flax
@@ -395,8 +401,73 @@ def dev_dynamics(table: dict[str, np.ndarray], stsb_dev: "evaluate.PairSet") -> 
 
 
 def make_mesh() -> jax.sharding.Mesh:
-  """A 1-axis mesh over all devices: pure data parallelism."""
+  """A 1-axis mesh over all devices of all processes: pure data parallelism."""
   return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(AxisType.Auto,))
+
+
+# --------------------------------------------------------------------------
+# Several processes (hosts): JAX's own runtime, one program per process.
+
+
+def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
+                           process_id: int | None = None, *, auto: bool = False) -> None:
+  """Joins a multi-process run through ``jax.distributed.initialize``; does nothing for a single process.
+
+  Give all three of ``coordinator_address`` (``host:port`` of process 0),
+  ``num_processes`` and ``process_id`` for plain multi-node GPU or several
+  processes on one machine; or ``auto=True`` to let JAX detect them (Cloud TPU
+  pods, SLURM, Open MPI, GKE), with any of the three as overrides. Must run
+  before anything touches a device.
+  """
+  given = (coordinator_address, num_processes, process_id)
+  if not auto and all(v is None for v in given):
+    return
+  if not auto and None in given:
+    raise ValueError("multi-process training needs all of --coordinator_address, --num_processes and --process_id "
+                     f"(got {given}), or --distributed to detect them (TPU pods, SLURM, Open MPI)")
+  jax.distributed.initialize(coordinator_address, num_processes, process_id)
+  log.info("process %d of %d; %d local of %d devices", jax.process_index(), jax.process_count(),
+           jax.local_device_count(), jax.device_count())
+
+
+def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> np.ndarray:
+  """Positions in the global batch that this process's devices hold: ``[local rows]`` int.
+
+  In the order ``jax.make_array_from_process_local_data`` reads local rows
+  (ascending). Taken from the sharding rather than computed as ``process_index
+  * rows``, so it stays right for meshes whose device order interleaves hosts.
+  One process holds every row.
+  """
+  spans = sorted({(s.start or 0, batch_size if s.stop is None else s.stop)
+                  for (s, *_) in sharding.addressable_devices_indices_map((batch_size,)).values()})
+  return np.concatenate([np.arange(start, stop) for start, stop in spans])
+
+
+def check_processes_agree(**values: int) -> None:
+  """Fails fast, naming the value, when processes differ in what must be equal (config, data, workdir).
+
+  A host with another config, corpus or checkpoint folder would otherwise
+  train on a silently inconsistent global batch, or deadlock in a checkpoint.
+  """
+  if jax.process_count() == 1:
+    return
+  from jax.experimental import multihost_utils
+
+  every = multihost_utils.process_allgather(np.asarray(list(values.values()), np.uint32))  # [processes, values]
+  for column, name in enumerate(values):
+    seen = every[:, column].tolist()
+    if len(set(seen)) > 1:
+      raise RuntimeError(f"the {jax.process_count()} processes disagree on {name} ({seen} by process index): every "
+                         "host must run the same code and config, with the same data and model files, and one "
+                         "workdir on storage that all hosts share")
+
+
+def _fingerprint(params: Any) -> int:
+  """crc32 of a pytree's array bytes, in tree order."""
+  crc = 0
+  for leaf in jax.tree.leaves(params):
+    crc = zlib.crc32(np.asarray(leaf).tobytes(), crc)
+  return crc
 
 
 # --------------------------------------------------------------------------
@@ -414,17 +485,23 @@ def _total_steps(config, batches: data_lib.Batches) -> int:
 
 
 class MetricsWriter:
-  """Appends one JSON object per line to ``metrics.jsonl``; a resumed run drops lines past its checkpoint."""
+  """Appends one JSON object per line to ``metrics.jsonl``; a resumed run drops lines past its checkpoint.
 
-  def __init__(self, path: str, resume_step: int):
+  Only process 0 writes (``enabled``); the others compute the same records.
+  """
+
+  def __init__(self, path: str, resume_step: int, enabled: bool = True):
     self.path = path
-    if os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
+    self.enabled = enabled
+    if enabled and os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
       with open(path) as f:
         kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
       with open(path, "w") as f:
         f.writelines(kept)
 
   def write(self, record: dict) -> None:
+    if not self.enabled:
+      return
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
 
@@ -433,7 +510,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains per ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
 
   Returns a summary: steps, best evaluation and its step, first evaluation.
+
+  With several processes (``initialize_distributed`` first), every process
+  runs this same call: each tokenizes only its rows of every global batch,
+  all take part in every checkpoint save and restore (orbax coordinates them),
+  and all run the dev evaluation as one replicated program on the replicated
+  params, so they reach the same scores and the same best-checkpoint
+  decisions. Process 0 alone writes config.json, the model description,
+  metrics.jsonl and summary.json. ``workdir`` must be one folder that every
+  process sees (a shared filesystem).
   """
+  primary = jax.process_index() == 0
   os.makedirs(workdir, exist_ok=True)
   data_root = config.data.data_dir or None
   model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
@@ -449,8 +536,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                    with_mlm_head=config.mlm.enabled)
     if model.mlm is not None and not model.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
-    models.save_description(model, model_dir)
-    checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+    if primary:
+      models.save_description(model, model_dir)
+      checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
   else:
     model = models.from_description(model_dir, dtype=dtype,
                                     gradient_checkpointing=config.model.gradient_checkpointing)
@@ -470,6 +558,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise ValueError(f"batch_size {config.train.batch_size} must be divisible by the {mesh.size} devices")
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
+  # This process tokenizes only its rows of each global batch; which examples form the global batch, and in
+  # what order, depends on the step alone, never on the number of processes.
+  local_rows = process_rows(batch_sharding, config.train.batch_size)
+  if jax.process_count() > 1:
+    paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model")}
+    # Paths may differ from host to host; what they point to is compared instead (corpus, initial params).
+    portable = {k: v for k, v in flax.traverse_util.flatten_dict(config.to_dict()).items() if k not in paths}
+    check_processes_agree(
+        config=zlib.crc32(json.dumps(sorted(portable.items()), default=str).encode()),
+        corpus=zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
+        resume_step=0 if resume_step is None else resume_step + 1,
+        initial_params=_fingerprint(model.params) if resume_step is None else 0,
+    )
+
+  def global_batch(host_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+    """The ``[batch, columns, len]`` global batch, sharded over ``data``, from this process's rows of it."""
+    return {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
+            for k, v in host_batch.items()}
 
   def fresh_state(params):
     return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
@@ -499,7 +605,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   dev_sets = evaluate.load_dev_sets(data_lib.data_dir(data_root))
   embedder = models.Embedder(model, model.pooling.dev_pooler, batch_size=config.eval.batch_size)
-  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start_step)
+  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start_step, enabled=primary)
 
   def run_eval(step: int, params) -> float:
     t0 = time.time()
@@ -526,7 +632,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
 
-  progress = _progress_bar(total_steps, start_step)
+  progress = _progress_bar(total_steps, start_step, enabled=primary)
   log_losses, t_log, prev = [], time.time(), None
   last_logged_step = start_step
 
@@ -542,8 +648,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     return values
 
   try:
-    for step, host_batch in enumerate(batches.iterate(start_step, total_steps), start=start_step):
-      batch = jax.device_put(host_batch, batch_sharding)
+    for step, host_batch in enumerate(batches.iterate(start_step, total_steps, positions=local_rows),
+                                      start=start_step):
+      batch = global_batch(host_batch)
       state, metrics = train_step(state, batch, complementary_params)
       # Read the previous step's loss while this one runs: the host never waits for the device here.
       if prev is not None:
@@ -578,14 +685,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   summary = {"steps": total_steps, "best_step": meta["best_step"], "best_metric": meta["best_metric"],
              "first_eval": meta["first_eval"], "workdir": workdir}
-  checkpoints.write_json(os.path.join(workdir, "summary.json"), summary)
+  if primary:
+    checkpoints.write_json(os.path.join(workdir, "summary.json"), summary)
   return summary
 
 
-def _progress_bar(total: int, initial: int):
+def _progress_bar(total: int, initial: int, enabled: bool = True):
   from tqdm.auto import tqdm
 
-  return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None)
+  # disable=None: shown on a terminal only.
+  return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None if enabled else True)
 
 
 def main(argv: list[str]) -> None:
@@ -601,12 +710,16 @@ def main(argv: list[str]) -> None:
   workdir = flags.FLAGS.workdir
   if flags.FLAGS.data_dir:
     cfg.data.data_dir = flags.FLAGS.data_dir
+  initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes, flags.FLAGS.process_id,
+                         auto=flags.FLAGS.distributed)
   try:
     summary = train_and_evaluate(cfg, workdir)
   except (NonFiniteLossError, data_lib.DataError) as e:
     log.error("%s", e)
     print(f"error: {e}", file=sys.stderr)
     sys.exit(1)
+  if jax.process_index() != 0:
+    return
   first = summary["first_eval"]
   if first is not None and first["step"] == 0:
     print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
@@ -622,7 +735,28 @@ def _define_flags():
   config_flags.DEFINE_config_file("config", None, "Training config file (see configs/).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
   flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
+  # Several processes (hosts); see initialize_distributed. Defaults come from the environment so that a launcher
+  # can set them per process.
+  flags.DEFINE_bool("distributed", os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
+                    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
+                    "GKE); env JAXCSE_DISTRIBUTED=1.")
+  flags.DEFINE_string("coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
+                      "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.")
+  flags.DEFINE_integer("num_processes", _env_int("JAX_NUM_PROCESSES"),
+                       "Number of processes in the run; env JAX_NUM_PROCESSES.")
+  flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
+                       "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
   flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name)
+  if value is None or value == "":
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,213 @@
+"""Multi-process training through jax.distributed: 2 CPU processes on 127.0.0.1 equal a 1-process run.
+
+Each process is a subprocess with one CPU device and its own
+``jax.distributed.initialize``; cross-process collectives go through gloo
+(JAX's default CPU collectives, ``jax_cpu_collectives_implementation``; no
+setting needed). The first run is interrupted after its step-3 checkpoint; the
+second, launched through ``python -m jaxcse.train`` with the process settings
+in the environment, resumes it. The reference is one process with two
+simulated devices. Every launch has a deadline, and a failed process ends its
+launch at once: its peers would otherwise wait in a collective.
+
+``python tests/test_multihost.py worker ...`` is the first run's process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS, CHECKPOINT_EVERY, INTERRUPT_AT = 6, 3, 4
+# The tiny config (tests/helpers.tiny_config) with a checkpoint and an evaluation every 3 steps.
+OVERRIDES = {"train.max_steps": STEPS, "checkpoint.every": CHECKPOINT_EVERY, "eval.every": 3}
+DEADLINE_S = 180  # Per launch; generous for a loaded machine (a launch takes ~20-30 s on an idle one).
+
+
+class Interrupted(RuntimeError):
+  """Stands for a crash: raised in place of a step's batch."""
+
+
+def _worker(argv: list[str]) -> None:
+  """One process of the first run: joins the 2-process job, trains, crashes before step ``--interrupt_at``."""
+  parser = argparse.ArgumentParser()
+  for name in ("coordinator_address", "model_dir", "data_dir", "workdir"):
+    parser.add_argument(f"--{name}", required=True)
+  parser.add_argument("--process_id", type=int, required=True)
+  parser.add_argument("--interrupt_at", type=int, required=True)
+  args = parser.parse_args(argv)
+  sys.path.insert(0, REPO)
+  from jaxcse import data as data_lib, train
+  from tests import helpers
+
+  train.initialize_distributed(args.coordinator_address, 2, args.process_id)
+  iterate = data_lib.Batches.iterate
+
+  def interrupted_iterate(self, start_step, end_step, *rest, **kwargs):
+    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
+      if step == args.interrupt_at:
+        raise Interrupted(f"interrupted before step index {step}")
+      yield batch
+
+  data_lib.Batches.iterate = interrupted_iterate
+  try:
+    train.train_and_evaluate(helpers.tiny_config(args.model_dir, args.data_dir, **OVERRIDES), args.workdir)
+  except Interrupted as e:
+    print(f"process {args.process_id}: {e}", flush=True)
+    return
+  raise SystemExit(f"process {args.process_id}: the run was not interrupted")
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
+  _worker(sys.argv[2:])
+  sys.exit(0)
+
+
+import flax  # noqa: E402  (the worker above must not import the test dependencies)
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from jaxcse import checkpoints, train  # noqa: E402
+from tests import helpers  # noqa: E402
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _env(**extra: str) -> dict[str, str]:
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "XLA_FLAGS"}
+  return {**env, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+          "PYTHONPATH": REPO, **extra}
+
+
+def _launch(commands: list[tuple[list[str], dict[str, str]]], tmp_path, name: str) -> list[str]:
+  """Runs the processes of one job together; returns their outputs. Fails (killing all) on error or deadline."""
+  procs, logs = [], []
+  for i, (cmd, env) in enumerate(commands):
+    log_path = tmp_path / f"{name}.{i}.log"
+    logs.append(log_path)
+    procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=open(log_path, "w"), stderr=subprocess.STDOUT))
+  deadline = time.time() + DEADLINE_S
+  try:
+    while time.time() < deadline and any(p.poll() is None for p in procs):
+      # One process failing leaves its peers in a collective: stop waiting at the first failure.
+      if any(p.poll() not in (None, 0) for p in procs):
+        break
+      time.sleep(0.2)
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        p.kill()
+      p.wait()
+  outputs = [path.read_text() for path in logs]
+  codes = [p.returncode for p in procs]
+  if codes != [0] * len(procs):
+    tails = "\n".join(f"--- process {i} (exit {c}):\n{out[-3000:]}" for i, (c, out) in enumerate(zip(codes, outputs)))
+    pytest.fail(f"{name}: exit codes {codes} (negative: killed at the {DEADLINE_S} s deadline)\n{tails}")
+  return outputs
+
+
+def _params(workdir: str) -> dict[str, np.ndarray]:
+  model, _ = checkpoints.load_model(workdir, checkpoint="latest")
+  return flax.traverse_util.flatten_dict(jax.device_get(model.params), sep="/")
+
+
+def _records(workdir: str) -> list[dict]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def _cli(workdir: str, model_dir: str, data_dir: str) -> list[str]:
+  """``python -m jaxcse.train`` with the same config as the worker's ``tiny_config(..., **OVERRIDES)``."""
+  config = helpers.tiny_config(model_dir, data_dir, **OVERRIDES)
+  cmd = [sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"),
+         "--workdir", workdir]
+  for key in ("model.name", "data.data_dir", "data.train", "data.max_seq_len", "train.batch_size",
+              "train.max_steps", "train.learning_rate", "train.log_every", "eval.every", "eval.batch_size",
+              "checkpoint.every"):
+    section, field = key.split(".")
+    cmd.append(f"--config.{key}={config[section][field]}")
+  return cmd
+
+
+def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_dir, tmp_path):
+  # The reference: one process with two (simulated) devices, the same 2-way data mesh.
+  reference = str(tmp_path / "reference")
+  _launch([(_cli(reference, tiny_model_dir, small_data_dir),
+            _env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))], tmp_path, "reference")
+
+  # Two processes with one device each; the first run stops (as if it crashed) before step index 4.
+  workdir = str(tmp_path / "two_processes")
+  address = f"127.0.0.1:{_free_port()}"
+  worker = [sys.executable, os.path.abspath(__file__), "worker", "--coordinator_address", address,
+            "--model_dir", tiny_model_dir, "--data_dir", small_data_dir, "--workdir", workdir,
+            "--interrupt_at", str(INTERRUPT_AT), "--process_id"]
+  outputs = _launch([(worker + [str(i)], _env()) for i in range(2)], tmp_path, "interrupted")
+  for i, out in enumerate(outputs):
+    assert f"process {i}: interrupted before step index {INTERRUPT_AT}" in out
+  assert os.listdir(os.path.join(workdir, checkpoints.LATEST_DIR)) == [str(CHECKPOINT_EVERY)]
+  # Steps 2, 3 and 4 were logged; the resumed run starts again after the checkpoint at 3 and drops the line of 4.
+  assert [r["step"] for r in _records(workdir) if "loss" in r] == [2, 3, 4]
+
+  # The resumed run: the CLI, with the process settings in the environment as a launcher would set them.
+  address = f"127.0.0.1:{_free_port()}"
+  outputs = _launch([(_cli(workdir, tiny_model_dir, small_data_dir),
+                      _env(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)))
+                     for i in range(2)], tmp_path, "resumed")
+  for i, out in enumerate(outputs):
+    assert f"process {i} of 2; 1 local of 2 devices" in out and "resumed" in out
+    assert "differs from the saved config.json" not in out  # The CLI flags rebuild the worker's config.
+  assert "best stsb_dev" in outputs[0] and "best stsb_dev" not in outputs[1]  # Process 0 reports.
+
+  # Exactly the reference's numbers: the SPMD program is the same as on one process's two devices, and the
+  # gradient's all-reduce over two participants is one float addition, commutative, so the bits match whether
+  # it runs inside a process or across processes (through gloo). Against one device the params differ by up to
+  # ~4e-6 (the per-device partial sums associate differently); test_train covers that comparison.
+  ref_records, records = _records(reference), _records(workdir)
+  assert len(records) == len(ref_records)  # Only process 0 wrote metrics.jsonl: no line twice.
+  for ref, got in zip(ref_records, records):
+    assert ref.keys() == got.keys()
+    for key in ref:
+      if key not in ("steps_per_sec", "eval/seconds"):
+        assert got[key] == ref[key], (ref["step"], key)
+  summary, ref_summary = (json.load(open(os.path.join(w, "summary.json"))) for w in (workdir, reference))
+  assert {**summary, "workdir": None} == {**ref_summary, "workdir": None}
+  ref_params, params = _params(reference), _params(workdir)
+  assert ref_params.keys() == params.keys()
+  for key in ref_params:
+    np.testing.assert_array_equal(params[key], ref_params[key], err_msg=key)
+
+
+def test_partial_process_settings_are_an_error():
+  with pytest.raises(ValueError, match="needs all of --coordinator_address, --num_processes and --process_id"):
+    train.initialize_distributed("127.0.0.1:1234", 2, None)
+
+
+class _Sharding:
+  """What ``process_rows`` reads of a sharding: the slices of the batch that this process's devices hold."""
+
+  def __init__(self, *slices: slice):
+    self.slices = slices
+
+  def addressable_devices_indices_map(self, shape):
+    return {f"device{i}": (s,) for i, s in enumerate(self.slices)}
+
+
+def test_process_rows_follow_the_sharding():
+  # One process holds every row of the global batch, in order.
+  mesh = train.make_mesh()
+  sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+  np.testing.assert_array_equal(train.process_rows(sharding, 8), np.arange(8))
+  # A host whose devices are not adjacent in the mesh (TPU topologies): its slices, ascending, as
+  # jax.make_array_from_process_local_data lays out local rows; a replicated slice counts once.
+  np.testing.assert_array_equal(train.process_rows(_Sharding(slice(6, 8), slice(0, 2), slice(6, 8)), 8), [0, 1, 6, 7])
+  np.testing.assert_array_equal(train.process_rows(_Sharding(slice(None)), 4), np.arange(4))
