@@ -217,13 +217,11 @@ def load_runs(workdirs: Sequence[str], results_paths: Sequence[str] = ()) -> lis
 # Figures.
 
 
-def _pyplot():
-  import matplotlib
+def _figure(**kwargs):
+  """A matplotlib Figure outside pyplot: no display needed, and a notebook's own plotting backend is left alone."""
+  from matplotlib.figure import Figure
 
-  matplotlib.use("Agg")  # Files only: no display needed (servers, CI, notebooks all work).
-  import matplotlib.pyplot as plt
-
-  return plt
+  return Figure(**kwargs)
 
 
 def _note_skipped(run: Run, skipped: list[tuple[str, Sequence[str]]]) -> None:
@@ -308,7 +306,6 @@ def _panel_eval(ax, run: Run, key: str, title: str) -> None:
 
 def plot_training(run: Run, path: str) -> str:
   """Writes ``run``'s training curves to ``path`` (PNG): one panel per kind of record it has. Returns ``path``."""
-  plt = _pyplot()
   from matplotlib.ticker import MaxNLocator
 
   panels, skipped = [], []
@@ -336,7 +333,8 @@ def plot_training(run: Run, path: str) -> str:
     raise MetricsError(f"{os.path.join(run.workdir, 'metrics.jsonl')}: no loss and no dev scores: nothing to plot")
   cols = min(len(panels), 3)
   rows = math.ceil(len(panels) / cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.9 * rows), squeeze=False)
+  fig = _figure(figsize=(5.2 * cols, 3.9 * rows))
+  axes = fig.subplots(rows, cols, squeeze=False)
   xlim = _steps_range(run)
   for ax, draw in zip(axes.flat, panels):
     ax.set_xlim(*xlim)  # Before drawing: the omega panel places its label at the left edge.
@@ -348,16 +346,15 @@ def plot_training(run: Run, path: str) -> str:
   fig.suptitle(f"{run.name}", fontweight="bold")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
   return path
 
 
 def plot_compare(runs: Sequence[Run], path: str) -> str:
   """Overlays the loss and STS-B dev curves of several runs; writes ``path`` (PNG) and returns it."""
-  plt = _pyplot()
   from matplotlib.ticker import MaxNLocator
 
-  fig, (ax_loss, ax_dev) = plt.subplots(1, 2, figsize=(12, 4.4))
+  fig = _figure(figsize=(12, 4.4))
+  ax_loss, ax_dev = fig.subplots(1, 2)
   all_losses = []
   for i, run in enumerate(runs):
     color = f"C{i % 10}"
@@ -381,7 +378,6 @@ def plot_compare(runs: Sequence[Run], path: str) -> str:
   ax_dev.legend(fontsize="small", loc="best")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
   return path
 
 
@@ -439,17 +435,18 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
     print(f"note: no STS Avg for {', '.join(missing)} (no results JSON from `jaxcse.evaluate --tasks sts`); "
           "colouring every run by its best STS-B dev instead", file=sys.stderr)
 
-  plt = _pyplot()
+  import matplotlib
   from matplotlib.ticker import MaxNLocator
 
-  fig, ax = plt.subplots(figsize=(7.2, 5.6))
+  fig = _figure(figsize=(7.2, 5.6))
+  ax = fig.subplots()
   colours = np.array(colour_values, dtype=np.float64)
   finite = colours[np.isfinite(colours)]
   low, high = (finite.min(), finite.max()) if finite.size else (0.0, 1.0)
   if high - low < 0.5:  # One run, or runs within half a point: keep the colour scale readable.
     low, high = low - 0.5, high + 0.5
-  norm = plt.Normalize(low, high)
-  cmap = plt.get_cmap("viridis")
+  norm = matplotlib.colors.Normalize(low, high)
+  cmap = matplotlib.colormaps["viridis"]
   if use_dev:
     for i, run in enumerate(plotted):
       rows = [r for r in run.evals if ALIGNMENT in r and UNIFORMITY in r]
@@ -481,7 +478,6 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
     ax.legend(fontsize="small", loc="best")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
-  plt.close(fig)
   return path
 
 
