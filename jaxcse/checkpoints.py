@@ -102,7 +102,8 @@ def load_model(path: str, *, checkpoint: str = "best") -> tuple[models.Model, bo
   model = models.from_description(os.path.join(workdir, MODEL_DIR))
   directory, step = _checkpoint_step(workdir, path, checkpoint)
   mngr = ocp.CheckpointManager(directory)
-  sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
+  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   model.params = restore(mngr, step, params=abstract_params(model, sharding))["params"]
   mngr.close()
   return model, True

@@ -598,7 +598,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   if config.method == "dclr":
     # Frozen: a jit input replicated on every device, never in the train state or our checkpoints.
     complementary, _ = checkpoints.load_model(config.dclr.complementary_model)
-    complementary_params = jax.device_put(complementary.params, replicated)
+    # Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a
+    # device array to other hosts' devices; from numpy, each process fills its own devices.
+    complementary_params = jax.device_put(jax.device_get(complementary.params), replicated)
     complementary.params = None
   train_step = jax.jit(make_train_step(config, model, tx, complementary), donate_argnums=0,
                        out_shardings=(replicated, replicated))
