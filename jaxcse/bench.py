@@ -275,8 +275,8 @@ def bench_train(args) -> str:
   print(machine_line())
   print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
         f"torch {torch.__version__} with {torch.get_num_threads()} threads")
-  peak = matmul_peak_flops()
-  print(f"peak: float32 2048x2048 jnp matmul {peak / 1e9:.1f} GFLOP/s")
+  peak = matmul_peak_flops(args.peak_size)
+  print(f"peak: float32 {args.peak_size}x{args.peak_size} jnp matmul {peak / 1e9:.1f} GFLOP/s")
   if args.profile:
     profile_train_step(shape, ids, mask, args.repeats)
   steps = args.warmup + args.rounds * args.repeats
@@ -308,12 +308,17 @@ def bench_train(args) -> str:
 def read_sentences(path: str, limit: int) -> list[str]:
   """The first ``limit`` non-empty lines of a UTF-8 text file."""
   out = []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      if line.strip():
-        out.append(line.strip())
-        if len(out) == limit:
-          break
+  try:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        if line.strip():
+          out.append(line.strip())
+          if len(out) == limit:
+            break
+  except FileNotFoundError:
+    raise data_lib.DataError(f"{path}: no such sentence file (pass --input or --data_dir)") from None
+  except UnicodeDecodeError as e:
+    raise data_lib.DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
   if not out:
     raise data_lib.DataError(f"{path}: no sentences")
   return out
@@ -455,6 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
   p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
                  help="jaxcse's compute dtype (params stay float32); the PyTorch side is float32")
+  p.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
 
   p = sub.add_parser("encode", help="Embedder vs sentence-transformers encode")
