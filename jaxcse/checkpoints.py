@@ -110,17 +110,10 @@ def load_model(path: str, *, checkpoint: str = "best") -> tuple[models.Model, bo
 
 
 def sentence_transformers_pooler(folder: str) -> str | None:
-  """The pooler a sentence-transformers folder declares (``1_Pooling/config.json``), if any."""
-  config_path = os.path.join(folder, "1_Pooling", "config.json")
-  if not os.path.isfile(config_path):
-    return None
-  with open(config_path) as f:
-    cfg = json.load(f)
-  if cfg.get("pooling_mode_mean_tokens"):
-    return "avg"
-  if cfg.get("pooling_mode_cls_token"):
-    return "cls_before_pooler"
-  return None
+  """The pooler a sentence-transformers folder's modules compute, if jaxcse has it (see ``export_hf``)."""
+  from jaxcse import export_hf  # The reader lives beside the writer of these module chains (which imports us).
+
+  return export_hf.sentence_transformers_pooler(folder)
 
 
 def write_json(path: str, obj: Any) -> None:

