@@ -44,7 +44,8 @@ from jaxcse import checkpoints, models
 # Backbones whose Flax parameter tree has exactly the PyTorch model's module names.
 SUPPORTED_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel"}
 
-# Module class names as sentence-transformers has always spelled them (2.x to 5.x load them).
+# Module class names in the spelling sentence-transformers has used since 2.x (5.x maps them to its new
+# module paths; tested with 5.7.0). Dense and WeightedLayerPooling weights are model.safetensors.
 _ST_TRANSFORMER = "sentence_transformers.models.Transformer"
 _ST_POOLING = "sentence_transformers.models.Pooling"
 _ST_DENSE = "sentence_transformers.models.Dense"
