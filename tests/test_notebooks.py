@@ -18,6 +18,7 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
 from tests import helpers  # noqa: E402  (after the skips: only needed when the notebook tooling is there)
+from tests.conftest import shared_data_dir  # noqa: E402
 
 NOTEBOOKS = os.path.join(helpers.REPO, "notebooks")
 KERNEL = "jaxcse-test-python"
@@ -43,19 +44,13 @@ def run_notebook(name: str, kernel: str, workdir: str, env: dict[str, str], monk
   assert not any(cell.get("outputs") for cell in nb.cells if cell.cell_type == "code"), f"{path}: committed outputs"
   monkeypatch.setenv("JAXCSE_NOTEBOOK_SMOKE", "1")
   monkeypatch.setenv("JAXCSE_NOTEBOOK_WORKDIR", workdir)
-  monkeypatch.setenv("JAXCSE_DATA_DIR", helpers_data_dir())
+  monkeypatch.setenv("JAXCSE_DATA_DIR", shared_data_dir())
   for key, value in env.items():
     monkeypatch.setenv(key, value)
   client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300,
                                    resources={"metadata": {"path": NOTEBOOKS}})
   client.execute()
   return nb
-
-
-def helpers_data_dir() -> str:
-  from tests.conftest import shared_data_dir
-
-  return shared_data_dir()
 
 
 def text_output(nb) -> str:
