@@ -26,7 +26,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS, CHECKPOINT_EVERY, INTERRUPT_AT = 6, 3, 4
 # The tiny config (tests/helpers.tiny_config) with a checkpoint and an evaluation every 3 steps.
 OVERRIDES = {"train.max_steps": STEPS, "checkpoint.every": CHECKPOINT_EVERY, "eval.every": 3}
-DEADLINE_S = 180  # Per launch; generous for a loaded machine (a launch takes ~20-30 s on an idle one).
+# Per launch. Measured on the 2-core dev machine at load average ~12: 87-130 s a launch (15-30 s of CPU per process).
+DEADLINE_S = 180
 
 
 class Interrupted(RuntimeError):
