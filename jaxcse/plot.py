@@ -462,9 +462,6 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   ys = np.array([p[1] for p in points])
   scatter = ax.scatter(xs, ys, c=colours, cmap=cmap, norm=norm, s=140, edgecolors="black", zorder=3,
                        plotnonfinite=True, label="best checkpoint" if use_dev else None)
-  for run, x, y, value in zip(plotted, xs, ys, colours):
-    text = f"{run.name} ({value:.2f})" if np.isfinite(value) else run.name
-    ax.annotate(text, (x, y), xytext=(7, 6), textcoords="offset points", fontsize="small", zorder=4)
   colour_label = "STS Avg x100 (STS12-16, STS-B, SICK-R test)" if use_avg else "STS-B dev Spearman x100 (best checkpoint)"
   fig.colorbar(scatter, ax=ax, label=colour_label)
   split = "STS-B dev" if use_dev else "STS-B test"
@@ -473,7 +470,14 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   ax.xaxis.set_major_locator(MaxNLocator(6))  # Small ranges would otherwise crowd long tick labels.
   ax.set_title("alignment-uniformity map")
   ax.grid(alpha=0.3)
-  ax.margins(x=0.25, y=0.15)  # Room for the run labels right of the points.
+  ax.margins(x=0.25, y=0.15)  # Room for the run labels beside the points.
+  left, right = ax.get_xlim()
+  for run, x, y, value in zip(plotted, xs, ys, colours):
+    text = f"{run.name} ({value:.2f})" if np.isfinite(value) else run.name
+    # Labels of points in the right part of the map go to their left, so they stay inside the axes.
+    on_right = (x - left) > 0.6 * (right - left)
+    ax.annotate(text, (x, y), xytext=(-9 if on_right else 9, 7), textcoords="offset points", fontsize="small",
+                ha="right" if on_right else "left", zorder=4)
   if use_dev:
     ax.legend(fontsize="small", loc="best")
   fig.tight_layout()
