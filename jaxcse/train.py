@@ -546,7 +546,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     if saved != json.loads(json.dumps(config.to_dict(), default=str)):
       log.warning("resuming %s with a config that differs from the saved config.json", workdir)
 
-  corpus = data_lib.load_corpus(config.data.train, root=data_root, skip_empty_lines=config.data.skip_empty_lines)
+  corpus = data_lib.load_corpus(config.data.train, root=data_root, skip_empty_lines=config.data.skip_empty_lines,
+                                tfds_text_feature=config.data.get("tfds_text_feature", "text"),
+                                tfds_data_dir=config.data.get("tfds_data_dir") or None)
   batches = data_lib.Batches(corpus, model.tokenizer, batch_size=config.train.batch_size,
                              max_seq_len=config.data.max_seq_len, seed=config.seed,
                              no_duplicates=config.data.no_duplicates)
