@@ -421,10 +421,10 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
     if use_dev:
       if best is None or ALIGNMENT not in best:  # No eval/metric: the last evaluation with the numbers.
         best = [r for r in run.evals if ALIGNMENT in r and UNIFORMITY in r][-1]
-      points.append((best[ALIGNMENT], best[UNIFORMITY]))
+      points.append((best[UNIFORMITY], best[ALIGNMENT]))  # SimCSE's Figure 2: x = uniformity, y = alignment.
     else:
       summary = run.results["summary"]
-      points.append((summary["alignment"], summary["uniformity"]))
+      points.append((summary["uniformity"], summary["alignment"]))
     if use_avg:
       colour_values.append(run.sts_avg())
     else:
@@ -450,8 +450,8 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   if use_dev:
     for i, run in enumerate(plotted):
       rows = [r for r in run.evals if ALIGNMENT in r and UNIFORMITY in r]
-      xs = np.array([r[ALIGNMENT] for r in rows])
-      ys = np.array([r[UNIFORMITY] for r in rows])
+      xs = np.array([r[UNIFORMITY] for r in rows])
+      ys = np.array([r[ALIGNMENT] for r in rows])
       ax.plot(xs, ys, color="0.55", linewidth=1, marker=".", markersize=5, zorder=1,
               label="evaluations during training" if i == 0 else None)
       for j in range(len(xs) - 1):  # Arrows show the direction of training, as in SimCSE's Figure 2.
@@ -465,8 +465,8 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   colour_label = "STS Avg x100 (STS12-16, STS-B, SICK-R test)" if use_avg else "STS-B dev Spearman x100 (best checkpoint)"
   fig.colorbar(scatter, ax=ax, label=colour_label)
   split = "STS-B dev" if use_dev else "STS-B test"
-  ax.set_xlabel(f"alignment, {split} (lower is better)")
-  ax.set_ylabel(f"uniformity, {split} (lower is better)")
+  ax.set_xlabel(f"uniformity, {split} (lower is better)")
+  ax.set_ylabel(f"alignment, {split} (lower is better)")
   ax.xaxis.set_major_locator(MaxNLocator(6))  # Small ranges would otherwise crowd long tick labels.
   ax.set_title("alignment-uniformity map")
   ax.grid(alpha=0.3)
