@@ -27,6 +27,11 @@ from senteval.tools import classifier as senteval_classifier  # noqa: E402
 
 DATA_ROOT = os.path.join(os.environ.get("JAXCSE_DATA_DIR", "/work/shared/data"), "senteval")
 
+# SentEval calls inspect.getargspec, removed in Python 3.11; getfullargspec's first field is the same list.
+import inspect  # noqa: E402
+
+inspect.getargspec = inspect.getfullargspec
+
 # CPU-only torch: make SentEval's .cuda() calls identities and keep its tensors on the CPU.
 torch.Tensor.cuda = lambda self, *a, **k: self
 torch.nn.Module.cuda = lambda self, *a, **k: self
