@@ -1,0 +1,73 @@
+"""Tables of jaxcse.transfer against SentEval from the result files in results/.
+
+  python experiments/transfer_check/compare.py [--results experiments/transfer_check/results]
+
+Reads every ``{senteval,jaxcse}_{dev,test}_*.json`` written by run_senteval_transfer.py and
+run_jaxcse_transfer.py, and prints per mode a Markdown table: each side's test accuracy per seed,
+mean +- std over seeds, and whether jaxcse's mean falls inside SentEval's own seed-to-seed range
+(min..max over its seeds). A task SentEval ran with one seed only has no spread, and its row says so.
+"""
+import argparse
+import collections
+import glob
+import json
+import os
+import statistics
+
+TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+SIDES = ("senteval", "jaxcse")
+
+
+def load(results_dir: str) -> dict:
+  """{mode: {task: {side: {seed: acc}}}} from every result file."""
+  table = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(dict)))
+  for side in SIDES:
+    for path in sorted(glob.glob(os.path.join(results_dir, f"{side}_*.json"))):
+      with open(path) as f:
+        run = json.load(f)
+      for task, result in run["tasks"].items():
+        seeds = table[run["mode"]][task][side]
+        if run["seed"] in seeds and seeds[run["seed"]] != result["acc"]:
+          raise ValueError(f"{path}: {side} {task} seed {run['seed']} disagrees with an earlier file")
+        seeds[run["seed"]] = result["acc"]
+  return table
+
+
+def describe(accs: dict) -> str:
+  values = [accs[s] for s in sorted(accs)]
+  if not values:
+    return "-"
+  spread = f"{statistics.mean(values):.2f} +- {statistics.stdev(values):.2f}" if len(values) > 1 else f"{values[0]:.2f}"
+  return f"{' / '.join(f'{v:.2f}' for v in values)} ({spread})"
+
+
+def verdict(senteval: dict, jaxcse: dict) -> str:
+  if len(senteval) < 2 or not jaxcse:
+    return f"{len(senteval)} SentEval seed(s), {len(jaxcse)} jaxcse: no spread to compare"
+  lo, hi = min(senteval.values()), max(senteval.values())
+  mean = statistics.mean(jaxcse.values())
+  delta = mean - statistics.mean(senteval.values())
+  inside = "inside" if lo <= mean <= hi else "OUTSIDE"
+  return f"mean diff {delta:+.2f}; jaxcse mean {inside} SentEval range {lo:.2f}..{hi:.2f}"
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+  args = parser.parse_args()
+  table = load(args.results)
+  for mode in ("dev", "test"):
+    if mode not in table:
+      continue
+    print(f"\n### {mode} mode: test accuracy x100 per seed (seeds in increasing order: 2, 3, 1111), mean +- std\n")
+    print("| task | SentEval | jaxcse | comparison |")
+    print("|---|---|---|---|")
+    for task in TASKS:
+      sides = table[mode].get(task)
+      if sides:
+        print(f"| {task} | {describe(sides['senteval'])} | {describe(sides['jaxcse'])} | "
+              f"{verdict(sides['senteval'], sides['jaxcse'])} |")
+
+
+if __name__ == "__main__":
+  main()
