@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import codecs
 import concurrent.futures
+import copy
 import csv
 import dataclasses
 import hashlib
@@ -275,7 +276,9 @@ class Batches:
     if batch_size > len(corpus):
       raise DataError(f"{corpus.path}: {len(corpus)} examples, fewer than one batch of {batch_size}")
     self.corpus = corpus
-    self.tokenizer = tokenizer
+    # A copy of its own: `iterate` tokenizes in a thread while the caller (evaluation during training) may use
+    # the original, and a Hugging Face fast tokenizer used by two threads at once fails ("Already borrowed").
+    self.tokenizer = copy.deepcopy(tokenizer)
     self.batch_size = batch_size
     self.max_seq_len = max_seq_len
     self.seed = seed

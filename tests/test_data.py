@@ -9,7 +9,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from jaxcse import data
+from jaxcse import data, models
 from jaxcse.data import Batches, Corpus, DataError
 
 NLI_SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "corpora", "nli_sample.csv")
@@ -456,3 +456,15 @@ def test_no_duplicates_impossible_batch_is_an_error(tokenizer):
   corpus = Corpus("memory.txt", {"sent0": ["same"] * 10})
   with pytest.raises(DataError, match="distinct sentences"):
     Batches(corpus, tokenizer, batch_size=2, max_seq_len=8, seed=0, no_duplicates=True).total_steps(1)
+
+
+def test_prefetch_thread_does_not_share_the_callers_tokenizer(tokenizer):
+  # Training evaluates (tokenizing in the main thread) while Batches.iterate tokenizes the next batches in its
+  # thread; one Hugging Face fast tokenizer used by two threads at once raises "RuntimeError: Already borrowed".
+  corpus = Corpus("memory", {"sent0": [f"sentence {i} " + "word " * (i % 40) for i in range(4096)]})
+  batches = Batches(corpus, tokenizer, batch_size=256, max_seq_len=32, seed=0)
+  assert batches.tokenizer is not tokenizer
+  long_lines = [f"evaluation line {i} " + "token " * (i % 200) for i in range(512)]
+  for batch in batches.iterate(0, batches.steps_per_epoch, prefetch=4):
+    models.tokenize(tokenizer, long_lines, 128)  # What the Embedder does during an evaluation.
+    assert batch["input_ids"].shape == (256, 1, 32)
