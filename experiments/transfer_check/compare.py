@@ -42,12 +42,13 @@ def describe(accs: dict) -> str:
 
 
 def verdict(senteval: dict, jaxcse: dict) -> str:
-  if len(senteval) < 2 or not jaxcse:
-    return f"{len(senteval)} SentEval seed(s), {len(jaxcse)} jaxcse: no spread to compare"
+  if not senteval or not jaxcse:
+    return "one side missing"
+  delta = statistics.mean(jaxcse.values()) - statistics.mean(senteval.values())
+  if len(senteval) < 2:
+    return f"mean diff {delta:+.2f}; one SentEval seed: no spread of its own"
   lo, hi = min(senteval.values()), max(senteval.values())
-  mean = statistics.mean(jaxcse.values())
-  delta = mean - statistics.mean(senteval.values())
-  inside = "inside" if lo <= mean <= hi else "OUTSIDE"
+  inside = "inside" if lo <= statistics.mean(jaxcse.values()) <= hi else "OUTSIDE"
   return f"mean diff {delta:+.2f}; jaxcse mean {inside} SentEval range {lo:.2f}..{hi:.2f}"
 
 
