@@ -18,9 +18,13 @@ TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 SIDES = ("senteval", "jaxcse")
 
 
-def load(results_dir: str) -> dict:
-  """{mode: {task: {side: {seed: acc}}}} from every result file."""
-  table = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(dict)))
+def _nested():
+  return collections.defaultdict(lambda: collections.defaultdict(lambda: collections.defaultdict(dict)))
+
+
+def load(results_dir: str) -> tuple[dict, dict]:
+  """({mode: {task: {side: {seed: acc}}}}, the same with wall seconds) from every result file."""
+  table, walls = _nested(), _nested()
   for side in SIDES:
     for path in sorted(glob.glob(os.path.join(results_dir, f"{side}_*.json"))):
       with open(path) as f:
@@ -30,7 +34,9 @@ def load(results_dir: str) -> dict:
         if run["seed"] in seeds and seeds[run["seed"]] != result["acc"]:
           raise ValueError(f"{path}: {side} {task} seed {run['seed']} disagrees with an earlier file")
         seeds[run["seed"]] = result["acc"]
-  return table
+        if task in run.get("wall_seconds", {}):
+          walls[run["mode"]][task][side][run["seed"]] = run["wall_seconds"][task]
+  return table, walls
 
 
 def describe(accs: dict) -> str:
@@ -56,7 +62,7 @@ def main():
   parser = argparse.ArgumentParser()
   parser.add_argument("--results", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
   args = parser.parse_args()
-  table = load(args.results)
+  table, walls = load(args.results)
   for mode in ("dev", "test"):
     if mode not in table:
       continue
@@ -68,6 +74,14 @@ def main():
       if sides:
         print(f"| {task} | {describe(sides['senteval'])} | {describe(sides['jaxcse'])} | "
               f"{verdict(sides['senteval'], sides['jaxcse'])} |")
+    print(f"\nWall seconds per task, median over the timed runs (runs shared the machine unevenly: rough)\n")
+    print("| task | SentEval | jaxcse | SentEval / jaxcse |")
+    print("|---|---:|---:|---:|")
+    for task in TASKS:
+      timed = walls[mode].get(task, {})
+      se, jx = (statistics.median(timed[side].values()) if timed.get(side) else None for side in SIDES)
+      if se and jx:
+        print(f"| {task} | {se:.1f} | {jx:.1f} | {se / jx:.2f}x |")
 
 
 if __name__ == "__main__":
