@@ -164,7 +164,8 @@ def _objective(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array,
   if config.method == "dclr":
     d = config.dclr
     num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
-    noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std)
+    noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
+                                      dtype=jnp.promote_types(z1.dtype, jnp.float32))
     noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
                                         step_size=d.ascent_step_size)
     weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
@@ -205,7 +206,9 @@ def _mlm_cross_entropy_sum(model: models.Model, params, masked: jax.Array, mask:
   """The summed cross-entropy over the chosen tokens (labels >= 0) of ``[rows, len]`` masked inputs."""
   logits = models.mlm_logits(model, params, masked, mask, train=True, rng=rng)
   chosen = labels >= 0
-  ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.where(chosen, labels, 0))
+  # At least float32 (a bfloat16 model's logits are upcast), float64 when the model computes in float64.
+  logits = logits.astype(jnp.promote_types(logits.dtype, jnp.float32))
+  ce = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.where(chosen, labels, 0))
   return jnp.sum(ce * chosen)
 
 
@@ -292,6 +295,8 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Model, tx: 
   def chunked_value_and_grad(params, batch, complementary_params, keys):
     k_drop, k_method, k_mlm, k_comp = keys
     rows = batch["input_ids"].shape[0]
+    # The loss's dtype: float32, or float64 for a float64 model (the tests' exact comparisons).
+    float_dtype = jnp.promote_types(jax.tree.leaves(params)[0].dtype, jnp.float32)
     if rows % chunk:
       raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
     n = rows // chunk
@@ -314,7 +319,7 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Model, tx: 
       """One chunk: its embeddings ``[chunk, views, hidden]`` and its summed MLM cross-entropy (0 without MLM)."""
       z = embed_views(module, params, x["batch"], x["drop"])
       if not mlm_enabled:
-        return z, jnp.zeros((), jnp.float32)
+        return z, jnp.zeros((), float_dtype)
       flat = [t.reshape(-1, t.shape[-1]) for t in x["mlm"]]
       return z, _mlm_cross_entropy_sum(model, params, *flat, x["mlm_drop"])
 
@@ -339,7 +344,7 @@ def make_train_step(config: ml_collections.ConfigDict, model: models.Model, tx: 
                                                   has_aux=True)(z)
     xs["dz"] = _to_chunks(dz, n)
     # d loss / d (chunk's MLM sum), the same for every chunk.
-    mlm_cotangent = jnp.asarray(mlm_weight / mlm_count if mlm_enabled else 0.0, jnp.float32)
+    mlm_cotangent = jnp.asarray(mlm_weight / mlm_count if mlm_enabled else 0.0, float_dtype)
 
     # Pass 2: re-embed each chunk with the same key and pull its cached cotangent back to the params.
     def accumulate(grads, x):

@@ -88,13 +88,43 @@ STEP_VARIANTS = {
 }
 
 
+def in_float64(model):
+  """``model`` computing in float64 with float64 params (call under ``jax.enable_x64(True)``).
+
+  Tests that compare two ways of computing the same thing (1 vs 2 devices,
+  GradCache chunks vs one batch) run in float64: the two differ only by the
+  order of their reductions, so in float64 they agree to ~1e-13, far below any
+  error a real defect makes, and on any CPU. In float32 the same comparison sits
+  at 1e-6, near what a tolerance can separate from a defect (and where a newer
+  CPU's kernels rounded past the tolerance).
+  """
+  import dataclasses
+
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  if not jax.config.jax_enable_x64:
+    raise RuntimeError("in_float64 needs jax.enable_x64(True)")
+
+  def cast(tree):
+    return jax.tree.map(lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
+                        jax.device_get(tree))
+
+  changes = {"backbone": model.backbone.clone(dtype=jnp.float64), "params": cast(model.params)}
+  if model.mlm is not None:
+    changes["mlm"] = dataclasses.replace(model.mlm, module=model.mlm.module.clone(dtype=jnp.float64))
+  return dataclasses.replace(model, **changes)
+
+
 def one_step(model_dir: str, data_dir: str, out: str) -> None:
-  """One train step of every STEP_VARIANTS entry on all visible devices; saves losses and params.
+  """One train step of every STEP_VARIANTS entry on all visible devices, in float64; saves losses and params.
 
   Each variant steps with SGD at lr 1 (so the update is exactly the gradient,
   whose comparison is well conditioned); ``simcse`` also with the configured
-  AdamW (Adam's first update is lr * sign(g), which amplifies rounding noise on
-  near-zero gradients).
+  AdamW (Adam's first update is lr * g / (|g| + eps), which amplifies rounding
+  on near-zero gradients by up to lr / eps). Everything runs in float64 (see
+  ``in_float64``); set ``JAX_ENABLE_X64=1``.
   """
   import optax
   import flax
@@ -111,13 +141,14 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
   for name, (config_name, overrides), optimizer in variants:
     config = tiny_config(model_dir, data_dir, config_name, **{"train.batch_size": 16, **overrides})
     pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-    model = models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed, with_mlm_head=config.mlm.enabled)
+    model = in_float64(models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed,
+                                              with_mlm_head=config.mlm.enabled))
     corpus = data_lib.load_corpus(config.data.train, root=data_dir)
     batches = data_lib.Batches(corpus, model.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
     tx = optax.sgd(1.0) if optimizer == "sgd" else train.make_optimizer(config.train, 10)
     complementary, comp_params = None, None
     if config.method == "dclr":
-      complementary, _ = checkpoints.load_model(config.dclr.complementary_model)
+      complementary = in_float64(checkpoints.load_model(config.dclr.complementary_model)[0])
       comp_params = jax.device_put(complementary.params, replicated)
     state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params,
                                             opt_state=tx.init(model.params)), replicated)

@@ -42,20 +42,31 @@ MESH_METHOD = "simcse_mlm"
 @functools.lru_cache(maxsize=None)
 def _one_step(model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int,
               cache_gradients: bool = True) -> tuple[dict, dict]:
-  """One SGD step at lr 1 on all devices (the update is minus the gradient); returns (metrics, flat new params)."""
+  """One SGD step at lr 1 on all devices (the update is minus the gradient); returns (metrics, flat new params).
+
+  In float64 (``helpers.in_float64``): chunked and whole-batch steps, or 1 and 2 devices, differ only in the
+  order of their sums, which float64 leaves at ~1e-15 on any CPU.
+  """
+  with jax.enable_x64(True):
+    return _one_step_float64(model_dir, data_dir, method, dropout=dropout, chunk=chunk,
+                             cache_gradients=cache_gradients)
+
+
+def _one_step_float64(model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int,
+                      cache_gradients: bool) -> tuple[dict, dict]:
   config_name, overrides = METHODS[method]
   config = helpers.tiny_config(model_dir, data_dir, config_name, **{
       "train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides})
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-  model = models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed,
-                                 with_mlm_head=config.mlm.enabled)
+  model = helpers.in_float64(models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed,
+                                                   with_mlm_head=config.mlm.enabled))
   corpus = data_lib.load_corpus(config.data.train, root=data_dir)
   batch = data_lib.Batches(corpus, model.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
   mesh = train.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary, comp_params = None, None
   if config.method == "dclr":
-    complementary, _ = checkpoints.load_model(config.dclr.complementary_model)
+    complementary = helpers.in_float64(checkpoints.load_model(config.dclr.complementary_model)[0])
     comp_params = jax.device_put(complementary.params, replicated)
   tx = optax.sgd(1.0)
   state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params, opt_state=tx.init(model.params)),
@@ -66,14 +77,21 @@ def _one_step(model_dir: str, data_dir: str, method: str, *, dropout: float, chu
   return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
 
 
-def _assert_same_step(actual: tuple[dict, dict], expected: tuple[dict, dict], *, atol: float = 2e-6) -> None:
+# Float64 sums of at most ~1e3 O(1) terms reordered (chunks, devices): ~1e3 * 2**-53 * O(10) amplification through the
+# tiny network, ~1e-12 (measured: ~1e-15). A defect (a chunk with other dropout masks, negatives missing across
+# chunks or devices) moves losses and gradients by 1e-3 or more.
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def _assert_same_step(actual: tuple[dict, dict], expected: tuple[dict, dict]) -> None:
   (m1, p1), (m2, p2) = actual, expected
   assert set(m1) == set(m2)
   for key in m1:
-    np.testing.assert_allclose(m1[key], m2[key], rtol=1e-5, atol=1e-6, err_msg=key)
+    np.testing.assert_allclose(m1[key], m2[key], rtol=RTOL, atol=ATOL, err_msg=key)
   assert set(p1) == set(p2)
-  for key in p1:  # Params moved by exactly the gradient (SGD, lr 1): a gradient check at float32 rounding.
-    np.testing.assert_allclose(p1[key], p2[key], rtol=1e-5, atol=atol, err_msg=key)
+  for key in p1:  # Params moved by exactly the gradient (SGD, lr 1): a gradient check.
+    assert p1[key].dtype == np.float64, key
+    np.testing.assert_allclose(p1[key], p2[key], rtol=RTOL, atol=ATOL, err_msg=key)
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -99,18 +117,18 @@ def test_grad_cache_replays_dropout(tiny_model_dir, small_data_dir):
 def test_grad_cache_on_two_devices(tiny_model_dir, small_data_dir, tmp_path):
   # The batch sharded over a 2-device data mesh: chunks span both devices, the compiler does the rest.
   out = str(tmp_path / "two.npz")
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
+         "JAX_ENABLE_X64": "1"}
   subprocess.run([sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out], env=env,
                  check=True, cwd=REPO)
   two = np.load(out)
   assert int(two["devices"]) == 2
   metrics, params = _one_step(tiny_model_dir, small_data_dir, MESH_METHOD, dropout=0.1, chunk=CHUNK)
-  np.testing.assert_allclose(two["loss"], metrics["loss"], rtol=1e-5)
+  np.testing.assert_allclose(two["loss"], metrics["loss"], rtol=RTOL)
   for key, value in params.items():
-    # Sums over the batch reduced in another order across devices: a cancelling sum of ~800 token gradients
-    # (token_type_embeddings) keeps ~5e-6 of rounding; a structural error (negatives or masks not spanning both
-    # devices) moves gradients by orders of magnitude more.
-    np.testing.assert_allclose(two[key], value, rtol=1e-5, atol=1e-5, err_msg=key)
+    # Sums over the batch reduced in another order across devices (in float64, see RTOL); a structural error
+    # (negatives or masks not spanning both devices) moves gradients by orders of magnitude more.
+    np.testing.assert_allclose(two[key], value, rtol=RTOL, atol=ATOL, err_msg=key)
 
 
 def _compiled_bytes(model: models.Model, config, batch_size: int, chunk: int) -> int:

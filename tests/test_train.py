@@ -48,9 +48,12 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   assert summary["best_step"] == best_record["step"]
   model, described = checkpoints.load_model(fresh_workdir)
   assert described and model.pooling.test_pooler == "cls_before_pooler"
-  embedder = models.Embedder(model)
+  # The same program as the run's own evaluation (same pooler, batch size and shapes): the same score, exactly.
+  # (Another batch size rounds the embeddings differently, and a Spearman over 60 pairs moves by ~1e-4 when two
+  # nearly tied cosines swap ranks.)
+  embedder = models.Embedder(model, batch_size=config.eval.batch_size)
   dev = evaluate.dev_scores(embedder, evaluate.load_dev_sets(small_data_dir))
-  assert dev["stsb_dev"] == pytest.approx(best_record["eval/stsb_dev"], abs=1e-6)
+  assert dev["stsb_dev"] == best_record["eval/stsb_dev"]
   # The evaluation CLI takes the workdir too.
   out = os.path.join(fresh_workdir, "eval.json")
   assert evaluate.main(["--model", fresh_workdir, "--tasks", "STSBenchmark", "--data_dir", small_data_dir,
@@ -110,26 +113,31 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, small_data_
 
 
 def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_data_dir, tmp_path):
+  # Float64 (helpers.in_float64): the two runs differ only in the order of their reductions (per-device partial
+  # sums). Reordering a sum of n terms moves it by at most ~n * u * sum|terms|, u = 2**-53 = 1.1e-16; the tiny step
+  # reduces over at most ~1e3 terms (16 examples x 16 tokens x 2 views, hidden 32..64) of O(1) values, through a
+  # few layers that amplify by O(10): a bound of ~1e-12 relative. A structural error (negatives not crossing devices,
+  # a mask or key that depends on the device) moves losses and gradients by 1e-3 or more.
   results = {}
   for n in (1, 2):
     out = str(tmp_path / f"step_{n}.npz")
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu",
+           "JAX_ENABLE_X64": "1"}
     subprocess.run([sys.executable, os.path.join(REPO, "tests", "helpers.py"), "one_step", tiny_model_dir,
                     small_data_dir, out], check=True, env=env, cwd=REPO)
     results[n] = dict(np.load(out))
   assert int(results[1]["devices"]) == 1 and int(results[2]["devices"]) == 2
   for key in results[1]:
-    if key.endswith(":loss"):
-      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-6, err_msg=key)
-    elif key.split(":")[0].endswith("/sgd"):
-      # params - grads: gradients are sums over the batch, reduced in another order across devices;
-      # float32 rounding leaves ~1e-7 on O(1) entries. A wrong loss (e.g. negatives not crossing
-      # devices) changes them by orders of magnitude more.
-      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-5, atol=1e-6, err_msg=key)
-    elif key != "devices":
-      # AdamW's first update is lr * g / (|g| + eps): a rounding difference on a gradient near eps = 1e-8
-      # moves that element by up to ~lr * 1e-3 = 1e-6; anything structural moves whole tensors by ~lr.
-      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-5, atol=3e-6, err_msg=key)
+    if key == "devices":
+      continue
+    assert results[1][key].dtype == np.float64, key
+    if key.endswith(":loss") or key.split(":")[0].endswith("/sgd"):
+      # Losses, and params - gradients (SGD at lr 1): the bound above.
+      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-10, atol=1e-12, err_msg=key)
+    else:
+      # AdamW's first update is lr * g / (|g| + eps), whose derivative in g is at most lr / eps = 1e-3 / 1e-8:
+      # a gradient difference of 1e-13 (the bound above on O(0.1) gradients) moves an update by up to 1e-8.
+      np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-10, atol=1e-8, err_msg=key)
   # The steps did train, and the methods differ from each other.
   initial = flax.traverse_util.flatten_dict(
       models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42).params, sep="/")
