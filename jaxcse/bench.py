@@ -2,28 +2,30 @@ r"""Benchmarks of jaxcse against the PyTorch originals, each measured in one run
 
   python -m jaxcse.bench train    [--shape tiny|minilm|base] [--batch_size 64] [--max_seq_len 32] [--profile]
   python -m jaxcse.bench encode   [--model all-MiniLM-L6-v2] [--input FILE] [--limit 2048] [--batch_size 64]
-  python -m jaxcse.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] [--senteval_dir /work/ref_senteval/SimCSE]
+  python -m jaxcse.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] --senteval_dir /path/to/SimCSE
 
 Every benchmark runs jaxcse and its baseline in the same process, on the same
 inputs and threads, excludes warm-up (compilation, first calls) from the
 timings, and prints as its last line ``<name>: <x.xx>x``: baseline time over
 jaxcse time, so above 1 means jaxcse is faster.
 
-- ``train``: jaxcse's jitted train step (``train.make_train_step`` with the
-  AdamW of ``train.make_optimizer``, SimCSE unsup config) against a PyTorch
+- ``train``: jaxcse's jitted train step (``train_step.make_train_step`` with the
+  AdamW of ``train_step.make_optimizer``, SimCSE unsup config) against a PyTorch
   step in SimCSE's formulation: one ``BertModel`` forward over the stacked
   ``[2 * batch, len]`` views, [CLS] + MLP pooler, InfoNCE at temperature 0.05,
   gradient clipping at 1, ``torch.optim.AdamW`` with a linear schedule; both
   on randomly initialised weights of the shape. Also prints the model FLOPs
   utilisation of each against a float32 matmul peak measured in the same run.
-- ``encode``: ``models.Embedder`` against sentence-transformers' ``encode``,
+- ``encode``: ``embedder.Embedder`` against sentence-transformers' ``encode``,
   same model, sentences and batch size; sentences per second.
 - ``evaluate``: ``evaluate.evaluate_sts`` against SentEval driven as SimCSE's
   ``evaluation.py`` drives it (its batcher: a PyTorch ``AutoModel``, padding
   to the longest sentence of a batch, the same pooler), same model.
 
-Torch, sentence-transformers and SentEval are bench-only dependencies
-(``requirements-torch.txt``); nothing here imports them at module level.
+The baselines (PyTorch, sentence-transformers, SentEval) live in the
+repository's ``benchmarks/baselines.py``, outside the package; this module
+imports them lazily, so run it from a checkout with the ``torch`` extra
+installed (``pip install -e ".[torch]"``).
 """
 
 from __future__ import annotations
@@ -40,7 +42,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, evaluate, models, train
+from jaxcse import data as data_lib, embedder as embedder_lib, evaluate, hub, models, objectives, train_step
+
+
+def _baselines():
+  """``benchmarks.baselines`` of the repository checkout (torch, sentence-transformers, SentEval)."""
+  try:
+    from benchmarks import baselines
+  except ImportError as e:
+    raise SystemExit("error: the baselines are in the repository's benchmarks/ folder: run `python -m jaxcse.bench` "
+                     f"from the root of a jaxcse checkout, with torch installed (pip install -e \".[torch]\"): {e}"
+                     ) from None
+  return baselines
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,13 +182,13 @@ def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps:
 
   hf_config = shape.bert_config()
   backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False).module
-  model = models.Model(hf_config, None, backbone, None, models.PoolerSpec("cls", mlp_only_train=True))
-  model.params = models.init_params(model, seed=0)
+  spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
+  params = models.init_params(spec, seed=0)
   config = simcse_config(steps)
-  tx = train.make_optimizer(config.train, steps)
-  step_fn = jax.jit(train.make_train_step(config, model, tx), donate_argnums=0)
-  state = {"state": train.TrainState(step=jnp.zeros((), jnp.int32), params=model.params,
-                                     opt_state=tx.init(model.params)), "loss": None}
+  tx = train_step.make_optimizer(config.train, steps)
+  step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
+  state = {"state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
+           "loss": None}
   batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": mask[:, None]})
 
   def run():
@@ -189,63 +202,22 @@ def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps:
   return run, lambda: float(state["loss"]), release
 
 
-def torch_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int
-                     ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
-  """SimCSE's unsupervised step in PyTorch (its ``cl_forward`` with HF Trainer's AdamW, clipping and schedule)."""
-  import torch
-  import torch.nn.functional as F
-  from transformers import BertModel
-
-  torch.manual_seed(0)
-  hf_config = shape.bert_config()
-  bert = BertModel(hf_config, add_pooling_layer=False)
-  mlp = torch.nn.Linear(shape.hidden, shape.hidden)
-  params = list(bert.parameters()) + list(mlp.parameters())
-  optimizer = torch.optim.AdamW(params, lr=3e-5, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
-  scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / steps))
-  bert.train()
-  mlp.train()
-  batch_size, length = ids.shape
-  # SimCSE duplicates each sentence into [batch, 2, len] and flattens to [2 * batch, len]: rows 2i and 2i+1 are views.
-  input_ids = torch.from_numpy(np.repeat(ids, 2, axis=0)).long()
-  attention_mask = torch.from_numpy(np.repeat(mask, 2, axis=0)).long()
-  token_type_ids = torch.zeros_like(input_ids)
-  labels = torch.arange(batch_size)
-  last = {"loss": None}
-
-  def run():
-    out = bert(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-    z = torch.tanh(mlp(out.last_hidden_state[:, 0])).view(batch_size, 2, shape.hidden)
-    sim = F.cosine_similarity(z[:, 0].unsqueeze(1), z[:, 1].unsqueeze(0), dim=-1) / 0.05
-    loss = F.cross_entropy(sim, labels)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
-    scheduler.step()
-    optimizer.zero_grad(set_to_none=True)
-    last["loss"] = loss.item()
-
-  def release():
-    optimizer.state.clear()
-
-  return run, lambda: last["loss"], release
-
-
 def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats: int) -> None:
   """Times the parts of jaxcse's step (forward, forward+backward, whole step) and prints XLA's cost analysis."""
   from transformers import FlaxBertModel
 
   hf_config = shape.bert_config()
   backbone = FlaxBertModel(hf_config, seed=0, _do_init=False).module
-  model = models.Model(hf_config, None, backbone, None, models.PoolerSpec("cls", mlp_only_train=True))
-  params = models.init_params(model, seed=0)
+  spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
+  params = models.init_params(spec, seed=0)
   config = simcse_config(10)
   batch = {"input_ids": jnp.asarray(ids[:, None]), "attention_mask": jnp.asarray(mask[:, None])}
-  module = model.train_module
+  module = spec.train_module
   rng = jax.random.key(0)
+  objective = objectives.get(config.method)
 
   def loss_fn(p):
-    return train.contrastive_loss(config, train.embed_views(module, p, batch, rng), rng)[0]
+    return objective.loss(config, train_step.embed_views(module, p, batch, rng), rng, None)[0]
 
   parts = {
       "forward (train mode)": jax.jit(loss_fn),
@@ -282,7 +254,7 @@ def bench_train(args) -> str:
   steps = args.warmup + args.rounds * args.repeats
   dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
   sides = {"jaxcse": jaxcse_train_step(shape, ids, mask, steps=steps, dtype=dtype),
-           "pytorch": torch_train_step(shape, ids, mask, steps=steps)}
+           "pytorch": _baselines().torch_train_step(shape, ids, mask, steps=steps)}
   for name, (run, loss, _) in sides.items():
     for _ in range(args.warmup):
       run()
@@ -326,26 +298,22 @@ def read_sentences(path: str, limit: int) -> list[str]:
 
 def bench_encode(args) -> str:
   import torch
-  from sentence_transformers import SentenceTransformer
 
   if args.threads:
     torch.set_num_threads(args.threads)
-  path = models.resolve_model_path(args.model)
+  path = hub.resolve_model_path(args.model)
   input_path = args.input or os.path.join(data_lib.data_dir(args.data_dir), "corpora", "wiki_offline.txt")
   sentences = read_sentences(input_path, args.limit)
-  st = SentenceTransformer(path, device="cpu")
-  st.max_seq_length = args.max_seq_len or st.max_seq_length
-  model = models.load_pretrained(path, models.PoolerSpec("avg"))
-  embedder = models.Embedder(model, "avg", batch_size=args.batch_size, max_seq_len=st.max_seq_length)
+  run_st, max_seq_len = _baselines().sentence_transformers_encode(path, sentences, batch_size=args.batch_size,
+                                                                  max_seq_len=args.max_seq_len or None)
+  spec, params = models.load_pretrained(path, models.PoolerSpec("avg"))
+  embedder = embedder_lib.Embedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
   print(machine_line())
   print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
-        f"max_seq_len {st.max_seq_length}, torch {torch.__version__} with {torch.get_num_threads()} threads")
-
-  def run_st():
-    return st.encode(sentences, batch_size=args.batch_size, convert_to_numpy=True, normalize_embeddings=True)
+        f"max_seq_len {max_seq_len}, torch {torch.__version__} with {torch.get_num_threads()} threads")
 
   def run_jaxcse():
-    out = embedder(sentences)
+    out = embedder(sentences, params)
     return out / np.linalg.norm(out, axis=1, keepdims=True)  # all-MiniLM-L6-v2's pipeline ends with Normalize.
 
   ours, theirs = run_jaxcse(), run_st()  # Warm-up: compiles every bucket, loads every lazy module.
@@ -363,44 +331,6 @@ def bench_encode(args) -> str:
 # STS evaluation.
 
 
-def senteval_sts(senteval_dir: str, data_root: str, model_path: str, pooler: str, tasks: Sequence[str],
-                 batch_size: int) -> Callable[[], dict]:
-  """SentEval's STS run as SimCSE's ``evaluation.py`` (test mode) drives it, with a PyTorch ``AutoModel``."""
-  import torch
-  from transformers import AutoModel, AutoTokenizer
-
-  sys.path.insert(0, os.path.join(senteval_dir, "SentEval"))
-  try:
-    import senteval
-  except ImportError as e:
-    raise SystemExit(f"{senteval_dir}/SentEval: no SentEval checkout there ({e}); pass --senteval_dir") from None
-  tokenizer = AutoTokenizer.from_pretrained(model_path)
-  has_torch_weights = any(os.path.isfile(os.path.join(model_path, f))
-                          for f in ("model.safetensors", "pytorch_model.bin"))
-  model = AutoModel.from_pretrained(model_path, from_flax=not has_torch_weights).eval()
-
-  def batcher(params, batch):
-    if batch and batch[0] and isinstance(batch[0][0], bytes):
-      batch = [[w.decode("utf-8") for w in s] for s in batch]
-    enc = tokenizer([" ".join(s) for s in batch], return_tensors="pt", padding=True)
-    with torch.no_grad():
-      out = model(**enc, output_hidden_states=True, return_dict=True)
-    if pooler == "avg":
-      m = enc["attention_mask"].unsqueeze(-1)
-      return ((out.last_hidden_state * m).sum(1) / m.sum(1)).cpu()
-    if pooler == "cls_before_pooler":
-      return out.last_hidden_state[:, 0].cpu()
-    raise ValueError(f"the SentEval side supports poolers avg and cls_before_pooler, not {pooler!r}")
-
-  params = {"task_path": os.path.join(data_root, "senteval"), "usepytorch": True, "kfold": 10, "batch_size": batch_size,
-            "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4}}
-
-  def run():
-    return {task: senteval.engine.SE(params, batcher, lambda p, s: None).eval(task) for task in tasks}
-
-  return run
-
-
 def bench_evaluate(args) -> str:
   import logging
 
@@ -412,10 +342,16 @@ def bench_evaluate(args) -> str:
   root = data_lib.data_dir(args.data_dir)
   tasks = evaluate.expand_tasks(args.tasks)
   tasks = [t for t in tasks if t in evaluate.STS_TASKS]
-  path = models.resolve_model_path(args.model)
-  model = models.load_pretrained(path, models.PoolerSpec(args.pooler))
-  embedder = models.Embedder(model, args.pooler, batch_size=args.batch_size)
-  run_senteval = senteval_sts(args.senteval_dir, root, path, args.pooler, tasks, args.batch_size)
+  path = hub.resolve_model_path(args.model)
+  baselines = _baselines()
+  senteval_dir = baselines.senteval_checkout(args.senteval_dir)
+  spec, params = models.load_pretrained(path, models.PoolerSpec(args.pooler))
+  embed_with = embedder_lib.Embedder(spec, args.pooler, batch_size=args.batch_size)
+
+  def embedder(sentences):
+    return embed_with(sentences, params)
+
+  run_senteval = baselines.senteval_sts(senteval_dir, root, path, args.pooler, tasks, args.batch_size)
   print(machine_line())
   print(f"evaluate: tasks {tasks}, model {args.model}, pooler {args.pooler}, batch {args.batch_size}, "
         f"torch {torch.__version__} with {torch.get_num_threads()} threads")
@@ -476,7 +412,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--model", default="all-MiniLM-L6-v2")
   p.add_argument("--pooler", choices=("avg", "cls_before_pooler"), default="avg")
   p.add_argument("--tasks", default="sts", help="sts, or a comma-separated list of STS12..16, STSBenchmark, SICKRelatedness")
-  p.add_argument("--senteval_dir", default="/work/ref_senteval/SimCSE", help="a SimCSE checkout (its SentEval/ copy)")
+  p.add_argument("--senteval_dir", default=None,
+                 help="a SimCSE checkout (its SentEval/ copy); default $JAXCSE_SENTEVAL_DIR")
   p.add_argument("--batch_size", type=int, default=128, help="sentences per batch on both sides (SentEval's default)")
   p.add_argument("--rounds", type=int, default=1)
 

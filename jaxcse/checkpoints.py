@@ -1,4 +1,4 @@
-"""Workdir layout, orbax checkpoints, and loading a model from anything a user may point at.
+"""Workdir layout and orbax checkpoints.
 
 A training workdir holds::
 
@@ -26,11 +26,11 @@ LATEST_DIR = os.path.join("checkpoints", "latest")
 BEST_DIR = os.path.join("checkpoints", "best")
 
 
-def manager(directory: str, *, max_to_keep: int = 1) -> ocp.CheckpointManager:
+def manager(directory: str, *, max_to_keep: int = 1, create: bool = True) -> ocp.CheckpointManager:
   """A checkpoint manager keeping the newest ``max_to_keep`` steps; writes are atomic (tmp dir + rename)."""
   return ocp.CheckpointManager(
       os.path.abspath(directory),
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True),
+      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create),
   )
 
 
@@ -47,9 +47,9 @@ def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> di
   return {name: restored[name] for name in ("meta", *abstract_trees)}
 
 
-def abstract_params(model: models.Model, sharding: jax.sharding.Sharding) -> Any:
-  """Shapes, dtypes and placement of ``model``'s params, without computing them."""
-  shapes = jax.eval_shape(lambda: models.init_params(model, 0))
+def abstract_params(spec: models.ModelSpec, sharding: jax.sharding.Sharding) -> Any:
+  """Shapes, dtypes and placement of the params of ``spec``, without computing them."""
+  shapes = jax.eval_shape(lambda: models.init_params(spec, 0))
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), shapes)
 
 
@@ -65,7 +65,7 @@ def find_workdir(path: str) -> str | None:
     path = parent
 
 
-def _checkpoint_step(workdir: str, path: str, checkpoint: str) -> tuple[str, int]:
+def checkpoint_step(workdir: str, path: str, checkpoint: str) -> tuple[str, int]:
   """(manager directory, step) for a workdir and a choice best | latest | <step>, or a checkpoint folder."""
   path = os.path.abspath(path)
   base = os.path.basename(path)
@@ -87,33 +87,6 @@ def _checkpoint_step(workdir: str, path: str, checkpoint: str) -> tuple[str, int
     if steps:
       return directory, max(steps)
   raise FileNotFoundError(f"{workdir}: no {checkpoint} checkpoint yet")
-
-
-def load_model(path: str, *, checkpoint: str = "best") -> tuple[models.Model, bool]:
-  """Loads a model for inference from a jaxcse workdir/checkpoint or a HF folder/hub id.
-
-  Returns ``(model, described)``; ``described`` is True when the test-time
-  pooler comes from a saved jaxcse description (not a guess).
-  """
-  workdir = find_workdir(path)
-  if workdir is None:
-    pooler = sentence_transformers_pooler(models.resolve_model_path(path)) or "cls"
-    return models.load_pretrained(path, models.PoolerSpec(pooler), mlp_from_backbone_pooler=True), False
-  model = models.from_description(os.path.join(workdir, MODEL_DIR))
-  directory, step = _checkpoint_step(workdir, path, checkpoint)
-  mngr = ocp.CheckpointManager(directory)
-  # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
-  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  model.params = restore(mngr, step, params=abstract_params(model, sharding))["params"]
-  mngr.close()
-  return model, True
-
-
-def sentence_transformers_pooler(folder: str) -> str | None:
-  """The pooler a sentence-transformers folder's modules compute, if jaxcse has it (see ``export_hf``)."""
-  from jaxcse import export_hf  # The reader lives beside the writer of these module chains (which imports us).
-
-  return export_hf.sentence_transformers_pooler(folder)
 
 
 def write_json(path: str, obj: Any) -> None:

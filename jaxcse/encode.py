@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import checkpoints, data as data_lib, models
+from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers
 
 
 # --------------------------------------------------------------------------
@@ -111,34 +111,39 @@ def _normalize(x: np.ndarray) -> np.ndarray:
 
 
 class Encoder:
-  """A sentence encoder for inference: embeddings, similarities and exact top-k search.
+  """The user's sentence encoder: a model's spec and params bound together; embeddings, similarities, search.
 
   Uses the test-time pooler saved with a jaxcse model (or the one given).
   """
 
-  def __init__(self, model: models.Model, pooler: str | None = None, *, batch_size: int = 128,
+  def __init__(self, spec: models.ModelSpec, params, pooler: str | None = None, *, batch_size: int = 128,
                max_seq_len: int | None = None):
-    self.model = model
-    self.embedder = models.Embedder(model, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
+    self.spec = spec
+    self.embedder = embedder_lib.Embedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
+    self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
     self._index: np.ndarray | None = None
     self._faiss = None
 
   @classmethod
   def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", **kwargs) -> "Encoder":
-    """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``checkpoints.load_model``)."""
-    model, _ = checkpoints.load_model(path, checkpoint=checkpoint)
-    return cls(model, pooler, **kwargs)
+    """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
+    loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler)
+    return cls(loaded.spec, loaded.params, pooler, **kwargs)
 
   @property
   def dim(self) -> int:
-    return self.model.hf_config.hidden_size
+    return self.spec.hidden_size
+
+  def embed(self, sentences: Sequence[str]) -> np.ndarray:
+    """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks)."""
+    return self.embedder(sentences, self.params)
 
   def encode(self, sentences: str | Iterable[str], *, normalize: bool = False, chunk_size: int = 8192) -> np.ndarray:
     """float32 ``[n, dim]`` embeddings, in input order (a single string gives ``[dim]``)."""
     if isinstance(sentences, str):
       return self.encode([sentences], normalize=normalize)[0]
-    parts = [self.embedder(chunk) for chunk in _chunks(sentences, chunk_size)]
+    parts = [self.embed(chunk) for chunk in _chunks(sentences, chunk_size)]
     out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
     return _normalize(out) if normalize else out
 
@@ -249,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
   parser.add_argument("--output", required=True, help="the .npy file to write")
   parser.add_argument("--column", default=None, help="text field of a .csv/.jsonl input")
-  parser.add_argument("--pooler", choices=models.POOLERS, default=None, help="default: the model's test pooler")
+  parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
   parser.add_argument("--normalize", action="store_true", help="L2-normalise every embedding")
   parser.add_argument("--batch_size", type=int, default=128)

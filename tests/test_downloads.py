@@ -17,8 +17,8 @@ import threading
 
 import pytest
 
-from jaxcse import data
-from jaxcse.data import DownloadError
+from jaxcse.data import downloads
+from jaxcse.data.downloads import DownloadError
 
 PAYLOAD = b"".join(b"sentence %d of a small corpus\n" % i for i in range(3000))  # ~90 KB: several read chunks.
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -102,7 +102,7 @@ def _read(path) -> bytes:
 def test_good_download_is_verified_and_renamed(server, tmp_path):
   server.files["/corpus.txt"] = PAYLOAD
   dest = str(tmp_path / "sub" / "corpus.txt")
-  assert data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
+  assert downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
   assert _read(dest) == PAYLOAD
   assert not os.path.exists(dest + ".part")
 
@@ -111,7 +111,7 @@ def test_corrupted_download_is_rejected_and_removed(server, tmp_path):
   server.files["/corpus.txt"] = PAYLOAD[:-2] + b"X\n"
   dest = str(tmp_path / "corpus.txt")
   with pytest.raises(DownloadError, match=rf"corpus.txt: downloaded sha256 [0-9a-f]{{64}} differs from the expected {PAYLOAD_SHA}"):
-    data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+    downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert not os.path.exists(dest)
   assert not os.path.exists(dest + ".part")
 
@@ -122,7 +122,7 @@ def test_partial_file_is_resumed_with_a_range_request(server, tmp_path):
   kept = 40_000
   with open(dest + ".part", "wb") as f:
     f.write(PAYLOAD[:kept])
-  data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert server.requests == [("/corpus.txt", f"bytes={kept}-")]
   assert _read(dest) == PAYLOAD
   assert not os.path.exists(dest + ".part")
@@ -133,11 +133,11 @@ def test_broken_transfer_keeps_the_part_and_the_next_run_resumes(server, tmp_pat
   server.cut_after = 25_000
   dest = str(tmp_path / "corpus.txt")
   with pytest.raises(DownloadError, match=r"broke off .*corpus.txt.part is kept and running the command again resumes"):
-    data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+    downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert not os.path.exists(dest)
   assert _read(dest + ".part") == PAYLOAD[:25_000]
   server.cut_after = None
-  data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert server.requests[-1] == ("/corpus.txt", "bytes=25000-")
   assert _read(dest) == PAYLOAD
 
@@ -148,7 +148,7 @@ def test_server_ignoring_range_restarts_from_scratch(server, tmp_path):
   dest = str(tmp_path / "corpus.txt")
   with open(dest + ".part", "wb") as f:
     f.write(b"stale bytes that are not the start of the file")
-  data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert _read(dest) == PAYLOAD
 
 
@@ -157,7 +157,7 @@ def test_complete_part_is_verified_after_416(server, tmp_path):
   dest = str(tmp_path / "corpus.txt")
   with open(dest + ".part", "wb") as f:
     f.write(PAYLOAD)
-  data.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert _read(dest) == PAYLOAD
 
 
@@ -166,11 +166,11 @@ def test_hub_announced_sha256_is_checked_when_none_is_pinned(server, tmp_path):
   server.files["/cdn/blob"] = PAYLOAD
   server.redirects["/resolve/corpus.txt"] = (f"{server.base}/cdn/blob", {"X-Linked-Etag": f'"{PAYLOAD_SHA}"'})
   dest = str(tmp_path / "corpus.txt")
-  assert data.fetch_file(f"{server.base}/resolve/corpus.txt", dest) == PAYLOAD_SHA
+  assert downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest) == PAYLOAD_SHA
   server.files["/cdn/blob"] = PAYLOAD + b"tampered\n"
   os.remove(dest)
   with pytest.raises(DownloadError, match="announced by the server"):
-    data.fetch_file(f"{server.base}/resolve/corpus.txt", dest)
+    downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest)
   assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
 
 
@@ -179,13 +179,13 @@ def test_announced_sha256_different_from_the_pinned_one_fails_before_downloading
   server.redirects["/resolve/corpus.txt"] = (f"{server.base}/cdn/blob", {"X-Linked-Etag": f'"{"0" * 64}"'})
   dest = str(tmp_path / "corpus.txt")
   with pytest.raises(DownloadError, match="remote file has changed"):
-    data.fetch_file(f"{server.base}/resolve/corpus.txt", dest, sha256=PAYLOAD_SHA)
+    downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest, sha256=PAYLOAD_SHA)
   assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
 
 
 def test_http_error_names_url_and_status(server, tmp_path):
   with pytest.raises(DownloadError, match=r"cannot download http://127\.0\.0\.1:\d+/missing.txt: HTTP 404"):
-    data.fetch_file(f"{server.base}/missing.txt", str(tmp_path / "missing.txt"), sha256=PAYLOAD_SHA)
+    downloads.fetch_file(f"{server.base}/missing.txt", str(tmp_path / "missing.txt"), sha256=PAYLOAD_SHA)
 
 
 def _closed_port() -> int:
@@ -198,7 +198,7 @@ def test_offline_error_names_url_cause_and_the_manual_copy(tmp_path):
   url = f"http://127.0.0.1:{_closed_port()}/wiki1m_for_simcse.txt"
   dest = str(tmp_path / "corpora" / "wiki1m_for_simcse.txt")
   with pytest.raises(DownloadError) as error:
-    data.fetch_file(url, dest, sha256=PAYLOAD_SHA)
+    downloads.fetch_file(url, dest, sha256=PAYLOAD_SHA)
   message = str(error.value)
   assert f"cannot download {url}" in message
   assert "refused" in message.lower()
@@ -222,7 +222,7 @@ def test_archive_extraction_verifies_then_moves_into_place(tmp_path):
   dest = tmp_path / "downstream"
   (dest / "MR").mkdir(parents=True)
   (dest / "MR" / "keep.txt").write_bytes(b"not in the archive")
-  written = data.extract_tar(str(archive), str(dest),
+  written = downloads.extract_tar(str(archive), str(dest),
                              verified_members=[("STS/x.txt", hashlib.sha256(b"x\n").hexdigest())])
   assert written == ["SICK/y.txt", "STS/x.txt"]
   assert (dest / "STS" / "x.txt").read_bytes() == b"x\n"
@@ -235,7 +235,7 @@ def test_archive_with_a_bad_member_digest_writes_nothing(tmp_path):
   archive.write_bytes(_tar({"STS/x.txt": b"corrupted\n"}))
   dest = tmp_path / "downstream"
   with pytest.raises(DownloadError, match=r"STS/x.txt has sha256 [0-9a-f]{64}, expected"):
-    data.extract_tar(str(archive), str(dest), verified_members=[("STS/x.txt", hashlib.sha256(b"x\n").hexdigest())])
+    downloads.extract_tar(str(archive), str(dest), verified_members=[("STS/x.txt", hashlib.sha256(b"x\n").hexdigest())])
   assert not dest.exists()
 
 
@@ -245,7 +245,7 @@ def test_archive_path_traversal_is_refused(tmp_path, name):
   archive.write_bytes(_tar({"STS/ok.txt": b"ok\n", name: b"evil\n"}))
   dest = tmp_path / "inner" / "downstream"
   with pytest.raises(DownloadError, match="cannot extract safely"):
-    data.extract_tar(str(archive), str(dest))
+    downloads.extract_tar(str(archive), str(dest))
   assert not dest.exists()
   assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "inner" / "escaped.txt").exists()
 
@@ -255,7 +255,7 @@ def test_archive_absolute_member_stays_inside(tmp_path):
   archive = tmp_path / "a.tar"
   archive.write_bytes(_tar({str(outside): b"evil\n"}))
   dest = tmp_path / "downstream"
-  data.extract_tar(str(archive), str(dest))
+  downloads.extract_tar(str(archive), str(dest))
   assert not outside.exists()  # The leading "/" is stripped: the file lands under dest.
   assert (dest / str(outside).lstrip("/")).read_bytes() == b"evil\n"
 
@@ -269,14 +269,14 @@ def test_archive_link_outside_is_refused(tmp_path):
     tar.addfile(link)
   (tmp_path / "a.tar").write_bytes(buffer.getvalue())
   with pytest.raises(DownloadError, match="cannot extract safely"):
-    data.extract_tar(str(tmp_path / "a.tar"), str(tmp_path / "downstream"))
+    downloads.extract_tar(str(tmp_path / "a.tar"), str(tmp_path / "downstream"))
 
 
 def _senteval_tar(real_root: str) -> bytes:
   """A senteval.tar laid out as SimCSE's (STS/..., SICK/... at the top) from the real evaluation files."""
   downstream = os.path.join(real_root, "senteval", "downstream")
   members = {}
-  for relpath, _ in data.DOWNLOADS["senteval"][0].verified_members:
+  for relpath, _ in downloads.DOWNLOADS["senteval"][0].verified_members:
     with open(os.path.join(downstream, relpath), "rb") as f:
       members[relpath] = f.read()
   members["MR/rt-polarity.pos"] = b"a transfer-task file the evaluation does not pin\n"
@@ -288,13 +288,13 @@ def test_download_senteval_end_to_end_then_skip(server, tmp_path, real_data_dir)
 
   server.files["/senteval.tar"] = _senteval_tar(real_data_dir)
   root = str(tmp_path / "data")
-  data.main(["download", "senteval", "--data_dir", root, "--base_url", server.base])
+  downloads.main(["download", "senteval", "--data_dir", root, "--base_url", server.base])
   downstream = os.path.join(root, "senteval", "downstream")
   assert os.path.isfile(os.path.join(downstream, "MR", "rt-polarity.pos"))
   assert not os.path.exists(os.path.join(root, "senteval", "senteval.tar"))  # Deleted once extracted and verified.
   assert len(evaluate.load_stsb(root)["test"]) == 1379  # The layout the evaluation reads.
   requests = len(server.requests)
-  assert data.download("senteval", root, base_url=server.base) == [downstream]
+  assert downloads.download("senteval", root, base_url=server.base) == [downstream]
   assert len(server.requests) == requests  # Already there and verified: nothing fetched.
 
 
@@ -302,9 +302,9 @@ def test_download_senteval_with_a_changed_file_fails(server, tmp_path, real_data
   tar = _senteval_tar(real_data_dir).replace(b"a girl is styling her hair .", b"a girl is styling her hat  .")
   server.files["/senteval.tar"] = tar
   root = str(tmp_path / "data")
-  monkeypatch.setenv(data.BASE_URL_ENV, server.base)  # The environment variable works as --base_url does.
+  monkeypatch.setenv(downloads.BASE_URL_ENV, server.base)  # The environment variable works as --base_url does.
   with pytest.raises(DownloadError, match=r"STS/\S+ has sha256 [0-9a-f]{64}, expected .*archive was deleted"):
-    data.download("senteval", root)
+    downloads.download("senteval", root)
   assert os.listdir(os.path.join(root, "senteval")) == []  # No archive, no partial downstream/.
 
 
@@ -314,7 +314,7 @@ def test_download_cli_wrong_pinned_digest_is_an_error_and_leaves_nothing(server,
   root = str(tmp_path / "data")
   with pytest.raises(SystemExit, match=r"error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
                      r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 \(pinned\)"):
-    data.main(["download", "wiki1m", "--data_dir", root, "--base_url", server.base])
+    downloads.main(["download", "wiki1m", "--data_dir", root, "--base_url", server.base])
   assert os.listdir(os.path.join(root, "corpora")) == []
 
 
@@ -323,10 +323,10 @@ def test_download_existing_file_with_wrong_digest_is_not_overwritten(tmp_path):
   (root / "corpora").mkdir(parents=True)
   (root / "corpora" / "nli_for_simcse.csv").write_bytes(b"sent0,sent1,hard_neg\na,b,c\n")
   with pytest.raises(DownloadError, match="exists but its sha256 .* remove it to download it again"):
-    data.download("nli", str(root), base_url="http://127.0.0.1:9")  # Never contacted.
+    downloads.download("nli", str(root), base_url="http://127.0.0.1:9")  # Never contacted.
   assert (root / "corpora" / "nli_for_simcse.csv").read_bytes() == b"sent0,sent1,hard_neg\na,b,c\n"
 
 
 def test_download_unknown_name():
   with pytest.raises(DownloadError, match="unknown download 'glue'; choose from wiki1m, nli, senteval"):
-    data.download("glue", "/nonexistent")
+    downloads.download("glue", "/nonexistent")

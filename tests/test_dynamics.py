@@ -10,8 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import evaluate, train
+from jaxcse import evaluate, objectives, train
 from tests import helpers
+
+
+def _scores(config, z, rng):
+  """The training scores the method's objective logs (objectives.Objective.scores)."""
+  return objectives.get(config.method).scores(config, z, rng)
 
 
 def _config(method: str, **mixcse):
@@ -29,7 +34,7 @@ Z2 = [[1.0, 0.0], [1.0, 0.0], [0.0, 2.0]]
 
 def test_scores_on_toy_embeddings():
   z = jnp.stack([jnp.array(Z1), jnp.array(Z2)], axis=1)  # [3, 2, 2]
-  scores = train.training_scores(_config("mixcse"), z, None)
+  scores = _scores(_config("mixcse"), z, None)
   # Positives: cos(z1[i], z2[i]) = 1, 0, 1/sqrt(2).
   assert float(scores["pos_score"]) == pytest.approx((1 + 0 + 1 / math.sqrt(2)) / 3, abs=1e-6)
   # Negatives, i != j: (0,1) 1, (0,2) 0, (1,0) 0, (1,2) 1, (2,0) 1/sqrt(2), (2,1) 1/sqrt(2).
@@ -37,11 +42,11 @@ def test_scores_on_toy_embeddings():
   # Mixes with the next row, lambda 0.2: m0 = (1, 0), m1 = (0.2, 1.6), m2 = (0.8, 0.4).
   mix = (1 + 1.6 / math.sqrt(0.2**2 + 1.6**2) + (0.8 + 0.4) / (math.sqrt(2) * math.sqrt(0.8**2 + 0.4**2))) / 3
   assert float(scores["mix_score"]) == pytest.approx(mix, abs=1e-6)
-  assert "mix_score" not in train.training_scores(_config("simcse"), z, None)
+  assert "mix_score" not in _scores(_config("simcse"), z, None)
   # "hardest" mixes z1[i]'s most similar other positive: row 0 -> z2[1] (cos 1), mix (1, 0), cos 1;
   # row 1 -> z2[2] (cos 1), m = 0.2 (1, 0) + 0.8 (0, 2), as roll; row 2 -> z2[0] or z2[1] (both 1/sqrt(2)): argmax
   # takes the first, m = 0.2 (0, 2) + 0.8 (1, 0), as roll.
-  hardest = train.training_scores(_config("mixcse", neighbour="hardest"), z, None)
+  hardest = _scores(_config("mixcse", neighbour="hardest"), z, None)
   assert float(hardest["mix_score"]) == pytest.approx(mix, abs=1e-6)
 
 
@@ -54,15 +59,15 @@ def test_dev_dynamics_on_toy_embeddings():
   assert set(table) == {a, b, c, d, "-1 -1"}
   # Spearman of cosines (.71, .71, -.71), ranks (2.5, 2.5, 1), with gold ranks (3, 2, 1): sqrt(3) / 2.
   assert scores["stsb_dev"] == pytest.approx(math.sqrt(3) / 2)
-  dynamics = train.dev_dynamics(table, stsb_dev)
+  dynamics = evaluate.dev_dynamics(table, stsb_dev)
   assert dynamics["omega_deg"] == pytest.approx(135.0, abs=1e-9)  # Between a and d.
   # Positives (gold >= 4): (a, b) and (b, c), both 45 degrees apart: ||u - v||^2 = 2 - sqrt(2).
   assert dynamics["alignment"] == pytest.approx(2 - math.sqrt(2), abs=1e-9)
   # Pairs of {a, b, c, d}: three at 45 degrees, two at 90, one at 135; ||u - v||^2 = 2 - 2 cos.
   sq = [2 - math.sqrt(2)] * 3 + [2.0] * 2 + [2 + math.sqrt(2)]
   assert dynamics["uniformity"] == pytest.approx(math.log(np.mean(np.exp(-2 * np.array(sq)))), abs=1e-9)
-  assert train.largest_angle_deg(np.array([[1.0, 0.0], [2.0, 0.0]])) == pytest.approx(0.0, abs=1e-5)
-  assert train.largest_angle_deg(np.array([[1.0, 0.0], [-3.0, 0.0]])) == pytest.approx(180.0)
+  assert evaluate.largest_angle_deg(np.array([[1.0, 0.0], [2.0, 0.0]])) == pytest.approx(0.0, abs=1e-5)
+  assert evaluate.largest_angle_deg(np.array([[1.0, 0.0], [-3.0, 0.0]])) == pytest.approx(180.0)
 
 
 def test_tiny_run_logs_dynamics(tiny_model_dir, small_data_dir, fresh_workdir):

@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxcse import data as data_lib, encode, models
+from jaxcse import data as data_lib, encode
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def test_rows_align_with_lines_including_empty_and_very_long(encoder, tmp_path):
   sidecar = encode.encode_file(encoder, str(path), out, chunk_size=4, progress=False)
   got = np.load(out)
   assert got.shape == (6, 32) and sidecar["count"] == 6 and sidecar["dim"] == 32
-  direct = encoder.embedder(lines)  # Row i is line i: empty lines are the empty sentence, not dropped.
+  direct = encoder.embed(lines)  # Row i is line i: empty lines are the empty sentence, not dropped.
   np.testing.assert_allclose(got, direct, rtol=1e-5, atol=1e-6)
   assert not np.allclose(got[1], got[0])
   np.testing.assert_allclose(got[1], got[3], rtol=1e-5, atol=1e-6)  # Both are the empty sentence.

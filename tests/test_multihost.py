@@ -43,10 +43,10 @@ def _worker(argv: list[str]) -> None:
   parser.add_argument("--interrupt_at", type=int, required=True)
   args = parser.parse_args(argv)
   sys.path.insert(0, REPO)
-  from jaxcse import data as data_lib, train
+  from jaxcse import data as data_lib, distributed, train
   from tests import helpers
 
-  train.initialize_distributed(args.coordinator_address, 2, args.process_id)
+  distributed.initialize_distributed(args.coordinator_address, 2, args.process_id)
   iterate = data_lib.Batches.iterate
 
   def interrupted_iterate(self, start_step, end_step, *rest, **kwargs):
@@ -74,7 +74,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxcse import checkpoints, train  # noqa: E402
+from jaxcse import checkpoints, distributed, loading  # noqa: E402
 from tests import helpers  # noqa: E402
 
 
@@ -118,8 +118,8 @@ def _launch(commands: list[tuple[list[str], dict[str, str]]], tmp_path, name: st
 
 
 def _params(workdir: str) -> dict[str, np.ndarray]:
-  model, _ = checkpoints.load_model(workdir, checkpoint="latest")
-  return flax.traverse_util.flatten_dict(jax.device_get(model.params), sep="/")
+  params = loading.load_model(workdir, checkpoint="latest").params
+  return flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
 
 
 def _records(workdir: str) -> list[dict]:
@@ -190,7 +190,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
 
 def test_partial_process_settings_are_an_error():
   with pytest.raises(ValueError, match="needs all of --coordinator_address, --num_processes and --process_id"):
-    train.initialize_distributed("127.0.0.1:1234", 2, None)
+    distributed.initialize_distributed("127.0.0.1:1234", 2, None)
 
 
 class _Sharding:
@@ -205,10 +205,10 @@ class _Sharding:
 
 def test_process_rows_follow_the_sharding():
   # One process holds every row of the global batch, in order.
-  mesh = train.make_mesh()
+  mesh = distributed.make_mesh()
   sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-  np.testing.assert_array_equal(train.process_rows(sharding, 8), np.arange(8))
+  np.testing.assert_array_equal(distributed.process_rows(sharding, 8), np.arange(8))
   # A host whose devices are not adjacent in the mesh (TPU topologies): its slices, ascending, as
   # jax.make_array_from_process_local_data lays out local rows; a replicated slice counts once.
-  np.testing.assert_array_equal(train.process_rows(_Sharding(slice(6, 8), slice(0, 2), slice(6, 8)), 8), [0, 1, 6, 7])
-  np.testing.assert_array_equal(train.process_rows(_Sharding(slice(None)), 4), np.arange(4))
+  np.testing.assert_array_equal(distributed.process_rows(_Sharding(slice(6, 8), slice(0, 2), slice(6, 8)), 8), [0, 1, 6, 7])
+  np.testing.assert_array_equal(distributed.process_rows(_Sharding(slice(None)), 4), np.arange(4))

@@ -119,12 +119,13 @@ def test_expand_tasks_accepts_align_uniform():
 
 @pytest.mark.parametrize("tasks", ["align_uniform", "STSBenchmark,align_uniform"])
 def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monkeypatch, capsys, tasks):
-  from jaxcse import checkpoints, models
+  from jaxcse import embedder, loading
 
   # No model: the CLI's loading and embedding are replaced by the toy embedder.
-  fake_model = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"))
-  monkeypatch.setattr(checkpoints, "load_model", lambda path, checkpoint: (fake_model, True))
-  monkeypatch.setattr(models, "Embedder", lambda model, pooler, batch_size: _numeric_embed)
+  fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"))
+  monkeypatch.setattr(loading, "load_model",
+                      lambda path, checkpoint, pooler: loading.Loaded(fake_spec, None, described=True))
+  monkeypatch.setattr(embedder, "Embedder", lambda spec, pooler, batch_size: lambda s, params: _numeric_embed(s))
   out = str(tmp_path / "out" / "results.json")
   assert evaluate.main(["--model", "fake", "--tasks", tasks, "--data_dir", stsb_root, "--output", out]) == 0
   result = json.load(open(out))

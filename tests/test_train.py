@@ -15,15 +15,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, data as data_lib, evaluate, models, train
+from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, evaluate, loading, mlm, models, train
+from jaxcse import tokenization, train_step
 from tests import helpers
 
 REPO = helpers.REPO
 
 
 def _final_params(workdir: str) -> dict:
-  model, _ = checkpoints.load_model(workdir, checkpoint="latest")
-  return flax.traverse_util.flatten_dict(jax.device_get(model.params), sep="/")
+  params = loading.load_model(workdir, checkpoint="latest").params
+  return flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
 
 
 def _metrics(workdir: str) -> list[dict]:
@@ -46,13 +47,13 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   # The best checkpoint is the best evaluation, and a workdir loads with the saved test pooler.
   best_record = max((r for r in records if "eval/metric" in r), key=lambda r: r["eval/metric"])
   assert summary["best_step"] == best_record["step"]
-  model, described = checkpoints.load_model(fresh_workdir)
-  assert described and model.pooling.test_pooler == "cls_before_pooler"
+  loaded = loading.load_model(fresh_workdir)
+  assert loaded.described and loaded.spec.pooling.test_pooler == "cls_before_pooler"
   # The same program as the run's own evaluation (same pooler, batch size and shapes): the same score, exactly.
   # (Another batch size rounds the embeddings differently, and a Spearman over 60 pairs moves by ~1e-4 when two
   # nearly tied cosines swap ranks.)
-  embedder = models.Embedder(model, batch_size=config.eval.batch_size)
-  dev = evaluate.dev_scores(embedder, evaluate.load_dev_sets(small_data_dir))
+  embedder = embedder_lib.Embedder(loaded.spec, batch_size=config.eval.batch_size)
+  dev = evaluate.dev_scores(lambda s: embedder(s, loaded.params), evaluate.load_dev_sets(small_data_dir))
   assert dev["stsb_dev"] == best_record["eval/stsb_dev"]
   # The evaluation CLI takes the workdir too.
   out = os.path.join(fresh_workdir, "eval.json")
@@ -62,12 +63,12 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   assert result["pooler"] == "cls_before_pooler"
   # A checkpoint folder works too, and --checkpoint picks one by step.
   latest_dir = os.path.join(fresh_workdir, checkpoints.LATEST_DIR, "6")
-  by_folder, _ = checkpoints.load_model(latest_dir)
-  by_step, _ = checkpoints.load_model(fresh_workdir, checkpoint="6")
+  by_folder = loading.load_model(latest_dir)
+  by_step = loading.load_model(fresh_workdir, checkpoint="6")
   for a, b in zip(jax.tree.leaves(by_folder.params), jax.tree.leaves(by_step.params)):
     np.testing.assert_array_equal(a, b)
   with pytest.raises(FileNotFoundError, match="no checkpoint at step 5"):
-    checkpoints.load_model(fresh_workdir, checkpoint="5")
+    loading.load_model(fresh_workdir, checkpoint="5")
   assert result["summary"]["STSBenchmark"] == pytest.approx(round(result["tasks"]["STSBenchmark"]["test"]["spearman"] * 100, 2))
 
 
@@ -140,7 +141,7 @@ def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_dat
       np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-10, atol=1e-8, err_msg=key)
   # The steps did train, and the methods differ from each other.
   initial = flax.traverse_util.flatten_dict(
-      models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42).params, sep="/")
+      models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42)[1], sep="/")
   query = "backbone/encoder/layer/0/attention/self/query/kernel"
   assert not np.allclose(initial[query], results[1][f"simcse/adamw:{query}"])
   losses = [float(results[1][f"{name}/sgd:loss"]) for name in helpers.STEP_VARIANTS]
@@ -157,8 +158,8 @@ def test_every_config_file_runs_a_few_steps(config_name, tiny_model_dir, small_d
   assert records and all(np.isfinite(r["loss"]) for r in records)
   if config.method == "dclr":
     assert "dclr/weight_zero_frac" in records[-1]
-  model, _ = checkpoints.load_model(fresh_workdir)
-  assert model.pooling.test_pooler == (config.model.test_pooler or model.pooling.dev_pooler)
+  spec = loading.load_model(fresh_workdir).spec
+  assert spec.pooling.test_pooler == (config.model.test_pooler or spec.pooling.dev_pooler)
 
 
 def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir):
@@ -179,7 +180,7 @@ def test_mask_tokens_follows_bert_masking():
   ids = jax.random.randint(jax.random.key(0), (64, 128), 5, 1000)
   ids = ids.at[:, 0].set(101).at[:, -1].set(102)  # [CLS] ... [SEP]
   mask = jnp.ones_like(ids).at[:8, 64:].set(0)
-  masked, labels = train.mask_tokens(jax.random.key(1), ids, mask, mask_token_id=103, vocab_size=1000,
+  masked, labels = mlm.mask_tokens(jax.random.key(1), ids, mask, mask_token_id=103, vocab_size=1000,
                                      special_ids=(101, 102, 0), probability=0.15)
   chosen = labels >= 0
   assert not chosen[:, 0].any() and not chosen[:, -1].any() and not chosen[:8, 64:].any()
@@ -222,17 +223,17 @@ def test_pretrained_mlm_head_is_loaded_not_reinitialised(tiny_model_dir, tmp_pat
   mlm_dir = str(tmp_path / "tiny_mlm")
   hf = FlaxBertForMaskedLM.from_pretrained(tiny_model_dir)  # Random head, saved with the backbone.
   hf.save_pretrained(mlm_dir)
-  models.load_pretrained(tiny_model_dir).tokenizer.save_pretrained(mlm_dir)
-  model = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, seed=123)
-  assert model.mlm.pretrained
+  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(mlm_dir)
+  spec, params = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, seed=123)
+  assert spec.mlm.pretrained
   saved = flax.traverse_util.flatten_dict(hf.params["cls"])
-  loaded = flax.traverse_util.flatten_dict(model.params["mlm_head"]["cls"])
+  loaded = flax.traverse_util.flatten_dict(params["mlm_head"]["cls"])
   assert saved.keys() == loaded.keys()
   for key in saved:
     np.testing.assert_array_equal(saved[key], loaded[key])
   # Logits equal transformers' own masked-LM forward.
-  ids, mask = models.tokenize_padded(model.tokenizer, ["a [MASK] sentence"], 8)
-  ours = models.mlm_logits(model, model.params, ids, mask, train=False)
+  ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a [MASK] sentence"], 8)
+  ours = models.mlm_logits(spec, params, ids, mask, train=False)
   np.testing.assert_allclose(ours, hf(input_ids=ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-4)
 
 
@@ -240,17 +241,18 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
   # Temperature 1 and the InfoNCE form keep the loss O(1) on this random model, so weight changes show.
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{
       "train.max_steps": 2, "loss.temperature": 1.0, "dclr.loss_form": "infonce"})
-  model = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=0)
-  complementary, _ = checkpoints.load_model(tiny_model_dir)
-  batches = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), model.tokenizer,
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=0)
+  complementary = loading.load_model(tiny_model_dir)
+  batches = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer,
                              batch_size=8, max_seq_len=16, seed=0)
   # phi at the median complementary similarity: about half the negatives get weight 0.
-  c = models.Embedder(complementary)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)])
+  c = embedder_lib.Embedder(complementary.spec)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)],
+                                                complementary.params)
   cos = (c / np.linalg.norm(c, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
   config.dclr.phi = float(np.median(cos[~np.eye(8, dtype=bool)]))
-  tx = train.make_optimizer(config.train, 2)
-  step = train.make_train_step(config, model, tx, complementary)
-  state = train.TrainState(step=jnp.int32(0), params=model.params, opt_state=tx.init(model.params))
+  tx = train_step.make_optimizer(config.train, 2)
+  step = train_step.make_train_step(config, spec, tx, complementary.spec)
+  state = train_step.TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params))
   batch = batches.batch(0)
 
   def loss_wrt_complementary(comp_params):
@@ -262,4 +264,4 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
   shuffled = jax.tree.map(lambda x: x[::-1] if x.ndim == 2 else x, complementary.params)
   assert float(loss_wrt_complementary(shuffled)) != float(loss_wrt_complementary(complementary.params))
   train.train_and_evaluate(config, fresh_workdir)
-  assert set(_final_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(model.params, sep="/"))
+  assert set(_final_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(params, sep="/"))

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from jaxcse import checkpoints, models, transfer
+from jaxcse import embedder, loading, transfer
 from jaxcse import data as data_lib
 
 
@@ -29,8 +29,8 @@ def main():
                       for s in transfer.task_sentences(transfer.load_transfer_task(root, name))})
   print(f"{len(sentences)} distinct sentences", flush=True)
   start = time.time()
-  model, _ = checkpoints.load_model(args.model)
-  embeddings = models.Embedder(model, args.pooler, batch_size=args.batch_size)(sentences)
+  loaded = loading.load_model(args.model, pooler=args.pooler)
+  embeddings = embedder.Embedder(loaded.spec, args.pooler, batch_size=args.batch_size)(sentences, loaded.params)
   print(f"embedded in {time.time() - start:.1f} s", flush=True)
   np.savez(args.out, sentences=np.asarray(sentences), embeddings=embeddings)
 

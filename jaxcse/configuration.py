@@ -1,0 +1,62 @@
+"""Checks a training config when it is loaded, before anything is computed or written.
+
+Every name a config holds (method, poolers, selection metric, dtype) is looked
+up in its registry here, and every number is checked for a usable value, so a
+mistake is one clear line at start-up rather than a traceback deep in a run.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from jaxcse import evaluate, models, objectives
+
+
+class ConfigError(ValueError):
+  """A config value that cannot run; the message names the field."""
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+  """Raises ``ConfigError`` naming the first field that cannot run."""
+  try:
+    objective = objectives.get(config.method)
+    objective.check_config(config)
+    models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None)
+  except ValueError as e:
+    raise ConfigError(str(e)) from None
+  if config.eval.metric not in evaluate.SELECTION_METRICS:
+    raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
+                      f"{', '.join(evaluate.SELECTION_METRICS)}")
+  if config.model.dtype not in models.DTYPES:
+    raise ConfigError(f"model.dtype must be one of {', '.join(models.DTYPES)}, not {config.model.dtype!r}")
+  init = config.model.get("init", "pretrained")
+  if init not in ("pretrained", "random"):
+    raise ConfigError(f"model.init must be pretrained or random, not {init!r}")
+  if init == "random" and not (config.model.get("tokenizer") and config.model.get("architecture")):
+    raise ConfigError("model.init=random needs model.tokenizer (a tokenizer folder) and model.architecture")
+  if init == "pretrained" and not config.model.name:
+    raise ConfigError("model.name is empty: give a Hugging Face folder or hub id (or model.init=random)")
+  positive = {"train.batch_size": config.train.batch_size, "train.log_every": config.train.log_every,
+              "eval.every": config.eval.every, "eval.batch_size": config.eval.batch_size,
+              "checkpoint.every": config.checkpoint.every}
+  for name, value in positive.items():
+    if not isinstance(value, int) or value < 1:
+      raise ConfigError(f"{name} must be a positive integer, not {value!r}")
+  if config.data.max_seq_len < 3:
+    raise ConfigError(f"data.max_seq_len must be at least 3 ([CLS], a token, [SEP]), not {config.data.max_seq_len}")
+  if config.train.max_steps <= 0 and config.train.num_epochs <= 0:
+    raise ConfigError("train.max_steps or train.num_epochs must be positive")
+  if config.train.learning_rate < 0:
+    raise ConfigError(f"train.learning_rate must be >= 0, not {config.train.learning_rate}")
+  chunk = config.train.grad_cache_chunk
+  if chunk < 0 or (chunk and config.train.batch_size % chunk):
+    raise ConfigError(f"train.grad_cache_chunk={chunk} must be 0 (off) or divide train.batch_size="
+                      f"{config.train.batch_size}")
+  heldout = config.data.get("heldout_fraction", 0.0)
+  if not 0.0 <= heldout < 1.0:
+    raise ConfigError(f"data.heldout_fraction must be in [0, 1), not {heldout}")
+  if config.eval.metric == "heldout_mlm_accuracy" and not (heldout > 0 and objective.masked_lm):
+    raise ConfigError("eval.metric=heldout_mlm_accuracy needs method mlm and data.heldout_fraction > 0")
+  if config.data.get("pack", False) and not objective.masked_lm:
+    raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
+                      "needs one sentence per example)")

@@ -1,0 +1,64 @@
+"""The inference kernel: sentences -> float32 vectors with a given model spec, pooler and params.
+
+Used by the evaluation during training (params change at every evaluation)
+and under ``encode.Encoder`` (params loaded once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxcse import poolers, tokenization
+from jaxcse.models import ModelSpec
+
+
+class Embedder:
+  """Embeds sentences with any params of one model spec, fast: sorted by length, bucketed shapes, one jit per shape.
+
+  Batches are padded to a bucket length (4, 8, ..., 64, 80, ..., 512; see
+  ``tokenization.LENGTH_BUCKETS``) and to a full batch of ``batch_size``
+  rows, so at most one compilation happens per bucket, ever.
+  """
+
+  def __init__(self, spec: ModelSpec, pooler: str | None = None, *, batch_size: int = 128,
+               max_seq_len: int | None = None):
+    self.spec = spec
+    self.pooler = pooler or spec.pooling.test_pooler
+    poolers.get(self.pooler)  # Raises for an unknown name.
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    self.batch_size = batch_size
+    self.max_seq_len = min(max_seq_len or spec.max_positions, spec.max_positions)
+    module = spec.module_for(self.pooler)
+    self._apply = jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
+
+  def params_for_pooler(self, params: Any) -> dict:
+    """Only what this pooler's module reads: training params may also hold an MLP or an MLM head."""
+    has_mlp = poolers.get(self.pooler).has_mlp
+    return {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and has_mlp)}
+
+  def __call__(self, sentences: Sequence[str], params: Any) -> np.ndarray:
+    """Returns float32 ``[len(sentences), hidden]`` in input order."""
+    params = self.params_for_pooler(params)
+    ids = tokenization.tokenize(self.spec.tokenizer, sentences, self.max_seq_len)
+    pad_id = self.spec.tokenizer.pad_token_id or 0
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    out = np.zeros((len(ids), self.spec.hidden_size), np.float32)
+    pending = []
+    for start in range(0, len(order), self.batch_size):
+      rows = order[start : start + self.batch_size]
+      length = tokenization.bucket(max(len(ids[r]) for r in rows), self.max_seq_len)
+      batch_ids = np.full((self.batch_size, length), pad_id, np.int32)
+      batch_mask = np.zeros((self.batch_size, length), np.int32)
+      batch_mask[len(rows) :, 0] = 1  # Padding rows: one visible token keeps them finite.
+      for i, r in enumerate(rows):
+        batch_ids[i, : len(ids[r])] = ids[r]
+        batch_mask[i, : len(ids[r])] = 1
+      pending.append((rows, self._apply(params, batch_ids, batch_mask)))  # Dispatch runs ahead.
+    for rows, emb in pending:
+      out[rows] = np.asarray(emb[: len(rows)], np.float32)
+    return out

@@ -1,0 +1,54 @@
+"""Loading a model for inference from anything a user may point at.
+
+``load_model(path)`` takes a jaxcse workdir (its best checkpoint by
+default), one of its checkpoint folders, a Hugging Face model folder, an
+exported sentence-transformers folder, a hub id, or an offline-package name,
+and returns ``(spec, params, described)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import jax
+
+from jaxcse import checkpoints, hub, models, st_format
+
+
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """A model ready for inference: its spec, its params, and whether its test pooler was saved with it."""
+
+  spec: models.ModelSpec
+  params: Any
+  described: bool  # True: the test pooler comes from a saved jaxcse description (not a guess).
+  step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
+
+
+def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None) -> Loaded:
+  """Loads a model for inference from a jaxcse workdir/checkpoint or a HF folder/hub id.
+
+  Args:
+    path: a workdir, a folder under ``checkpoints/best`` or ``checkpoints/latest``, a Hugging Face (or
+      exported sentence-transformers) folder, a hub id, or an offline-package name.
+    checkpoint: for a workdir: ``best`` (falls back to ``latest`` when no evaluation ran), ``latest`` or a step.
+    pooler: for a Hugging Face folder: the pooler to build it with; default: the one its sentence-transformers
+      modules compute, else ``cls`` (its own pooler layer, as SimCSE's evaluation.py). For a workdir the
+      saved test pooler is always the model's own; pass ``pooler`` to the ``Embedder``/``Encoder`` to override.
+  """
+  workdir = checkpoints.find_workdir(path)
+  if workdir is None:
+    folder = hub.resolve_model_path(path)
+    chosen = pooler or (st_format.read_pooler(folder) if os.path.isdir(folder) else None) or "cls"
+    spec, params = models.load_pretrained(path, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    return Loaded(spec, params, described=False)
+  spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+  directory, step = checkpoints.checkpoint_step(workdir, path, checkpoint)
+  mngr = checkpoints.manager(directory, create=False)
+  # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
+  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  params = checkpoints.restore(mngr, step, params=checkpoints.abstract_params(spec, sharding))["params"]
+  mngr.close()
+  return Loaded(spec, params, described=True, step=step)

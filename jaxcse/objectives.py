@@ -1,0 +1,180 @@
+"""Training objectives by name: what each method needs, its loss on the global batch, the scores it logs.
+
+``train_step`` asks this registry for ``config.method`` and never tests
+method names. Adding a method is one ``register(Objective(...))`` call:
+
+    register(Objective(
+        name="l2",
+        loss=lambda config, z, rng, complementary: (jnp.mean((z[:, 0] - z[:, 1]) ** 2), {}),
+    ))
+
+An objective with a ``loss`` trains sentence embeddings: the step embeds
+every view of the batch (``[batch, views, hidden]``; a one-column batch gets
+two dropout views) and calls ``loss`` on them. SimCSE's auxiliary MLM loss
+(``config.mlm.enabled``) is added to any of them. The ``mlm`` objective has no
+sentence loss: it is BERT's masked-LM pretraining on token sequences.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from jaxcse import losses
+
+# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics).
+SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
+
+
+def contrastive_scores(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array) -> dict[str, jax.Array]:
+  """Mean cosines of the step's own embeddings (the MixCSE paper's Fig. 4a dynamics), without gradient.
+
+  * ``pos_score``: ``cos(z1[i], z2[i])`` averaged over ``i``, the two views of one sentence;
+  * ``neg_score``: ``cos(z1[i], z2[j])`` averaged over ``i != j``, the in-batch negatives (a supervised batch's
+    hard negatives are not counted).
+
+  The paper plots these divided by the temperature; we log the cosines.
+  """
+  del config, rng
+  z = jax.lax.stop_gradient(z)
+  sim = losses.cosine_similarity_matrix(z[:, 0], z[:, 1])  # [batch, batch]
+  batch = sim.shape[0]
+  positive = jnp.trace(sim) / batch
+  # The off-diagonal mean; 0 for a batch of one, which has no negatives.
+  negative = (jnp.sum(sim) - jnp.trace(sim)) / max(batch * (batch - 1), 1)
+  return {"pos_score": positive, "neg_score": negative}
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """One training method.
+
+  Attributes:
+    name: the ``config.method`` that selects it.
+    loss: its loss on the embeddings of the global batch (``SentenceLoss``);
+      None for token-level pretraining (``masked_lm``).
+    masked_lm: the objective is BERT's masked-LM loss on token sequences
+      (weight 1, output layer only at the masked positions), not a sentence loss.
+    needs_complementary: the step gets a frozen complementary model's
+      embeddings of the same batch (DCLR); ``config.dclr.complementary_model`` names it.
+    scores: extra metrics from the step's own embeddings, no gradient.
+    check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
+    doc: one line for ``--help`` and errors.
+  """
+
+  name: str
+  loss: SentenceLoss | None = None
+  masked_lm: bool = False
+  needs_complementary: bool = False
+  scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
+  check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
+  doc: str = ""
+
+  def __post_init__(self):
+    if (self.loss is None) == (not self.masked_lm):
+      raise ValueError(f"objective {self.name!r}: give a sentence loss, or masked_lm=True, not both")
+
+
+_REGISTRY: dict[str, Objective] = {}
+
+
+def register(objective: Objective) -> Objective:
+  if objective.name in _REGISTRY:
+    raise ValueError(f"objective {objective.name!r} is already registered")
+  _REGISTRY[objective.name] = objective
+  return objective
+
+
+def unregister(name: str) -> None:
+  """Removes a registered objective (tests register toy ones)."""
+  _REGISTRY.pop(name, None)
+
+
+def names() -> tuple[str, ...]:
+  return tuple(_REGISTRY)
+
+
+def get(name: str) -> Objective:
+  """The objective called ``name``; a ValueError listing the known ones otherwise."""
+  try:
+    return _REGISTRY[name]
+  except KeyError:
+    raise ValueError(f"unknown method {name!r}; choose one of {', '.join(_REGISTRY)}") from None
+
+
+# --------------------------------------------------------------------------
+# The methods.
+
+
+def _simcse(config, z, rng, complementary):
+  del rng, complementary
+  hard = z[:, 2] if z.shape[1] > 2 else None  # Supervised: a third column of hard negatives.
+  return losses.simcse_loss(z[:, 0], z[:, 1], hard, temperature=config.loss.temperature,
+                            hard_negative_weight=config.loss.hard_negative_weight), {}
+
+
+def _mixcse(config, z, rng, complementary):
+  del complementary
+  m = config.mixcse
+  return losses.mixcse_loss(z[:, 0], z[:, 1], temperature=config.loss.temperature, mix_lambda=m.mix_lambda,
+                            neighbour=m.neighbour, symmetric=m.symmetric, stop_gradient=m.stop_gradient,
+                            rng=rng), {}
+
+
+def _mixcse_scores(config, z, rng):
+  """``contrastive_scores`` and ``mix_score``: each anchor against its own mixed negative (drawn with the loss's rng)."""
+  scores = contrastive_scores(config, z, rng)
+  z = jax.lax.stop_gradient(z)
+  m = config.mixcse
+  scores["mix_score"] = losses.mixcse_mix_scores(z[:, 0], z[:, 1], mix_lambda=m.mix_lambda, neighbour=m.neighbour,
+                                                 rng=rng).mean()
+  return scores
+
+
+def _dclr(config, z, rng, complementary):
+  d = config.dclr
+  z1, z2 = z[:, 0], z[:, 1]
+  temperature = config.loss.temperature
+  num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
+  noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
+                                    dtype=jnp.promote_types(z1.dtype, jnp.float32))
+  noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
+                                      step_size=d.ascent_step_size)
+  weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
+  loss = losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
+  return loss, {"dclr/weight_zero_frac": 1.0 - weights.mean()}
+
+
+def _check_mixcse(config):
+  if config.mixcse.neighbour not in ("roll", "random", "hardest"):
+    raise ValueError(f"mixcse.neighbour must be roll, random or hardest, not {config.mixcse.neighbour!r}")
+
+
+def _check_dclr(config):
+  if not config.dclr.complementary_model:
+    raise ValueError("method dclr needs config.dclr.complementary_model (a jaxcse workdir or HF folder/hub id)")
+  if config.dclr.loss_form not in ("official", "infonce"):
+    raise ValueError(f"dclr.loss_form must be official or infonce, not {config.dclr.loss_form!r}")
+
+
+def _check_mlm(config):
+  if config.mlm.enabled:
+    raise ValueError("method mlm is masked-LM pretraining itself; leave mlm.enabled False (that adds SimCSE's "
+                     "auxiliary MLM loss to a contrastive method)")
+  if config.train.grad_cache_chunk:
+    raise ValueError("method mlm has no in-batch negatives: use a smaller batch instead of train.grad_cache_chunk")
+
+
+register(Objective("simcse", loss=_simcse,
+                   doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
+register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
+                   doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
+register(Objective("dclr", loss=_dclr, needs_complementary=True, check_config=_check_dclr,
+                   doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))
+register(Objective("mlm", masked_lm=True, scores=None, check_config=_check_mlm,
+                   doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)"))

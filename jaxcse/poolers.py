@@ -1,0 +1,84 @@
+"""Poolers: how a backbone's token states become one sentence vector, by name.
+
+Every pooler jaxcse knows is one entry of this registry; the model, the
+evaluation, the export to sentence-transformers and the config check all look
+names up here, so adding a pooler is one entry (plus its sentence-transformers
+module chain in ``st_format`` if it should export).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+
+def _masked_mean(h: jax.Array, mask: jax.Array) -> jax.Array:
+  mask = mask[..., None].astype(h.dtype)
+  return (h * mask).sum(axis=1) / jnp.maximum(mask.sum(axis=1), 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pooler:
+  """One way to pool ``[batch, len, hidden]`` token states into ``[batch, hidden]``.
+
+  Attributes:
+    name: the name configs and the command line use.
+    fn: ``(attention_mask, last_hidden, hidden_states) -> [batch, hidden]``;
+      ``hidden_states`` is the backbone's tuple (embedding output first, then
+      one entry per layer), None unless ``needs_hidden_states``.
+    needs_hidden_states: the backbone must return every layer's output.
+    has_mlp: SimCSE's MLP (Linear(H, H) + tanh) follows the pooled vector.
+    doc: one line for the README and ``--help``.
+  """
+
+  name: str
+  fn: Callable[[jax.Array, jax.Array, Sequence[jax.Array] | None], jax.Array]
+  needs_hidden_states: bool = False
+  has_mlp: bool = False
+  doc: str = ""
+
+
+_REGISTRY: dict[str, Pooler] = {}
+
+
+def register(pooler: Pooler) -> Pooler:
+  if pooler.name in _REGISTRY:
+    raise ValueError(f"pooler {pooler.name!r} is already registered")
+  _REGISTRY[pooler.name] = pooler
+  return pooler
+
+
+register(Pooler("cls", lambda mask, last, hs: last[:, 0], has_mlp=True,
+                doc="[CLS] state through a Linear(H, H) + tanh head (SimCSE's MLP)"))
+register(Pooler("cls_before_pooler", lambda mask, last, hs: last[:, 0], doc="[CLS] state, no head"))
+register(Pooler("avg", lambda mask, last, hs: _masked_mean(last, mask), doc="mask-weighted mean of the last layer"))
+register(Pooler("avg_top2", lambda mask, last, hs: _masked_mean((hs[-1] + hs[-2]) / 2.0, mask),
+                needs_hidden_states=True, doc="mean of the last two layers, then masked mean"))
+# SimCSE's current code averages hidden_states[1], the first layer's output, with the last layer.
+register(Pooler("avg_first_last", lambda mask, last, hs: _masked_mean((hs[1] + hs[-1]) / 2.0, mask),
+                needs_hidden_states=True,
+                doc="mean of the first layer's output (hidden_states[1], SimCSE's code) and the last"))
+
+def names() -> tuple[str, ...]:
+  """Every registered pooler's name."""
+  return tuple(_REGISTRY)
+
+
+def get(name: str) -> Pooler:
+  """The pooler called ``name``; a ValueError listing the known ones otherwise."""
+  try:
+    return _REGISTRY[name]
+  except KeyError:
+    raise ValueError(f"unknown pooler {name!r}; choose one of {', '.join(_REGISTRY)}") from None
+
+
+def pool(name: str, attention_mask: jax.Array, last_hidden: jax.Array,
+         hidden_states: Sequence[jax.Array] | None = None) -> jax.Array:
+  """Pools token states ``[batch, len, hidden]`` into ``[batch, hidden]`` (before any MLP)."""
+  pooler = get(name)
+  if pooler.needs_hidden_states and hidden_states is None:
+    raise ValueError(f"pooler {name!r} needs the backbone's hidden_states")
+  return pooler.fn(attention_mask, last_hidden, hidden_states)

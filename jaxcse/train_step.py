@@ -1,0 +1,223 @@
+"""The pure train step: embed the views, apply the objective, take gradients, update. Jitted once by the loop.
+
+``make_train_step(config, spec, tx, complementary)`` returns
+``(state, batch, complementary_params) -> (state, metrics)``. Dropout masks
+come from ``fold_in(key(seed), step)``, so a resumed run retraces the
+uninterrupted one exactly. ``complementary_params`` (DCLR's frozen model) is
+an input, not part of the state: no gradient, no optimizer state, never saved.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from jaxcse import gradcache, mlm, models, objectives
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  """AdamW with linear warmup and linear decay to 0 (HF Trainer's defaults, as SimCSE trains)."""
+  schedule = optax.join_schedules(
+      [
+          optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
+          optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - cfg.warmup_steps, 1)),
+      ],
+      [cfg.warmup_steps],
+  ) if cfg.warmup_steps > 0 else optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps, 1))
+
+  def decay_mask(params):  # HF excludes biases and LayerNorm weights from weight decay.
+    flat = flax.traverse_util.flatten_dict(params)
+    return flax.traverse_util.unflatten_dict(
+        {k: not (k[-1] == "bias" or any("LayerNorm" in part for part in k)) for k in flat}
+    )
+
+  adamw = optax.adamw(schedule, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
+                      weight_decay=cfg.weight_decay, mask=decay_mask)
+  if cfg.max_grad_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
+  return adamw
+
+
+def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.Array, int, int]:
+  """``[batch * views, len]`` ids and mask; a one-column (unsupervised) batch becomes two views if ``two_views``."""
+  ids, mask = batch["input_ids"], batch["attention_mask"]
+  if ids.shape[1] == 1 and two_views:
+    ids = jnp.repeat(ids, 2, axis=1)
+    mask = jnp.repeat(mask, 2, axis=1)
+  b, v, length = ids.shape
+  # Rows of one example stay adjacent, so the reshape keeps the batch sharding.
+  return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
+
+
+def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array, *, train: bool = True
+                ) -> jax.Array:
+  """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
+
+  ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
+  (unsupervised) is duplicated into two views, which get independent dropout
+  masks because they are different rows of one forward pass (SimCSE's
+  formulation). Returns ``[batch, views, hidden]``.
+  """
+  ids, mask, b, v = flat_views(batch)
+  z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
+  return z.reshape(b, v, -1)
+
+
+class _Keys(NamedTuple):
+  """The step's random keys, one per use: split from ``fold_in(key(seed), step)`` in this order."""
+
+  dropout: jax.Array
+  method: jax.Array
+  mlm: jax.Array
+  complementary: jax.Array
+
+
+def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective):
+  """The masked-LM term, or None: ``(prepare, chunk_sum, weight)``.
+
+  ``prepare(batch, key) -> (targets, count)`` masks the whole batch once (the
+  same tokens whatever the chunking); ``chunk_sum(params, targets, key)``
+  returns the summed cross-entropy over the rows it is given and its summed
+  correct predictions. Pretraining (``objective.masked_lm``) predicts at the
+  masked positions only; SimCSE's auxiliary loss at every position.
+  """
+  if not (objective.masked_lm or config.mlm.enabled):
+    return None
+  tok = spec.tokenizer
+  masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
+                 special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability)
+
+  if objective.masked_lm:
+    num_predictions = config.mlm.get("max_predictions", 0) or mlm.max_predictions(config.data.max_seq_len,
+                                                                                  config.mlm.probability)
+
+    def prepare(batch, key):
+      ids, mask, _, _ = flat_views(batch, two_views=False)
+      targets = mlm.mask_positions(key, ids, mask, num_predictions=num_predictions, **masking)
+      return (targets[0], mask, *targets[1:]), jnp.maximum(targets[3].sum(), 1)
+
+    def chunk_sum(params, targets, key):
+      masked, mask, positions, labels, weights = targets
+      logits = models.mlm_logits_at(spec, params, masked, mask, positions, train=True, rng=key)
+      return mlm.cross_entropy_sums(logits, labels, weights)
+
+    return prepare, chunk_sum, 1.0
+
+  def prepare(batch, key):
+    ids, mask, b, _ = flat_views(batch)
+    masked, labels = mlm.mask_tokens(key, ids, mask, **masking)
+    # [batch, views, len] again, so that chunks take whole examples.
+    targets = tuple(x.reshape(b, -1, x.shape[-1]) for x in (masked, mask, labels))
+    return targets, jnp.maximum((labels >= 0).sum(), 1)
+
+  def chunk_sum(params, targets, key):
+    masked, mask, labels = (x.reshape(-1, x.shape[-1]) for x in targets)
+    logits = models.mlm_logits(spec, params, masked, mask, train=True, rng=key)
+    return mlm.cross_entropy_sums(logits, jnp.where(labels >= 0, labels, 0), labels >= 0)
+
+  return prepare, chunk_sum, config.mlm.weight
+
+
+def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
+                    complementary: models.ModelSpec | None = None, *, cache_gradients: bool = True):
+  """The pure train step ``(state, batch, complementary_params) -> (state, metrics)`` for ``config.method``.
+
+  With ``config.train.grad_cache_chunk = C > 0`` the gradient is GradCache's
+  (``gradcache.value_and_grad``): chunk ``i`` of ``batch / C`` gets its own
+  dropout key (``split(key, num_chunks)[i]``) in both passes; the MLM tokens
+  are masked on the whole batch; DCLR's complementary model embeds chunk by
+  chunk. With dropout 0 the gradients are the plain step's up to float
+  rounding. ``cache_gradients=False`` differentiates the same chunked
+  computation as one graph (the reference the tests compare with).
+  """
+  objective = objectives.get(config.method)
+  if objective.needs_complementary and complementary is None:
+    raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
+  base_rng = jax.random.key(config.seed)
+  module = spec.train_module
+  chunk = config.train.grad_cache_chunk
+  tokens = _token_term(config, spec, objective)
+
+  def embed_complementary(complementary_params, batch, key):
+    return jax.lax.stop_gradient(embed_views(complementary.test_module, complementary_params, batch, key,
+                                             train=config.dclr.complementary_dropout))
+
+  def sentence_loss(z, k_method, comp):
+    """The objective on ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores)."""
+    loss, extra = objective.loss(config, z, k_method, comp)
+    scores = objective.scores(config, z, k_method) if objective.scores else {}
+    return loss, {"contrastive_loss": loss, **scores, **extra}
+
+  def metrics_of(sentence, token_sums, count):
+    """(total loss, metrics) from the sentence part and the summed token cross-entropy."""
+    loss, metrics = sentence if sentence is not None else (0.0, {})
+    if tokens is not None:
+      metrics["mlm_loss"] = token_sums[0] / count
+      metrics["mlm_accuracy"] = token_sums[1] / count
+      loss = loss + tokens[2] * metrics["mlm_loss"]
+    return loss, metrics
+
+  def plain_value_and_grad(params, batch, comp_params, keys: _Keys):
+    comp = None if complementary is None else embed_complementary(comp_params, batch, keys.complementary)
+    if tokens is not None:
+      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
+      targets, count = tokens[0](batch, k_mask)
+
+    def loss_fn(params):
+      sentence = None
+      if objective.loss is not None:
+        sentence = sentence_loss(embed_views(module, params, batch, keys.dropout), keys.method, comp)
+      sums = tokens[1](params, targets, k_mlm_drop) if tokens is not None else None
+      return metrics_of(sentence, sums, count if tokens is not None else None)
+
+    return jax.value_and_grad(loss_fn, has_aux=True)(params)
+
+  def chunked_value_and_grad(params, batch, comp_params, keys: _Keys):
+    rows = batch["input_ids"].shape[0]
+    if rows % chunk:
+      raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
+    n = rows // chunk
+    # Per-chunk inputs of both passes: the sentences and the dropout key (the replayed masks), and the MLM inputs.
+    xs = {"batch": gradcache.to_chunks(batch, n), "drop": jax.random.split(keys.dropout, n)}
+    count = None
+    if tokens is not None:
+      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
+      targets, count = tokens[0](batch, k_mask)  # Masked on the whole batch: the same tokens as the plain step.
+      xs["mlm"], xs["mlm_drop"] = gradcache.to_chunks(targets, n), jax.random.split(k_mlm_drop, n)
+    comp = None
+    if complementary is not None:
+      comp = gradcache.from_chunks(jax.lax.map(lambda a: embed_complementary(comp_params, a[0], a[1]),
+                                               (xs["batch"], jax.random.split(keys.complementary, n))))
+    sentence = objective.loss is not None
+    (_, parts), grads = gradcache.value_and_grad(
+        params, xs,
+        embed=(lambda p, x: embed_views(module, p, x["batch"], x["drop"])) if sentence else None,
+        batch_loss=(lambda z: sentence_loss(z, keys.method, comp)) if sentence else None,
+        chunk_loss=(lambda p, x: tokens[1](p, x["mlm"], x["mlm_drop"])) if tokens is not None else None,
+        chunk_weight=(tokens[2] / count) if tokens is not None else 1.0,
+        cache=cache_gradients)
+    sums = (parts["chunk_sum"], parts["chunk_aux"]) if tokens is not None else None
+    return metrics_of((parts["batch_loss"], parts["batch_aux"]) if sentence else None, sums, count), grads
+
+  def train_step(state: TrainState, batch: dict, complementary_params=None) -> tuple[TrainState, dict]:
+    keys = _Keys(*jax.random.split(jax.random.fold_in(base_rng, state.step), 4))
+    value_and_grad = chunked_value_and_grad if chunk else plain_value_and_grad
+    (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **extra}
+    return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return train_step
