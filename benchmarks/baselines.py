@@ -19,6 +19,15 @@ import numpy as np
 SENTEVAL_DIR_ENV = "JAXCSE_SENTEVAL_DIR"
 
 
+def set_threads(threads: int) -> str:
+  """Sets torch's intra-op threads (0: leave torch's default); returns what the benchmark prints of torch."""
+  import torch
+
+  if threads:
+    torch.set_num_threads(threads)
+  return f"torch {torch.__version__} with {torch.get_num_threads()} threads"
+
+
 def torch_train_step(shape, ids: np.ndarray, mask: np.ndarray, *, steps: int
                      ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
   """SimCSE's unsupervised step in PyTorch (its ``cl_forward`` with HF Trainer's AdamW, clipping and schedule)."""
@@ -59,6 +68,40 @@ def torch_train_step(shape, ids: np.ndarray, mask: np.ndarray, *, steps: int
     optimizer.state.clear()
 
   return run, lambda: last["loss"], release
+
+
+def torch_mlm_step(shape, ids: np.ndarray, *, steps: int, dropout: float = 0.1
+                   ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
+  """A PyTorch ``BertForMaskedLM`` step as Hugging Face's run_mlm.py trains: AdamW, clipping, linear schedule.
+
+  The 15% masking is drawn once (the data collator's work, on the CPU, is left out of the timing); the loss is
+  transformers' own (logits at every position, -100 labels ignored).
+  """
+  import torch
+  from transformers import BertForMaskedLM
+
+  torch.manual_seed(0)
+  model = BertForMaskedLM(shape.bert_config(dropout))
+  optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.98), eps=1e-8, weight_decay=0.01)
+  scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: max(0.0, 1.0 - s / steps))
+  model.train()
+  rng = np.random.default_rng(1)
+  chosen = (rng.random(ids.shape) < 0.15) & (ids > 3)
+  input_ids = torch.from_numpy(np.where(chosen, 3, ids)).long()
+  labels = torch.from_numpy(np.where(chosen, ids, -100)).long()
+  attention_mask = torch.ones_like(input_ids)
+  last = {"loss": None}
+
+  def run():
+    loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    last["loss"] = loss.item()
+
+  return run, lambda: last["loss"], optimizer.state.clear
 
 
 def sentence_transformers_encode(model_path: str, sentences: Sequence[str], *, batch_size: int,

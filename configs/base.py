@@ -28,6 +28,8 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.model = ml_collections.ConfigDict()
   config.model.name = "bert-base-uncased"  # HF folder, hub id, or an offline-package name (see README).
+  config.model.init = "pretrained"  # pretrained: model.name's weights; random: a fresh model.architecture (pretraining).
+  config.model.tokenizer = ""  # With init=random: the tokenizer folder (its vocabulary sets the embedding size).
   config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
   config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, evaluate without it.
   config.model.test_pooler = ""  # Saved test-time pooler if not the dev-evaluation one ("" = the same).
@@ -43,6 +45,8 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).
   config.data.tfds_text_feature = "text"  # With train = "tfds:NAME[:split]": the Text feature to train on.
   config.data.tfds_data_dir = ""  # TFDS data folder for tfds: sources; empty = $TFDS_DATA_DIR or ~/tensorflow_datasets.
+  config.data.heldout_fraction = 0.0  # Hold out this share of a .txt corpus's lines (by content hash) for evaluation.
+  config.data.pack = False  # MLM pretraining: pack sentences into full max_seq_len sequences ([CLS] a [SEP] b [SEP]).
 
   config.loss = ml_collections.ConfigDict()
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
@@ -52,6 +56,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.mlm.enabled = False  # SimCSE's do_mlm: add a masked-LM loss on the same encoder.
   config.mlm.weight = 0.1  # Its weight (SimCSE's mlm_weight).
   config.mlm.probability = 0.15  # Share of tokens chosen for prediction (80% [MASK], 10% random, 10% kept).
+  config.mlm.max_predictions = 0  # Method mlm: predictions per sequence (0 = ceil(probability x max_seq_len)).
 
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 64  # Global batch (all devices); in-batch negatives span it.
@@ -73,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.every = 125  # Evaluate STS-B dev every this many steps and keep the best checkpoint.
   config.eval.at_start = False  # Also evaluate before the first step (reports the starting point).
   config.eval.at_end = True  # Also evaluate after the last step.
-  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, or stsb_sickr_dev (DCLR's mean of both).
+  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
 
   config.checkpoint = ml_collections.ConfigDict()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import statistics
 import sys
@@ -77,6 +78,7 @@ class Shape:
 
 SHAPES = {
     "tiny": Shape(layers=2, hidden=64, heads=2, intermediate=256, vocab=2000),
+    "mini": Shape(layers=4, hidden=256, heads=4, intermediate=1024, vocab=8192),  # configs/pretrain_mlm.py
     "minilm": Shape(layers=6, hidden=384, heads=12, intermediate=1536),  # all-MiniLM-L6-v2
     "base": Shape(layers=12, hidden=768, heads=12, intermediate=3072),  # bert-base-uncased
 }
@@ -160,19 +162,22 @@ def random_batch(shape: Shape, batch_size: int, length: int, seed: int = 0) -> t
   return ids, mask
 
 
-def simcse_config(steps: int):
-  """``configs/base.py`` (unsupervised SimCSE, batch 64, lr 3e-5, temperature 0.05) set to ``steps`` steps."""
-  import importlib.util
+def repo_config(name: str, steps: int):
+  """The repository's ``configs/<name>.py`` set to ``steps`` steps."""
+  import importlib
 
-  path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "base.py")
-  spec = importlib.util.spec_from_file_location("jaxcse_bench_base_config", path)
-  if spec is None or not os.path.isfile(path):
-    raise FileNotFoundError(f"{path}: the train benchmark reads the repository's configs/base.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  if not os.path.isfile(os.path.join(root, "configs", f"{name}.py")):
+    raise FileNotFoundError(f"{root}/configs/{name}.py: the benchmarks read the repository's configs")
+  sys.path.insert(0, root)
+  config = importlib.import_module(f"configs.{name}").get_config()
   config.train.max_steps = steps
   return config
+
+
+def simcse_config(steps: int):
+  """``configs/base.py`` (unsupervised SimCSE, batch 64, lr 3e-5, temperature 0.05) set to ``steps`` steps."""
+  return repo_config("base", steps)
 
 
 def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, dtype=jnp.float32
@@ -238,15 +243,12 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
 
 
 def bench_train(args) -> str:
-  import torch
-
-  if args.threads:
-    torch.set_num_threads(args.threads)
+  torch_line = _baselines().set_threads(args.threads)
   shape = SHAPES[args.shape]
   ids, mask = random_batch(shape, args.batch_size, args.max_seq_len)
   print(machine_line())
   print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+        f"{torch_line}")
   peak = matmul_peak_flops(args.peak_size)
   print(f"peak: float32 {args.peak_size}x{args.peak_size} jnp matmul {peak / 1e9:.1f} GFLOP/s")
   if args.profile:
@@ -274,6 +276,88 @@ def bench_train(args) -> str:
 
 
 # --------------------------------------------------------------------------
+# MLM pretraining step.
+
+
+class _BenchTokenizer:
+  """What the MLM step reads of a tokenizer, for random ids: [PAD] 0, [CLS] 1, [SEP] 2, [MASK] 3."""
+
+  mask_token_id = 3
+  all_special_ids = [0, 1, 2, 3]
+
+
+def packed_batch(shape: Shape, batch_size: int, length: int, seed: int = 0) -> np.ndarray:
+  """int32 ``[batch, length]`` full sequences (as packed pretraining batches are): [CLS] tokens [SEP]."""
+  ids = np.random.default_rng(seed).integers(4, shape.vocab, size=(batch_size, length)).astype(np.int32)
+  ids[:, 0], ids[:, -1] = 1, 2
+  return ids
+
+
+def pretrain_flops(shape: Shape, rows: int, length: int, predictions: int) -> float:
+  """Model FLOPs of one MLM step: 3x the forward matmuls, the output layer at ``predictions`` positions a row."""
+  h, i, t = shape.hidden, shape.intermediate, rows * length
+  encoder = shape.layers * (2 * t * (4 * h * h + 2 * h * i) + 2 * 2 * rows * length * length * h)
+  head = 2 * rows * predictions * (h * h + h * shape.vocab)
+  return 3 * (encoder + head)
+
+
+def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp.float32, dropout: float = 0.1):
+  """jaxcse's MLM step (``configs/pretrain_mlm.py``) on a fresh model: (run one step, last loss, release)."""
+  config = repo_config("pretrain_mlm", steps)
+  config.data.max_seq_len = ids.shape[1]
+  hf_config = shape.bert_config(dropout)
+  spec, params = models.build_random(hf_config, _BenchTokenizer(), models.PoolerSpec("avg"), dtype=dtype,
+                                     with_mlm_head=True)
+  tx = train_step.make_optimizer(config.train, steps)
+  step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
+  state = {"state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
+           "loss": None}
+  batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": np.ones_like(ids)[:, None]})
+
+  def run():
+    state["state"], metrics = step_fn(state["state"], batch)
+    state["loss"] = metrics["loss"]
+    state["loss"].block_until_ready()
+
+  return run, lambda: float(state["loss"]), state.clear
+
+
+def bench_pretrain(args) -> str:
+  torch_line = _baselines().set_threads(args.threads)
+  shape = dataclasses.replace(SHAPES[args.shape], vocab=args.vocab or SHAPES[args.shape].vocab)
+  ids = packed_batch(shape, args.batch_size, args.max_seq_len)
+  predictions = math.ceil(0.15 * args.max_seq_len)
+  tokens = args.batch_size * args.max_seq_len
+  print(machine_line())
+  print(f"pretrain: shape {args.shape} {shape}, dropout {args.dropout}, batch {args.batch_size} x length {args.max_seq_len} "
+        f"({tokens} tokens/step), {torch_line}")
+  peak = matmul_peak_flops(args.peak_size)
+  print(f"peak: float32 {args.peak_size}x{args.peak_size} jnp matmul {peak / 1e9:.1f} GFLOP/s")
+  steps = args.warmup + args.rounds * args.repeats
+  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
+  sides = {"jaxcse": jaxcse_pretrain_step(shape, ids, steps=steps, dtype=dtype, dropout=args.dropout),
+           "pytorch": _baselines().torch_mlm_step(shape, ids, steps=steps, dropout=args.dropout)}
+  for name, (run, loss, _) in sides.items():
+    for _ in range(args.warmup):
+      run()
+    print(f"warm-up: {name} loss after {args.warmup} steps {loss():.4f}")
+  times = time_interleaved({name: side[0] for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  # jaxcse computes the output layer at the masked positions, PyTorch's BertForMaskedLM at every position.
+  flops = {"jaxcse": pretrain_flops(shape, args.batch_size, args.max_seq_len, predictions),
+           "pytorch": pretrain_flops(shape, args.batch_size, args.max_seq_len, args.max_seq_len)}
+  medians = {}
+  for name, ts in times.items():
+    medians[name] = statistics.median(ts)
+    achieved = flops[name] / medians[name]
+    print(f"{name}: {medians[name]:.3f} s/step (median of {len(ts)}; min {min(ts):.3f}), {tokens / medians[name]:.0f} "
+          f"tokens/s, {flops[name] / 1e9:.1f} GFLOP/step, MFU {achieved / peak * 100:.1f}% of the measured peak")
+  for _, _, release in sides.values():
+    release()
+  print(machine_line())
+  return ratio_line(f"pretrain_{args.shape}", medians["pytorch"], medians["jaxcse"])
+
+
+# --------------------------------------------------------------------------
 # Encoding.
 
 
@@ -297,10 +381,7 @@ def read_sentences(path: str, limit: int) -> list[str]:
 
 
 def bench_encode(args) -> str:
-  import torch
-
-  if args.threads:
-    torch.set_num_threads(args.threads)
+  torch_line = _baselines().set_threads(args.threads)
   path = hub.resolve_model_path(args.model)
   input_path = args.input or os.path.join(data_lib.data_dir(args.data_dir), "corpora", "wiki_offline.txt")
   sentences = read_sentences(input_path, args.limit)
@@ -310,7 +391,7 @@ def bench_encode(args) -> str:
   embedder = embedder_lib.Embedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
   print(machine_line())
   print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
-        f"max_seq_len {max_seq_len}, torch {torch.__version__} with {torch.get_num_threads()} threads")
+        f"max_seq_len {max_seq_len}, {torch_line}")
 
   def run_jaxcse():
     out = embedder(sentences, params)
@@ -334,10 +415,7 @@ def bench_encode(args) -> str:
 def bench_evaluate(args) -> str:
   import logging
 
-  import torch
-
-  if args.threads:
-    torch.set_num_threads(args.threads)
+  torch_line = _baselines().set_threads(args.threads)
   logging.getLogger().setLevel(logging.WARNING)  # SentEval logs every batch at INFO.
   root = data_lib.data_dir(args.data_dir)
   tasks = evaluate.expand_tasks(args.tasks)
@@ -354,7 +432,7 @@ def bench_evaluate(args) -> str:
   run_senteval = baselines.senteval_sts(senteval_dir, root, path, args.pooler, tasks, args.batch_size)
   print(machine_line())
   print(f"evaluate: tasks {tasks}, model {args.model}, pooler {args.pooler}, batch {args.batch_size}, "
-        f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+        f"{torch_line}")
 
   results = {}
 
@@ -399,6 +477,19 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
 
+  p = sub.add_parser("pretrain", help="MLM pretraining step vs PyTorch BertForMaskedLM")
+  p.add_argument("--shape", choices=sorted(SHAPES), default="mini")
+  p.add_argument("--vocab", type=int, default=0, help="vocabulary size (0: the shape's)")
+  p.add_argument("--dropout", type=float, default=0.1, help="hidden and attention dropout on both sides")
+  p.add_argument("--batch_size", type=int, default=128)
+  p.add_argument("--max_seq_len", type=int, default=128)
+  p.add_argument("--warmup", type=int, default=2, help="untimed steps per side (compilation, allocator)")
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
+  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                 help="jaxcse's compute dtype (params stay float32); the PyTorch side is float32")
+  p.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
+
   p = sub.add_parser("encode", help="Embedder vs sentence-transformers encode")
   p.add_argument("--model", default="all-MiniLM-L6-v2")
   p.add_argument("--input", default="", help="one sentence a line (default: corpora/wiki_offline.txt of the data root)")
@@ -421,7 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     p.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   args = parser.parse_args(argv)
-  line = {"train": bench_train, "encode": bench_encode, "evaluate": bench_evaluate}[args.benchmark](args)
+  line = {"train": bench_train, "pretrain": bench_pretrain, "encode": bench_encode,
+          "evaluate": bench_evaluate}[args.benchmark](args)
   print(line, flush=True)
   return 0
 

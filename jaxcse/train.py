@@ -33,7 +33,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
-from jaxcse import loading, mlm, models, objectives, train_step as step_lib
+from jaxcse import hub, loading, mlm, models, objectives, train_step as step_lib
 
 log = logging.getLogger("jaxcse")
 
@@ -76,10 +76,10 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, 
   return spec, params
 
 
-def _tokenizer(path: str):
+def _tokenizer(name: str):
   from transformers import AutoTokenizer
 
-  return AutoTokenizer.from_pretrained(path)
+  return AutoTokenizer.from_pretrained(hub.resolve_model_path(name))
 
 
 def _architecture(config: ml_collections.ConfigDict):
@@ -199,7 +199,8 @@ class HeldoutMLM:
     for i, (ids, mask) in enumerate(zip(self.batches, self.masks)):
       totals += np.asarray(jax.device_get(self._sums(params, ids, mask, jax.random.fold_in(self._key, i))), np.float64)
     ce, correct, count = totals
-    return {"heldout_mlm_loss": ce / count, "heldout_mlm_accuracy": correct / count, "heldout_mlm_tokens": int(count)}
+    return {"heldout_mlm_loss": float(ce / count), "heldout_mlm_accuracy": float(correct / count),
+            "heldout_mlm_tokens": int(count)}
 
 
 class Evaluator:
@@ -256,6 +257,58 @@ def _progress_bar(total: int, initial: int, enabled: bool = True):
 # The loop.
 
 
+class StepLog:
+  """Averages the step metrics between log lines and writes them; reads a step's metrics one step late.
+
+  ``add(step, metrics)`` keeps the device arrays of the step just dispatched and checks the previous one, so the
+  host never waits for the device; ``flush`` writes one record (mean over the steps since the last line).
+  """
+
+  def __init__(self, metrics_log: MetricsWriter, latest, workdir: str, steps_per_epoch: int, start_step: int):
+    self.metrics_log, self.latest, self.workdir = metrics_log, latest, workdir
+    self.steps_per_epoch = steps_per_epoch
+    self.values, self.pending = [], None
+    self.t_last, self.last_step = time.time(), start_step
+
+  def add(self, step: int, metrics: dict) -> None:
+    if self.pending is not None:
+      self.values.append(_check_finite(*self.pending, self.latest, self.workdir))
+    self.pending = (step, metrics)
+
+  def settle(self) -> None:
+    """Checks the last dispatched step (waits for it)."""
+    if self.pending is not None:
+      self.values.append(_check_finite(*self.pending, self.latest, self.workdir))
+      self.pending = None
+
+  def flush(self, step: int) -> dict:
+    self.settle()
+    record = {"step": step, **{k: float(np.mean([m[k] for m in self.values])) for k in self.values[0]},
+              "steps_per_sec": round((step - self.last_step) / (time.time() - self.t_last), 4),
+              "epoch": round(step / self.steps_per_epoch, 4)}  # Nominal with no_duplicates or packing.
+    self.metrics_log.write(record)
+    self.values, self.t_last, self.last_step = [], time.time(), step
+    return record
+
+
+def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int | None, replicated, workdir: str):
+  """``(train state, run metadata, first step)``: fresh from ``params``, or restored from the latest checkpoint."""
+
+  def fresh_state(params):
+    return step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+  meta = {"best_metric": None, "best_step": None, "first_eval": None}
+  if resume_step is None:
+    return jax.jit(fresh_state, out_shardings=replicated)(params), meta, 0
+  abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
+  restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
+  state = step_lib.TrainState(step=jax.device_put(jnp.int32(resume_step), replicated),
+                              params=restored["params"], opt_state=restored["opt_state"])
+  log.info("resumed %s at step %d", workdir, resume_step)
+  return state, restored["meta"], resume_step
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Trains per ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
 
@@ -284,34 +337,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   batches, heldout = _batches(config, spec)
   total_steps = _total_steps(config, batches)
   tx = step_lib.make_optimizer(config.train, total_steps)
-
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
   # This process tokenizes only its rows of each global batch; which examples form the global batch, and in
   # what order, depends on the step alone, never on the number of processes.
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
   _agree_across_processes(config, batches.corpus, resume_step, params)
-
-  def global_batch(host_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-    """The ``[batch, columns, len]`` global batch, sharded over ``data``, from this process's rows of it."""
-    return {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
-            for k, v in host_batch.items()}
-
-  def fresh_state(params):
-    return step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
-
-  meta = {"best_metric": None, "best_step": None, "first_eval": None}
-  if resume_step is None:
-    state = jax.jit(fresh_state, out_shardings=replicated)(params)
-    start_step = 0
-  else:
-    abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
-    restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
-    state = step_lib.TrainState(step=jax.device_put(jnp.int32(resume_step), replicated),
-                                params=restored["params"], opt_state=restored["opt_state"])
-    meta, start_step = restored["meta"], resume_step
-    log.info("resumed %s at step %d", workdir, start_step)
+  state, meta, start_step = _initial_state(spec, params, tx, latest, resume_step, replicated, workdir)
   del params  # The train state owns the params from here on (its buffers are donated).
 
   complementary, complementary_params = _complementary(config, replicated)
@@ -321,37 +353,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
-
+  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step)
   progress = _progress_bar(total_steps, start_step, enabled=primary)
-  log_losses, t_log, prev = [], time.time(), None
-  last_logged_step = start_step
   try:
     for step, host_batch in enumerate(batches.iterate(start_step, total_steps, positions=local_rows),
                                       start=start_step):
-      state, metrics = train_step(state, global_batch(host_batch), complementary_params)
-      # Read the previous step's loss while this one runs: the host never waits for the device here.
-      if prev is not None:
-        log_losses.append(_check_finite(*prev, latest, workdir))
-      done = step + 1
-      prev = (done, metrics)  # Labelled like checkpoints: step n is the update that produces state n.
+      batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
+               for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
+      state, metrics = train_step(state, batch, complementary_params)
+      done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
+      step_log.add(done, metrics)
       progress.update(1)
-      if done % config.train.log_every == 0 or done == total_steps or done % config.eval.every == 0 \
-          or done % config.checkpoint.every == 0:
-        log_losses.append(_check_finite(*prev, latest, workdir))
-        prev = None
-        elapsed = time.time() - t_log
-        record = {"step": done, **{k: float(np.mean([m[k] for m in log_losses])) for k in log_losses[0]},
-                  "steps_per_sec": round((done - last_logged_step) / elapsed, 4),
-                  "epoch": round(done / batches.steps_per_epoch, 4)}  # Nominal with no_duplicates.
-        metrics_log.write(record)
-        progress.set_postfix(loss=f"{record['loss']:.4f}")
-        log_losses, t_log, last_logged_step = [], time.time(), done
-      if done % config.eval.every == 0 or (config.eval.at_end and done == total_steps):
+      evaluate_now = done % config.eval.every == 0 or (config.eval.at_end and done == total_steps)
+      save_now = done % config.checkpoint.every == 0 or done == total_steps
+      if done % config.train.log_every == 0 or done == total_steps or evaluate_now or save_now:
+        progress.set_postfix(loss=f"{step_log.flush(done)['loss']:.4f}")
+      if evaluate_now:
         run_eval(done, state.params)
-      if done % config.checkpoint.every == 0 or done == total_steps:
+      if save_now:
         checkpoints.save(latest, done, meta=copy.deepcopy(meta), params=state.params, opt_state=state.opt_state)
-    if prev is not None:
-      _check_finite(*prev, latest, workdir)
+    step_log.settle()
   finally:
     progress.close()
     for mngr in (latest, best):

@@ -167,3 +167,49 @@ def _main(model_dir: str, data_dir: str, out: str) -> None:
 
 if __name__ == "__main__":
   _main(*sys.argv[1:4])
+
+
+def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
+  """gradcache alone, in float64: chunked = one graph = the plain gradient, for a batch loss and a summed loss."""
+  from jaxcse import gradcache
+
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(0)
+    params = {"w": rng.normal(size=(6, 4)), "b": rng.normal(size=(4,))}
+    xs = {"x": rng.normal(size=(12, 6))}
+
+    def embed(p, chunk):
+      return chunk["x"] @ p["w"] + p["b"]  # [rows, 4]
+
+    def batch_loss(z):  # InfoNCE of each row against all rows: every chunk's gradient depends on every other chunk.
+      logits = z @ z.T / 0.5
+      return -jax.numpy.mean(jax.nn.log_softmax(logits - 1e3 * np.eye(len(z)), axis=1)[np.arange(len(z)),
+                                                                                        (np.arange(len(z)) + 1) % len(z)]), {}
+
+    def chunk_loss(p, chunk):
+      return jax.numpy.sum(jax.numpy.tanh(embed(p, chunk)) ** 2), {"rows": jax.numpy.asarray(chunk["x"].shape[0])}
+
+    weight = 0.3
+
+    def plain(p):
+      return batch_loss(embed(p, xs))[0] + weight * chunk_loss(p, xs)[0]
+
+    want_value, want_grads = jax.value_and_grad(plain)(params)
+    chunks = gradcache.to_chunks(xs, 3)
+    np.testing.assert_array_equal(gradcache.from_chunks(chunks["x"]), xs["x"])  # Strided chunks, back in order.
+    for cache in (True, False):
+      (value, parts), grads = gradcache.value_and_grad(params, chunks, embed=embed, batch_loss=batch_loss,
+                                                       chunk_loss=chunk_loss, chunk_weight=weight, cache=cache)
+      np.testing.assert_allclose(value, want_value, rtol=1e-12)
+      assert int(parts["chunk_aux"]["rows"]) == 12
+      for key in params:
+        np.testing.assert_allclose(grads[key], want_grads[key], rtol=1e-12, atol=1e-14, err_msg=f"{key} cache={cache}")
+    # Each part alone.
+    (_, _), grads = gradcache.value_and_grad(params, chunks, embed=embed, batch_loss=batch_loss)
+    only_batch = jax.grad(lambda p: batch_loss(embed(p, xs))[0])(params)
+    np.testing.assert_allclose(grads["w"], only_batch["w"], rtol=1e-12, atol=1e-14)
+    (_, _), grads = gradcache.value_and_grad(params, chunks, chunk_loss=chunk_loss, chunk_weight=weight)
+    only_sum = jax.grad(lambda p: weight * chunk_loss(p, xs)[0])(params)
+    np.testing.assert_allclose(grads["w"], only_sum["w"], rtol=1e-12, atol=1e-14)
+    with pytest.raises(ValueError, match="together"):
+      gradcache.value_and_grad(params, chunks, embed=embed)

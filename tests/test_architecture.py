@@ -1,0 +1,116 @@
+"""The shape of the package: methods by registry, config errors at load, no import cycles, no torch inside."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxcse import configuration, objectives, train
+from tests import helpers
+
+PACKAGE = os.path.join(helpers.REPO, "jaxcse")
+
+
+def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_dir, fresh_workdir):
+  # A toy objective: pull the two dropout views of each sentence together (L2), no negatives.
+  def l2(config, z, rng, complementary):
+    return jnp.mean(jnp.sum((z[:, 0] - z[:, 1]) ** 2, axis=-1)), {"l2/mean_norm": jnp.mean(jnp.linalg.norm(z, axis=-1))}
+
+  objectives.register(objectives.Objective("toy_l2", loss=l2, doc="test only"))
+  try:
+    config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"method": "toy_l2", "train.max_steps": 2,
+                                                                    "train.log_every": 1})
+    summary = train.train_and_evaluate(config, fresh_workdir)
+  finally:
+    objectives.unregister("toy_l2")
+  assert summary["steps"] == 2
+  records = [json.loads(line) for line in open(os.path.join(fresh_workdir, "metrics.jsonl")) if "loss" in line]
+  assert all(r["loss"] == r["contrastive_loss"] and r["loss"] >= 0 for r in records)
+  assert all("l2/mean_norm" in r and "pos_score" in r for r in records)  # Its metrics and the default scores.
+  with pytest.raises(ValueError, match="unknown method 'toy_l2'"):
+    objectives.get("toy_l2")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mlm"),
+    ({"eval.metric": "foo"}, r"unknown eval.metric 'foo'; choose one of stsb_dev, stsb_sickr_dev"),
+    ({"model.pooler": "foo"}, r"unknown pooler 'foo'; choose one of cls, cls_before_pooler, avg"),
+    ({"model.test_pooler": "max"}, r"unknown pooler 'max'"),
+    ({"train.batch_size": 0}, r"train.batch_size must be a positive integer, not 0"),
+    ({"data.max_seq_len": 1}, r"data.max_seq_len must be at least 3"),
+    ({"train.grad_cache_chunk": 3}, r"must be 0 \(off\) or divide train.batch_size=8"),
+    ({"model.dtype": "float8"}, r"model.dtype must be one of float32, bfloat16, float16"),
+    ({"data.pack": True}, r"data.pack joins sentences"),
+])
+def test_config_errors_are_caught_before_the_workdir_is_touched(tiny_model_dir, small_data_dir, tmp_path,
+                                                                overrides, message):
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides)
+  workdir = str(tmp_path / "workdir")
+  with pytest.raises(configuration.ConfigError, match=message):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(workdir)
+
+
+def test_every_shipped_config_is_valid():
+  for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
+    import importlib
+
+    config = importlib.import_module(f"configs.{name}").get_config()
+    if name.startswith("dclr"):
+      assert config.dclr.complementary_model
+    configuration.validate(config)
+
+
+def _imports(path: str) -> set[str]:
+  """Every module a file imports (``from a.b import x`` gives ``a.b`` and ``a.b.x``), module-level or not."""
+  found = set()
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      found.add(node.module)
+      found.update(f"{node.module}.{a.name}" for a in node.names)
+    elif isinstance(node, ast.Import):
+      found.update(a.name for a in node.names)
+  return found
+
+
+def _modules() -> dict[str, str]:
+  out = {}
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if name.endswith(".py"):
+        rel = os.path.relpath(os.path.join(folder, name), helpers.REPO)[:-3].replace(os.sep, ".")
+        out[rel.removesuffix(".__init__")] = os.path.join(folder, name)
+  return out
+
+
+def test_no_import_cycle_and_no_torch_in_the_package():
+  modules = _modules()
+  imports = {m: _imports(p) for m, p in modules.items()}
+  # An import of a module's own parent package (``from jaxcse import x`` names ``jaxcse``) is Python loading the
+  # package first, not an edge of the design.
+  graph = {m: {i for i in found if i in modules and i != m and not m.startswith(i + ".")}
+           for m, found in imports.items()}
+  state: dict[str, int] = {}
+
+  def visit(m, path):
+    if state.get(m) == 1:
+      raise AssertionError("import cycle: " + " -> ".join(path[path.index(m):] + [m]))
+    if state.get(m) == 2:
+      return
+    state[m] = 1
+    for d in sorted(graph[m]):
+      visit(d, path + [m])
+    state[m] = 2
+
+  for m in sorted(graph):
+    visit(m, [])
+  for m, found in imports.items():
+    roots = {name.split(".")[0] for name in found}
+    assert not roots & {"torch", "senteval", "sentence_transformers", "benchmarks"} - ({"benchmarks"} if m == "jaxcse.bench" else set()), \
+        f"{m} imports {roots & {'torch', 'senteval', 'sentence_transformers'}}: baselines belong in benchmarks/"
+    assert "/work/" not in open(modules[m]).read(), f"{m} holds a machine-specific path"
