@@ -2,7 +2,7 @@ r"""Masked-LM pretraining of a small BERT from random initialisation (BERT's obj
 
 BERT-Mini's shape (4 layers, hidden 256, 4 heads, FFN 1024; Turc et al.,
 2019) with a WordPiece vocabulary of 8,192 trained on the corpus
-(``python -m jaxcse.wordpiece``), sequences of 128 tokens packed from
+(``python -m jaxcse.wordpiece``), batches of 32 sequences of 128 tokens packed from
 consecutive sentences of ``corpora/wiki_offline.txt``; 15% of the tokens
 predicted (80% [MASK], 10% random, 10% kept), the output layer computed only
 at those positions. 1% of the lines (by content hash) are held out; held-out
@@ -45,15 +45,17 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.max_seq_len = 128
   config.data.pack = True
   config.data.heldout_fraction = 0.01
-  config.train.batch_size = 128
-  config.train.max_steps = 3000
+  # 32 x 128 tokens a step: on this 2-core CPU the fastest tokens/s (4.4k vs 3.9k at 128 x 128) and 4x the updates
+  # of batch 128 for the same tokens; lr 1e-3 beat 5e-4 over 500 probe steps (experiments/from_raw_plm/).
+  config.train.batch_size = 32
+  config.train.max_steps = 7000  # ~29M tokens (~5 epochs of the corpus), about two hours at 0.93 s/step.
   config.train.learning_rate = 1e-3
-  config.train.warmup_steps = 180
+  config.train.warmup_steps = 420  # 6%.
   config.train.weight_decay = 0.01
   config.train.adam_b2 = 0.98
-  config.train.log_every = 25
-  config.eval.every = 250
+  config.train.log_every = 50
+  config.eval.every = 500
   config.eval.metric = "heldout_mlm_accuracy"
   config.eval.batch_size = 128
-  config.checkpoint.every = 250
+  config.checkpoint.every = 500
   return config

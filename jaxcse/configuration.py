@@ -10,9 +10,10 @@ from __future__ import annotations
 import ml_collections
 
 from jaxcse import evaluate, models, objectives
+from jaxcse.errors import JaxcseError
 
 
-class ConfigError(ValueError):
+class ConfigError(JaxcseError, ValueError):
   """A config value that cannot run; the message names the field."""
 
 

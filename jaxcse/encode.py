@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import os
 import sys
@@ -32,6 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers
+from jaxcse import errors
+from jaxcse.errors import JaxcseError
 
 
 # --------------------------------------------------------------------------
@@ -117,11 +120,13 @@ class Encoder:
   """
 
   def __init__(self, spec: models.ModelSpec, params, pooler: str | None = None, *, batch_size: int = 128,
-               max_seq_len: int | None = None):
+               max_seq_len: int | None = None, step: int | None = None):
     self.spec = spec
     self.embedder = embedder_lib.Embedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
     self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
+    self.step = step  # The checkpoint step of a workdir model; None for a Hugging Face folder.
+    self._fingerprint: str | None = None
     self._index: np.ndarray | None = None
     self._faiss = None
 
@@ -129,7 +134,18 @@ class Encoder:
   def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", **kwargs) -> "Encoder":
     """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
     loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler)
-    return cls(loaded.spec, loaded.params, pooler, **kwargs)
+    return cls(loaded.spec, loaded.params, pooler, step=loaded.step, **kwargs)
+
+  @property
+  def fingerprint(self) -> str:
+    """sha256 (first 16 hex digits) of the parameters this encoder embeds with, in tree order: its identity."""
+    if self._fingerprint is None:
+      digest = hashlib.sha256()
+      for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(self.params)):
+        digest.update(jax.tree_util.keystr(path).encode())
+        digest.update(np.ascontiguousarray(leaf).tobytes())
+      self._fingerprint = digest.hexdigest()[:16]
+    return self._fingerprint
 
   @property
   def dim(self) -> int:
@@ -201,25 +217,37 @@ class Encoder:
 # The command.
 
 
+class EncodeError(JaxcseError, RuntimeError):
+  """An encoding job that cannot go on as asked; the message says why and what to do."""
+
+
 def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
                 normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
                 progress: bool = True) -> dict:
-  """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar."""
+  """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar.
+
+  A run resumes a partial output only if everything that determines its rows is the same: the input file, the
+  model (its checkpoint step and a fingerprint of its parameters), pooler, dtype, normalisation, length and
+  chunking; a partial output of another job is refused (``EncodeError``), never continued.
+  """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
   stat = os.stat(input_path)
   job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
-         "model": model_name, "pooler": encoder.pooler, "count": count, "dim": encoder.dim, "dtype": dtype,
-         "normalized": normalize, "column": column, "chunk_size": chunk_size,
-         "max_seq_len": encoder.embedder.max_seq_len}
+         "model": model_name, "checkpoint_step": encoder.step, "params_sha256": encoder.fingerprint,
+         "pooler": encoder.pooler, "count": count, "dim": encoder.dim, "dtype": dtype, "normalized": normalize,
+         "column": column, "chunk_size": chunk_size, "max_seq_len": encoder.embedder.max_seq_len}
   partial, state_path = output_path + ".partial", output_path + ".progress.json"
   done = 0
   if os.path.exists(partial) and os.path.exists(state_path):
     with open(state_path) as f:
       saved = json.load(f)
-    if saved["job"] == job:
-      done = saved["rows_done"]
+    if saved.get("job") != job:
+      differ = sorted(k for k in set(job) | set(saved.get("job", {})) if saved.get("job", {}).get(k) != job.get(k))
+      raise EncodeError(f"{partial} holds a partial output of another job (it differs in {', '.join(differ)}); "
+                        f"rerun the same command to resume it, or delete {partial} and {state_path} to start over")
+    done = saved["rows_done"]
   out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
   from tqdm.auto import tqdm
 
@@ -229,7 +257,12 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
     next(rows)
   start = done
   for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
-    out[start : start + len(chunk)] = encoder.encode(chunk, normalize=normalize).astype(dtype)
+    vectors = encoder.encode(chunk, normalize=normalize)
+    if not np.isfinite(vectors).all():
+      bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+      raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written to "
+                        f"{output_path}")
+    out[start : start + len(chunk)] = vectors.astype(dtype)
     start += len(chunk)
     out.flush()
     tmp = state_path + ".tmp"
@@ -240,14 +273,17 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   bar.close()
   del out
   os.replace(partial, output_path)
-  os.remove(state_path)
-  sidecar = {k: job[k] for k in ("model", "pooler", "count", "dim", "dtype", "normalized", "max_seq_len")}
+  if os.path.exists(state_path):  # An empty input never wrote one.
+    os.remove(state_path)
+  sidecar = {k: job[k] for k in ("model", "checkpoint_step", "params_sha256", "pooler", "count", "dim", "dtype",
+                                 "normalized", "max_seq_len")}
   sidecar["input"] = job["input"]
   with open(os.path.splitext(output_path)[0] + ".json", "w") as f:
     json.dump(sidecar, f, indent=2)
   return sidecar
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.encode", description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
@@ -264,14 +300,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
-  try:
-    encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, batch_size=args.batch_size,
-                           max_seq_len=args.max_seq_len)
-    sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
-                          dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model)
-  except data_lib.DataError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, batch_size=args.batch_size,
+                         max_seq_len=args.max_seq_len)
+  sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
+                        dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model)
   print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']})")
   return 0
 

@@ -33,6 +33,8 @@ import scipy.stats
 
 from jaxcse import data as data_lib
 from jaxcse import transfer as transfer_lib
+from jaxcse import errors
+from jaxcse.errors import JaxcseError
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -372,6 +374,10 @@ TASK_GROUPS = {"sts": STS_TASKS, "transfer": transfer_lib.TRANSFER_TASKS,
 TRANSFER_SUMMARY_NAMES = (*transfer_lib.TRANSFER_TASKS, "Avg_transfer")
 
 
+class TaskError(JaxcseError, ValueError):
+  """An unknown evaluation task name."""
+
+
 def expand_tasks(spec: str) -> list[str]:
   tasks = []
   for item in spec.split(","):
@@ -381,11 +387,12 @@ def expand_tasks(spec: str) -> list[str]:
     elif item in STS_TASKS or item in transfer_lib.TRANSFER_TASKS or item == ALIGN_UNIFORM:
       tasks.append(item)
     else:
-      raise ValueError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
+      raise TaskError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
                        f"{transfer_lib.TRANSFER_TASKS} or {ALIGN_UNIFORM!r}")
   return list(dict.fromkeys(tasks))
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   import argparse
 

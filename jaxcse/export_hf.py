@@ -39,6 +39,8 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from jaxcse import loading, models, poolers, st_format
+from jaxcse import errors
+from jaxcse.errors import JaxcseError
 
 # Backbones whose Flax parameter tree has exactly the PyTorch model's module names.
 SUPPORTED_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel"}
@@ -47,7 +49,7 @@ SUPPORTED_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel"}
 _LEAF_NAMES = {"kernel": "weight", "embedding": "weight", "scale": "weight", "bias": "bias"}
 
 
-class ExportError(ValueError):
+class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""
 
 
@@ -230,6 +232,7 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
   return {"out_dir": out_dir, "architecture": "BertForMaskedLM", "tensors": len(state)}
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.export_hf", description=__doc__.split("\n\n")[0])
   parser.add_argument("model", help="a jaxcse workdir or checkpoint folder, or a HF folder / hub id")
@@ -241,22 +244,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "fine-tune), not a sentence-transformers model")
   args = parser.parse_args(argv)
   if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # Before the slow part; export checks again.
-    print(f"error: {args.out_dir}: exists and is not empty; choose a new folder or remove it", file=sys.stderr)
-    return 1
-  try:
-    # A HF folder has no saved pooler; `cls` is its own pooler layer (SimCSE's released checkpoints keep the MLP there).
-    loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
-    if args.masked_lm:
-      summary = export_masked_lm(loaded.spec, loaded.params, args.out_dir)
-      print(f"wrote {summary['out_dir']}: BertForMaskedLM, {summary['tensors']} tensors")
-      return 0
-    if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
-      print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
-            f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
-    summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler)
-  except (ValueError, FileNotFoundError) as e:  # ExportError is a ValueError.
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+    raise ExportError(f"{args.out_dir}: exists and is not empty; choose a new folder or remove it")
+  # A HF folder has no saved pooler; `cls` is its own pooler layer (SimCSE's released checkpoints keep the MLP there).
+  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
+  if args.masked_lm:
+    summary = export_masked_lm(loaded.spec, loaded.params, args.out_dir)
+    print(f"wrote {summary['out_dir']}: BertForMaskedLM, {summary['tensors']} tensors")
+    return 0
+  if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
+    print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
+          f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
+  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler)
   print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
         f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
   return 0

@@ -15,6 +15,11 @@ from typing import Any
 import jax
 
 from jaxcse import checkpoints, hub, models, st_format
+from jaxcse.errors import JaxcseError
+
+
+class LoadError(JaxcseError, ValueError):
+  """The model named cannot be loaded; the message says what was looked for and why it failed."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,13 +47,24 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
   if workdir is None:
     folder = hub.resolve_model_path(path)
     chosen = pooler or (st_format.read_pooler(folder) if os.path.isdir(folder) else None) or "cls"
-    spec, params = models.load_pretrained(path, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    try:
+      spec, params = models.load_pretrained(path, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    except (OSError, ValueError) as e:  # transformers: a missing folder, no network, an unknown model type.
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      where = "a folder without a usable config.json and weights" if os.path.isdir(folder) else "not a local folder"
+      raise LoadError(f"{path}: cannot load a model ({where}; not a jaxcse workdir; as a hub id: {first})") from None
     return Loaded(spec, params, described=False)
   spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
-  directory, step = checkpoints.checkpoint_step(workdir, path, checkpoint)
-  mngr = checkpoints.manager(directory, create=False)
+  directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
-  sharding = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-  params = checkpoints.restore(mngr, step, params=checkpoints.abstract_params(spec, sharding))["params"]
-  mngr.close()
+  abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
+
+  def restore_finite(mngr, step):
+    params = checkpoints.restore(mngr, step, params=abstract)["params"]
+    if not checkpoints.all_finite(params):
+      raise checkpoints.CheckpointError(f"checkpoint {os.path.join(directory, str(step))}: its parameters are not "
+                                        "finite (NaN or infinity); it cannot embed anything")
+    return params
+
+  step, params = checkpoints.restore_for_inference(directory, steps, restore_finite)
   return Loaded(spec, params, described=True, step=step)

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcse import hub, poolers
+from jaxcse.errors import JaxcseError
 
 JAXCSE_MODEL_FILE = "jaxcse.json"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -364,11 +365,16 @@ def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, se
 def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dict]:
   """The checkpoint's MLM head (or a fresh one if it has none) and its params."""
   cls = _flax_model_class(hf_config, masked_lm=True)
-  mlm_model, loaded = cls.from_pretrained(path, config=hf_config, dtype=dtype, _do_init=False)
   prefix = cls.base_model_prefix
-  expected = {k for k in flax.traverse_util.flatten_dict(mlm_model.params_shape_tree) if k[0] != prefix}
-  present = {k for k in flax.traverse_util.flatten_dict(loaded) if k[0] != prefix}
-  pretrained = expected <= present
+  try:
+    mlm_model, loaded = cls.from_pretrained(path, config=hf_config, dtype=dtype, _do_init=False)
+    expected = {k for k in flax.traverse_util.flatten_dict(mlm_model.params_shape_tree) if k[0] != prefix}
+    present = {k for k in flax.traverse_util.flatten_dict(loaded) if k[0] != prefix}
+    pretrained = expected <= present
+  except ValueError:  # PyTorch-named weights (model.safetensors) convert only against initialised params.
+    mlm_model = cls.from_pretrained(path, config=hf_config, dtype=dtype, seed=seed)
+    loaded = mlm_model.params
+    pretrained = _torch_checkpoint_has_head(path)
   if pretrained:
     head = {k: v for k, v in loaded.items() if k != prefix}
   else:  # e.g. sentence-transformers checkpoints keep no MLM head.
@@ -377,7 +383,18 @@ def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dic
   return MLMHead(mlm_model.module, prefix, pretrained), head
 
 
-class DescriptionError(ValueError):
+def _torch_checkpoint_has_head(path: str) -> bool:
+  """Whether a folder's PyTorch ``model.safetensors`` holds a masked-LM head (``cls.*`` BERT, ``lm_head.*`` RoBERTa)."""
+  from safetensors import safe_open
+
+  file = os.path.join(path, "model.safetensors")
+  if not os.path.isfile(file):
+    return False
+  with safe_open(file, framework="numpy") as f:
+    return any(k.startswith(("cls.predictions.", "lm_head.")) for k in f.keys())
+
+
+class DescriptionError(JaxcseError, ValueError):
   """A workdir's model description is missing or unreadable."""
 
 

@@ -39,6 +39,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxcse import errors
+from jaxcse.errors import JaxcseError
+
 # Keys of the train records (one per logged step) and of the evaluation records (one per evaluation).
 LOSS_KEYS = ("loss", "contrastive_loss", "mlm_loss")
 SCORE_KEYS = ("pos_score", "neg_score", "mix_score")
@@ -48,7 +51,7 @@ OMEGA, ALIGNMENT, UNIFORMITY = "eval/omega_deg", "eval/alignment", "eval/uniform
 _NOT_RESULTS = {"config.json", "summary.json"}
 
 
-class MetricsError(ValueError):
+class MetricsError(JaxcseError, ValueError):
   """A metrics or results file is missing, empty or malformed; the message names the file (and line)."""
 
 
@@ -506,6 +509,7 @@ def plot_runs(workdirs: Sequence[str], out: str | None = None, results_paths: Se
   return written
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.plot", description=__doc__.split("\n\n")[0])
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="jaxcse training workdirs (with metrics.jsonl)")
@@ -513,11 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--results", nargs="+", default=(), metavar="RESULTS.json",
                       help="jaxcse.evaluate --output files; each belongs to the workdir named by its 'model'")
   args = parser.parse_args(argv)
-  try:
-    written = plot_runs(args.workdirs, args.out, args.results)
-  except MetricsError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  written = plot_runs(args.workdirs, args.out, args.results)
   for path in written:
     print(path)
   return 0

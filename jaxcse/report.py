@@ -20,6 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from jaxcse import errors
+
 # (summary key, column header), in the papers' order.
 STS_COLUMNS = (("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"),
                ("STS16", "STS16"), ("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R"), ("Avg", "Avg"))
@@ -96,6 +98,7 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
   return "\n\n".join(tables)
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   import argparse
 

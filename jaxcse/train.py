@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 import zlib
@@ -34,12 +35,72 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
 from jaxcse import hub, loading, mlm, models, objectives, train_step as step_lib
+from jaxcse.errors import USER_ERRORS, JaxcseError, report
 
 log = logging.getLogger("jaxcse")
 
 
-class NonFiniteLossError(RuntimeError):
-  """The loss became NaN or infinite; the run stopped without saving past its last good checkpoint."""
+class NonFiniteLossError(JaxcseError, RuntimeError):
+  """The loss or the parameters became NaN or infinite; the run stopped without saving past its last good checkpoint."""
+
+
+class WorkdirError(JaxcseError, RuntimeError):
+  """The workdir cannot be used as asked (another process trains in it, or it holds another run)."""
+
+
+# --------------------------------------------------------------------------
+# The workdir: one process at a time, resume from the newest good checkpoint, nothing stale.
+
+
+def _lock(workdir: str):
+  """An exclusive lock on the workdir, held while training (released by the OS if the process dies)."""
+  import filelock
+
+  lock = filelock.FileLock(os.path.join(workdir, checkpoints.LOCK_FILE))
+  try:
+    lock.acquire(timeout=0)
+  except filelock.Timeout:
+    raise WorkdirError(f"{workdir}: another process is training in this workdir (it holds "
+                       f"{os.path.join(workdir, checkpoints.LOCK_FILE)}); wait for it to finish or use another "
+                       "workdir") from None
+  return lock
+
+
+def _clear(workdir: str) -> None:
+  """Removes a previous run's checkpoints, description, config and logs (``--restart``)."""
+  for name in ("checkpoints", checkpoints.MODEL_DIR):
+    shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+  for name in ("config.json", "metrics.jsonl", "summary.json"):
+    if os.path.exists(os.path.join(workdir, name)):
+      os.remove(os.path.join(workdir, name))
+
+
+def _resume_point(config, workdir: str, latest, best) -> int | None:
+  """The step to resume from (the newest good latest checkpoint), or None for a fresh start; removes stale state.
+
+  Checkpoints that are incomplete or corrupt are set aside with a warning. Best checkpoints newer than the resume
+  point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run recomputes them, so
+  the best checkpoint served is always the one this run reports. A fresh start on a workdir that holds another
+  run's config is refused: ``--restart`` starts it over.
+  """
+  resume_step = None
+  for step in sorted(latest.all_steps(), reverse=True):
+    problem = checkpoints.verify(latest, step)
+    if problem is None:
+      resume_step = step
+      break
+    checkpoints.set_aside(latest, step, problem)
+  saved_config = os.path.join(workdir, "config.json")
+  if resume_step is None and os.path.exists(saved_config):
+    saved = json.load(open(saved_config))
+    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
+      raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
+                         "to resume: use another workdir, or pass --restart to start it over (deletes its "
+                         "checkpoints and metrics)")
+  stale = checkpoints.delete_after(best, resume_step)
+  if stale:
+    log.info("%s: deleted best checkpoints %s, newer than the resume point; the run recomputes them", workdir, stale)
+  return resume_step
 
 
 # --------------------------------------------------------------------------
@@ -154,14 +215,17 @@ class MetricsWriter:
   Only process 0 writes (``enabled``); the others compute the same records.
   """
 
-  def __init__(self, path: str, resume_step: int, enabled: bool = True):
+  def __init__(self, path: str, resume_step: int | None, enabled: bool = True):
     self.path = path
     self.enabled = enabled
     if enabled and os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
-      with open(path) as f:
-        kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-      with open(path, "w") as f:
+      kept = []
+      if resume_step is not None:  # A fresh start keeps nothing.
+        with open(path) as f:
+          kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
+      with open(path + ".tmp", "w") as f:
         f.writelines(kept)
+      os.replace(path + ".tmp", path)
 
   def write(self, record: dict) -> None:
     if not self.enabled:
@@ -239,11 +303,15 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
   """The step's metrics as floats; ``NonFiniteLossError`` if its loss or gradient norm is NaN or infinite."""
   values = {k: float(v) for k, v in jax.device_get(metrics).items()}
   if not math.isfinite(values["loss"]) or not math.isfinite(values["grad_norm"]):
-    good = latest.latest_step()
     raise NonFiniteLossError(
         f"non-finite loss ({values['loss']}) at step {step}; stopped. The last good checkpoint is "
-        f"{'step ' + str(good) if good is not None else 'none'} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
+        f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
   return values
+
+
+def _last_good(latest) -> str:
+  good = latest.latest_step()
+  return "none" if good is None else f"step {good}"
 
 
 def _progress_bar(total: int, initial: int, enabled: bool = True):
@@ -309,10 +377,11 @@ def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int 
   return state, restored["meta"], resume_step
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains per ``config`` in ``workdir``, resuming from its latest checkpoint if there is one.
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False) -> dict:
+  """Trains per ``config`` in ``workdir``, resuming from its newest good checkpoint if there is one.
 
-  Returns a summary: steps, best evaluation and its step, first evaluation.
+  Returns a summary: steps, best evaluation and its step, first evaluation. ``restart`` deletes a previous run's
+  checkpoints and logs first (without it, a workdir holding another run's config and no checkpoint is refused).
 
   With several processes (``distributed.initialize_distributed`` first), every
   process runs this same call: each tokenizes only its rows of every global
@@ -330,9 +399,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                     f"{mesh.size} devices")
   os.makedirs(workdir, exist_ok=True)
+  lock = _lock(workdir) if primary else None
+  try:
+    return _train(config, workdir, primary, mesh, restart)
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
+  """``train_and_evaluate`` once the config is valid and the workdir locked."""
+  if restart and primary:
+    _clear(workdir)
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
-  resume_step = latest.latest_step()
+  resume_step = _resume_point(config, workdir, latest, best)
   spec, params = _start_model(config, workdir, resume_step is not None, primary)
   batches, heldout = _batches(config, spec)
   total_steps = _total_steps(config, batches)
@@ -349,7 +430,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   complementary, complementary_params = _complementary(config, replicated)
   train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
                        out_shardings=(replicated, replicated))
-  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start_step, enabled=primary)
+  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
@@ -368,6 +449,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       save_now = done % config.checkpoint.every == 0 or done == total_steps
       if done % config.train.log_every == 0 or done == total_steps or evaluate_now or save_now:
         progress.set_postfix(loss=f"{step_log.flush(done)['loss']:.4f}")
+      if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
+        raise NonFiniteLossError(f"non-finite parameters after step {done}; stopped. The last good checkpoint is "
+                                 f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
       if evaluate_now:
         run_eval(done, state.params)
       if save_now:
@@ -404,11 +488,9 @@ def main(argv: list[str]) -> None:
   distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,
                                      flags.FLAGS.process_id, auto=flags.FLAGS.distributed)
   try:
-    summary = train_and_evaluate(cfg, workdir)
-  except (NonFiniteLossError, data_lib.DataError, configuration.ConfigError) as e:
-    log.error("%s", e)
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(1)
+    summary = train_and_evaluate(cfg, workdir, restart=flags.FLAGS.restart)
+  except USER_ERRORS as e:
+    sys.exit(report(e))
   if jax.process_index() != 0:
     return
   first = summary["first_eval"]
@@ -426,6 +508,8 @@ def _define_flags():
   config_flags.DEFINE_config_file("config", None, "Training config file (see configs/).", lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
   flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
+  flags.DEFINE_bool("restart", False, "Start over in a workdir that holds a previous run (deletes its checkpoints, "
+                    "description and metrics) instead of resuming it.")
   # Several processes (hosts); see distributed.initialize_distributed. Defaults come from the environment so that a
   # launcher can set them per process.
   flags.DEFINE_bool("distributed", os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
@@ -450,8 +534,32 @@ def _env_int(name: str) -> int | None:
     raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
 
 
-if __name__ == "__main__":
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback."""
+  from absl import flags
+
+  try:
+    rest = flags.FLAGS(argv)
+    flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
+  except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
+    fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
+    print(f"error: unknown config field {e.args[0] if e.args else e!r} in {', '.join(fields)} (the config file lists every field)",
+          file=sys.stderr)
+    sys.exit(2)
+  except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
+    message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+    print(f"error: {message} (python -m jaxcse.train --help lists the flags)", file=sys.stderr)
+    sys.exit(2)
+  return rest
+
+
+def run() -> None:
+  """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script)."""
   from absl import app
 
   _define_flags()
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)
+
+
+if __name__ == "__main__":
+  run()

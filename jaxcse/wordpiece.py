@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 
 from jaxcse import data as data_lib
+from jaxcse import errors
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -63,6 +64,7 @@ def train_wordpiece(corpus_path: str, out_dir: str, *, vocab_size: int = 8192, h
   return record
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.wordpiece", description=__doc__.split("\n\n")[0])
   parser.add_argument("--corpus", required=True, help="a .txt corpus (relative paths: under the data root)")
@@ -73,12 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--model_max_length", type=int, default=512, help="the tokenizer's cut, in tokens")
   parser.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   args = parser.parse_args(argv)
-  try:
-    record = train_wordpiece(args.corpus, args.out, vocab_size=args.vocab_size, heldout_fraction=args.heldout_fraction,
-                             lowercase=not args.cased, model_max_length=args.model_max_length, data_dir=args.data_dir)
-  except data_lib.DataError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 1
+  record = train_wordpiece(args.corpus, args.out, vocab_size=args.vocab_size, heldout_fraction=args.heldout_fraction,
+                           lowercase=not args.cased, model_max_length=args.model_max_length, data_dir=args.data_dir)
   print(f"wrote {args.out}: {record['vocab_size']} tokens from {record['sentences']} sentences "
         f"(vocab.txt sha256 {record['vocab_sha256']})")
   return 0

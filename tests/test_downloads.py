@@ -11,6 +11,7 @@ import hashlib
 import http.server
 import io
 import os
+import re
 import socket
 import tarfile
 import threading
@@ -312,9 +313,11 @@ def test_download_cli_wrong_pinned_digest_is_an_error_and_leaves_nothing(server,
   # The served bytes are not SimCSE's wiki1m, so the pinned digest must reject them.
   server.files["/wiki1m_for_simcse.txt"] = PAYLOAD
   root = str(tmp_path / "data")
-  with pytest.raises(SystemExit, match=r"error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
-                     r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 \(pinned\)"):
-    downloads.main(["download", "wiki1m", "--data_dir", root, "--base_url", server.base])
+  assert downloads.main(["download", "wiki1m", "--data_dir", root, "--base_url", server.base]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and re.search(r"^error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
+                                     r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 "
+                                     r"\(pinned\)", err[0]), err
   assert os.listdir(os.path.join(root, "corpora")) == []
 
 

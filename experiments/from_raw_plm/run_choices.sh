@@ -1,21 +1,19 @@
 #!/usr/bin/env bash
-# Short MLM runs that choose the pretraining setting (vocabulary, batch) at an equal token budget (2.95M tokens),
-# each resumable (same command). Results: experiments/from_raw_plm/choices/<name>/metrics.jsonl.
+# Short MLM probes that chose the pretraining setting, each 500 steps of 32 x 128 tokens (2.05M tokens), warmup 50,
+# the same held-out evaluation every 100 steps. Resumable (the same command continues a killed run).
+# Raw metrics are copied to experiments/from_raw_plm/choices/<name>/.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-W=${WORKDIRS:-/work/workdirs/choices}
+W=${WORKDIRS:-workdirs/choices}
 run() {
   name=$1; shift
-  python -m jaxcse.train --config configs/pretrain_mlm.py --workdir "$W/$name" "$@" \
-      --config.train.log_every=10 --config.eval.at_end=True --config.checkpoint.every=60
-  mkdir -p experiments/from_raw_plm/choices/$name
-  cp "$W/$name/metrics.jsonl" "$W/$name/summary.json" "$W/$name/config.json" experiments/from_raw_plm/choices/$name/
+  python -m jaxcse.train --config configs/pretrain_mlm.py --workdir "$W/$name" --config.train.batch_size=32 \
+      --config.train.max_steps=500 --config.train.warmup_steps=50 --config.eval.every=100 --config.train.log_every=20 \
+      --config.checkpoint.every=500 --config.eval.batch_size=64 "$@"
+  mkdir -p "experiments/from_raw_plm/choices/$name"
+  cp "$W/$name/metrics.jsonl" "$W/$name/summary.json" "$W/$name/config.json" "experiments/from_raw_plm/choices/$name/"
 }
-# 8k WordPiece trained on the corpus, batch 128 x 128 tokens, 180 steps.
-run wp8k_b128 --config.train.max_steps=180 --config.train.warmup_steps=11 --config.eval.every=180
-# bert-base-uncased's 30,522-token WordPiece (shipped with all-MiniLM-L6-v2), same shape and steps.
-run wp30k_b128 --config.model.tokenizer=sentence-transformers/all-MiniLM-L6-v2 --config.train.max_steps=180 \
-    --config.train.warmup_steps=11 --config.eval.every=180
-# 8k, batch 64: twice the steps for the same tokens.
-run wp8k_b64 --config.train.batch_size=64 --config.train.max_steps=360 --config.train.warmup_steps=22 \
-    --config.eval.every=360
+run b32_lr1e-3 --config.train.learning_rate=1e-3                      # the 8k WordPiece trained on the corpus
+run b32_lr5e-4 --config.train.learning_rate=5e-4
+run b32_lr1e-3_wp30k --config.train.learning_rate=1e-3 \
+    --config.model.tokenizer=sentence-transformers/all-MiniLM-L6-v2     # bert-base-uncased's 30,522 WordPieces

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 import tqdm
 
 from jaxcse.data.root import DATA_DIR_ENV
+from jaxcse import errors
+from jaxcse.errors import JaxcseError
 
 
 # What can be downloaded, from where, with which sha256: a data file beside this module (see its _comment).
@@ -38,7 +40,7 @@ _CHUNK_BYTES = 1 << 20
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
-class DownloadError(RuntimeError):
+class DownloadError(JaxcseError, RuntimeError):
   """A download that failed or did not verify; the message names the URL and what to do."""
 
 
@@ -283,7 +285,8 @@ def download(name: str, root: str, *, base_url: str | None = None) -> list[str]:
   return done
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+@errors.cli
+def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(prog="python -m jaxcse.data", description="Fetch SimCSE's training and evaluation data, verified by sha256.")
   commands = parser.add_subparsers(dest="command", required=True)
   fetch = commands.add_parser("download", help="fetch SimCSE's training and evaluation data, verified by sha256")
@@ -298,9 +301,7 @@ def main(argv: Sequence[str] | None = None) -> None:
   if not root:
     parser.error(f"no data directory: pass --data_dir or set ${DATA_DIR_ENV}")
   os.makedirs(root, exist_ok=True)
-  try:
-    for name in args.names:
-      for path in download(name, root, base_url=args.base_url):
-        print(path)
-  except DownloadError as e:
-    raise SystemExit(f"error: {e}") from None
+  for name in args.names:
+    for path in download(name, root, base_url=args.base_url):
+      print(path)
+  return 0

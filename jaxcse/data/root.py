@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 
+from jaxcse.errors import JaxcseError
+
 DATA_DIR_ENV = "JAXCSE_DATA_DIR"
 
 
-class DataError(ValueError):
+class DataError(JaxcseError, ValueError):
   """Bad or missing input data; the message names the file and line."""
 
 
