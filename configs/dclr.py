@@ -26,7 +26,7 @@ checkpoint: ``cls``, i.e. BERT's pooler layer, which holds its trained MLP).
 
 import ml_collections
 
-from configs import base
+from jaxcse.configs import base
 
 
 def get_config():

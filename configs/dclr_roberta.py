@@ -5,7 +5,7 @@ Run:
       --config.dclr.complementary_model=/path/to/unsup-simcse-roberta-base
 """
 
-from configs import dclr
+from jaxcse.configs import dclr
 
 
 def get_config():

@@ -17,7 +17,7 @@ code's neighbour: ``--config.mixcse.neighbour=random`` or ``hardest``.
 
 import ml_collections
 
-from configs import base
+from jaxcse.configs import base
 
 
 def get_config():

@@ -21,7 +21,7 @@ batch) with measurements.
 
 import ml_collections
 
-from configs import base
+from jaxcse.configs import base
 
 
 def get_config() -> ml_collections.ConfigDict:

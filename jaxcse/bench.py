@@ -163,14 +163,10 @@ def random_batch(shape: Shape, batch_size: int, length: int, seed: int = 0) -> t
 
 
 def repo_config(name: str, steps: int):
-  """The repository's ``configs/<name>.py`` set to ``steps`` steps."""
+  """The config ``jaxcse.configs.<name>`` set to ``steps`` steps."""
   import importlib
 
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  if not os.path.isfile(os.path.join(root, "configs", f"{name}.py")):
-    raise FileNotFoundError(f"{root}/configs/{name}.py: the benchmarks read the repository's configs")
-  sys.path.insert(0, root)
-  config = importlib.import_module(f"configs.{name}").get_config()
+  config = importlib.import_module(f"jaxcse.configs.{name}").get_config()
   config.train.max_steps = steps
   return config
 

