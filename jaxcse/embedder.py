@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from jaxcse import poolers, tokenization
+from jaxcse.errors import JaxcseError
 from jaxcse.models import ModelSpec
 
 
@@ -20,8 +21,10 @@ class Embedder:
   """Embeds sentences with any params of one model spec, fast: sorted by length, bucketed shapes, one jit per shape.
 
   Batches are padded to a bucket length (4, 8, ..., 64, 80, ..., 512; see
-  ``tokenization.LENGTH_BUCKETS``) and to a full batch of ``batch_size``
-  rows, so at most one compilation happens per bucket, ever.
+  ``tokenization.LENGTH_BUCKETS``); full batches have ``batch_size`` rows and
+  the last, partial one is padded only to the next power of two (at least 8),
+  so a call computes on at most ~2x its rows, never a whole batch for one
+  sentence. Each (length, rows) shape compiles once per Embedder, ever.
   """
 
   def __init__(self, spec: ModelSpec, pooler: str | None = None, *, batch_size: int = 128,
@@ -52,8 +55,9 @@ class Embedder:
     for start in range(0, len(order), self.batch_size):
       rows = order[start : start + self.batch_size]
       length = tokenization.bucket(max(len(ids[r]) for r in rows), self.max_seq_len)
-      batch_ids = np.full((self.batch_size, length), pad_id, np.int32)
-      batch_mask = np.zeros((self.batch_size, length), np.int32)
+      padded = self.batch_size if len(rows) == self.batch_size else min(self.batch_size, _row_bucket(len(rows)))
+      batch_ids = np.full((padded, length), pad_id, np.int32)
+      batch_mask = np.zeros((padded, length), np.int32)
       batch_mask[len(rows) :, 0] = 1  # Padding rows: one visible token keeps them finite.
       for i, r in enumerate(rows):
         batch_ids[i, : len(ids[r])] = ids[r]
@@ -61,4 +65,16 @@ class Embedder:
       pending.append((rows, self._apply(params, batch_ids, batch_mask)))  # Dispatch runs ahead.
     for rows, emb in pending:
       out[rows] = np.asarray(emb[: len(rows)], np.float32)
+    if not np.isfinite(out).all():
+      raise EmbeddingError(f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
+                           f"of {len(out)} sentences (its parameters are NaN or overflow)")
     return out
+
+
+def _row_bucket(rows: int) -> int:
+  """Rows a partial batch is padded to: the next power of two, at least 8."""
+  return max(8, 1 << (rows - 1).bit_length())
+
+
+class EmbeddingError(JaxcseError, ValueError):
+  """The model produced NaN or infinite embeddings."""

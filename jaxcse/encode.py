@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import hashlib
 import json
 import os
@@ -127,7 +128,8 @@ class Encoder:
     self.pooler = self.embedder.pooler
     self.step = step  # The checkpoint step of a workdir model; None for a Hugging Face folder.
     self._fingerprint: str | None = None
-    self._index: np.ndarray | None = None
+    self._embedders: dict[int, embedder_lib.Embedder] = {}
+    self._index = None  # [n, dim] unit rows: a device array (jax backend) or numpy (faiss).
     self._faiss = None
 
   @classmethod
@@ -151,17 +153,51 @@ class Encoder:
   def dim(self) -> int:
     return self.spec.hidden_size
 
-  def embed(self, sentences: Sequence[str]) -> np.ndarray:
+  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
     """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks)."""
-    return self.embedder(sentences, self.params)
+    return self._embedder(batch_size)(sentences, self.params)
 
-  def encode(self, sentences: str | Iterable[str], *, normalize: bool = False, chunk_size: int = 8192) -> np.ndarray:
-    """float32 ``[n, dim]`` embeddings, in input order (a single string gives ``[dim]``)."""
+  def _embedder(self, batch_size: int | None) -> embedder_lib.Embedder:
+    """The embedder for a batch size (one per size: each compiles its own shapes once)."""
+    if not batch_size or batch_size == self.embedder.batch_size:
+      return self.embedder
+    if batch_size not in self._embedders:
+      self._embedders[batch_size] = embedder_lib.Embedder(self.spec, self.pooler, batch_size=batch_size,
+                                                          max_seq_len=self.embedder.max_seq_len)
+    return self._embedders[batch_size]
+
+  def encode(self, sentences: str | Iterable[str] | Iterable[dict], *, batch_size: int | None = None,
+             normalize_embeddings: bool = False, show_progress_bar: bool | None = None,
+             convert_to_numpy: bool = True, chunk_size: int | None = 8192, **kwargs) -> np.ndarray:
+    """float32 ``[n, dim]`` embeddings in input order (a single string gives ``[dim]``).
+
+    The call shape of sentence-transformers' and MTEB's encoders: ``batch_size``, ``normalize_embeddings``,
+    ``show_progress_bar``; other keywords MTEB passes (``task_name``, ``prompt_type``, ...) are accepted and
+    ignored, and so is ``convert_to_numpy`` (the result is always a numpy array). ``sentences`` may also be an
+    iterable of batches ``{"text": [...]}`` (MTEB 2's data loaders).
+
+    Args:
+      sentences: the texts.
+      batch_size: sentences per forward pass (default: the encoder's).
+      normalize_embeddings: L2-normalise every row.
+      show_progress_bar: a bar over the sentences (None: on a terminal, for more than one chunk).
+      chunk_size: sentences tokenized and embedded at a time (memory stays at one chunk).
+    """
+    del convert_to_numpy, kwargs
     if isinstance(sentences, str):
-      return self.encode([sentences], normalize=normalize)[0]
-    parts = [self.embed(chunk) for chunk in _chunks(sentences, chunk_size)]
+      return self.encode([sentences], batch_size=batch_size, normalize_embeddings=normalize_embeddings)[0]
+    sentences = _texts(sentences)
+    chunk_size = chunk_size or 8192
+    from tqdm.auto import tqdm
+
+    show = (len(sentences) > chunk_size or None) if show_progress_bar is None else show_progress_bar
+    parts = []
+    with tqdm(total=len(sentences), unit="sent", disable=not show, dynamic_ncols=True) as bar:
+      for chunk in _chunks(sentences, chunk_size):
+        parts.append(self.embed(chunk, batch_size=batch_size))
+        bar.update(len(chunk))
     out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
-    return _normalize(out) if normalize else out
+    return _normalize(out) if normalize_embeddings else out
 
   def similarity(self, a: str | Sequence[str] | np.ndarray, b: str | Sequence[str] | np.ndarray) -> np.ndarray:
     """Cosine similarities ``[len(a), len(b)]`` between sentences or embeddings."""
@@ -173,20 +209,23 @@ class Encoder:
     """Indexes sentences (embedded here) or precomputed embeddings for cosine search.
 
     ``backend="jax"``: exact search, a matmul and ``jax.lax.top_k`` per block
-    of the index. ``backend="faiss"``: exact inner-product search with FAISS
-    (``IndexFlatIP``; ``pip install faiss-cpu``).
+    of the index; the unit-normalised index is put on the device once and
+    stays there between queries. ``backend="faiss"``: exact inner-product
+    search with FAISS (``IndexFlatIP``; ``pip install faiss-cpu``).
     """
-    vectors = corpus if isinstance(corpus, np.ndarray) else self.encode(corpus)
-    self._index = _normalize(np.asarray(vectors, np.float32))
+    vectors = _normalize(np.asarray(corpus if isinstance(corpus, np.ndarray) else self.encode(corpus), np.float32))
     self._faiss = None
     if backend == "faiss":
       try:
         import faiss
       except ImportError:
         raise ImportError("backend='faiss' needs FAISS: pip install faiss-cpu") from None
-      self._faiss = faiss.IndexFlatIP(self._index.shape[1])
-      self._faiss.add(self._index)
-    elif backend != "jax":
+      self._faiss = faiss.IndexFlatIP(vectors.shape[1])
+      self._faiss.add(vectors)
+      self._index = vectors
+    elif backend == "jax":
+      self._index = jax.device_put(vectors)
+    else:
       raise ValueError(f"backend must be 'jax' or 'faiss', not {backend!r}")
 
   def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *, block_size: int = 65536
@@ -200,17 +239,31 @@ class Encoder:
     if self._faiss is not None:
       scores, ids = self._faiss.search(q, k)
       return scores, ids.astype(np.int64)
-    best_scores = np.full((len(q), 0), -np.inf, np.float32)
-    best_ids = np.zeros((len(q), 0), np.int64)
+    q = jax.device_put(q)
+    best_scores = jnp.full((len(q), 0), -jnp.inf, jnp.float32)
+    best_ids = jnp.zeros((len(q), 0), jnp.int32)
     for start in range(0, len(self._index), block_size):  # Memory stays at one block of scores.
       block = self._index[start : start + block_size]
-      scores, ids = jax.lax.top_k(jnp.asarray(q) @ jnp.asarray(block).T, min(k, len(block)))
-      best_scores = np.concatenate([best_scores, np.asarray(scores)], axis=1)
-      best_ids = np.concatenate([best_ids, np.asarray(ids) + start], axis=1)
-      keep = np.argsort(-best_scores, axis=1, kind="stable")[:, :k]
-      best_scores = np.take_along_axis(best_scores, keep, axis=1)
-      best_ids = np.take_along_axis(best_ids, keep, axis=1)
-    return best_scores, best_ids
+      best_scores, best_ids = _merge_top_k(q, block, best_scores, best_ids, start, min(k, len(block)), k)
+    return np.asarray(best_scores), np.asarray(best_ids).astype(np.int64)
+
+
+@functools.partial(jax.jit, static_argnames=("block_k", "k"))
+def _merge_top_k(q, block, best_scores, best_ids, start, block_k: int, k: int):
+  """The running top ``k`` merged with one index block's top ``block_k`` (ties keep the earlier row)."""
+  scores, ids = jax.lax.top_k(q @ block.T, block_k)
+  scores = jnp.concatenate([best_scores, scores], axis=1)
+  ids = jnp.concatenate([best_ids, ids.astype(jnp.int32) + start], axis=1)
+  top, where = jax.lax.top_k(scores, min(k, scores.shape[1]))
+  return top, jnp.take_along_axis(ids, where, axis=1)
+
+
+def _texts(sentences: Iterable[str] | Iterable[dict]) -> list[str]:
+  """A list of strings from texts, or from MTEB-style batches ``{"text": [...]}``."""
+  items = list(sentences)
+  if items and isinstance(items[0], dict):
+    return [t for batch in items for t in batch["text"]]
+  return items
 
 
 # --------------------------------------------------------------------------
@@ -257,7 +310,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
     next(rows)
   start = done
   for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
-    vectors = encoder.encode(chunk, normalize=normalize)
+    vectors = encoder.encode(chunk, normalize_embeddings=normalize)
     if not np.isfinite(vectors).all():
       bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
       raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written to "

@@ -130,3 +130,43 @@ def test_cli_writes_npy_and_sidecar(tiny_model_dir, tmp_path, capsys):
   assert np.load(out).shape == (4, 32)
   assert "wrote" in capsys.readouterr().out
   assert json.load(open(tmp_path / "emb.json"))["normalized"] is True
+
+
+def test_encode_takes_the_sentence_transformers_and_mteb_call_shape(encoder):
+  sentences = [_lines(9)[i] for i in range(9)]
+  base = encoder.encode(sentences)
+  # The keywords sentence-transformers' encode takes are accepted (unknown ones, as MTEB passes, are ignored).
+  st = pytest.importorskip("sentence_transformers")
+  import inspect
+
+  for name in inspect.signature(st.SentenceTransformer.encode).parameters:
+    if name not in ("self", "sentences", "inputs", "kwargs"):
+      encoder.encode(sentences[:2], **{name: None} if name not in ("batch_size", "normalize_embeddings",
+                                                                    "show_progress_bar") else {})
+  got = encoder.encode(sentences, batch_size=2, normalize_embeddings=True, show_progress_bar=False,
+                       convert_to_numpy=True, task_name="STSBenchmark", prompt_type=None)
+  assert got.dtype == np.float32 and got.shape == (9, 32)
+  np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-6)
+  # Another batch size computes the same rows (float32 of the same sentences; shapes differ: ~1e-7 relative).
+  np.testing.assert_allclose(got, base / np.linalg.norm(base, axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+  # MTEB 2's data loaders yield batches {"text": [...]}.
+  np.testing.assert_array_equal(encoder.encode([{"text": sentences[:4]}, {"text": sentences[4:]}]), base)
+
+
+def test_a_partial_batch_is_not_padded_to_a_full_batch(tiny_model_dir):
+  from jaxcse import embedder as embedder_lib, models
+
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  embedder = embedder_lib.Embedder(spec, batch_size=64)
+  shapes = []
+  real = embedder._apply
+  embedder._apply = lambda p, ids, mask: (shapes.append(ids.shape), real(p, ids, mask))[1]
+  embedder(["one sentence"] * 70, params)
+  assert shapes == [(64, 4), (8, 4)]  # 64 rows, then the last 6 padded to 8 (not to 64).
+
+
+def test_the_index_stays_on_the_device(encoder):
+  import jax
+
+  encoder.build_index(_lines(20))
+  assert isinstance(encoder._index, jax.Array)
