@@ -133,9 +133,10 @@ class Encoder:
     self._faiss = None
 
   @classmethod
-  def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", **kwargs) -> "Encoder":
+  def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", revision: str | None = None,
+           **kwargs) -> "Encoder":
     """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
-    loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler)
+    loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler, revision=revision)
     return cls(loaded.spec, loaded.params, pooler, step=loaded.step, **kwargs)
 
   @property
@@ -345,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--column", default=None, help="text field of a .csv/.jsonl input")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
+  parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--normalize", action="store_true", help="L2-normalise every embedding")
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens")
@@ -353,8 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
-  encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, batch_size=args.batch_size,
-                         max_seq_len=args.max_seq_len)
+  encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
+                         batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
                         dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model)
   print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']})")

@@ -404,6 +404,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
                            "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step number")
+  parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--tasks", default="sts",
                       help=f"comma-separated: sts, transfer, all (sts + transfer), task names "
                            f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
@@ -420,7 +421,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   tasks = expand_tasks(args.tasks)
   root = data_lib.data_dir(args.data_dir)
   start = time.time()
-  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
+  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "

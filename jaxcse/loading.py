@@ -9,6 +9,7 @@ and returns ``(spec, params, described)``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -16,6 +17,8 @@ import jax
 
 from jaxcse import checkpoints, hub, models, st_format
 from jaxcse.errors import JaxcseError
+
+log = logging.getLogger("jaxcse")
 
 
 class LoadError(JaxcseError, ValueError):
@@ -32,7 +35,8 @@ class Loaded:
   step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
 
 
-def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None) -> Loaded:
+def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
+               ) -> Loaded:
   """Loads a model for inference from a jaxcse workdir/checkpoint or a HF folder/hub id.
 
   Args:
@@ -40,20 +44,25 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
       exported sentence-transformers) folder, a hub id, or an offline-package name.
     checkpoint: for a workdir: ``best`` (falls back to ``latest`` when no evaluation ran), ``latest`` or a step.
     pooler: for a Hugging Face folder: the pooler to build it with; default: the one its sentence-transformers
-      modules compute, else ``cls`` (its own pooler layer, as SimCSE's evaluation.py). For a workdir the
-      saved test pooler is always the model's own; pass ``pooler`` to the ``Embedder``/``Encoder`` to override.
+      modules compute (read from the hub snapshot too), else ``cls`` (its own pooler layer, as SimCSE's
+      evaluation.py) with a warning. For a workdir the saved test pooler is always the model's own; pass
+      ``pooler`` to the ``Embedder``/``Encoder`` to override.
+    revision: for a hub id, the branch, tag or commit (through ``huggingface_hub``; default main).
   """
   workdir = checkpoints.find_workdir(path)
   if workdir is None:
-    folder = hub.resolve_model_path(path)
-    chosen = pooler or (st_format.read_pooler(folder) if os.path.isdir(folder) else None) or "cls"
     try:
-      spec, params = models.load_pretrained(path, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
-    except (OSError, ValueError) as e:  # transformers: a missing folder, no network, an unknown model type.
+      folder, commit = hub.local_folder(path, revision)
+      chosen = pooler or st_format.read_pooler(folder)
+      if chosen is None:
+        chosen = "cls"
+        log.warning("%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
+                    "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose", path)
+      spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    except (OSError, ValueError) as e:  # A missing folder, no network, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-      where = "a folder without a usable config.json and weights" if os.path.isdir(folder) else "not a local folder"
-      raise LoadError(f"{path}: cannot load a model ({where}; not a jaxcse workdir; as a hub id: {first})") from None
-    return Loaded(spec, params, described=False)
+      raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
+    return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False)
   spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.

@@ -155,6 +155,7 @@ class ModelSpec:
   pooling: PoolerSpec
   source: str = ""
   mlm: MLMHead | None = None
+  revision: str | None = None  # The hub commit the weights came from (None: a local folder or a fresh init).
 
   def module_for(self, pooler: str) -> SentenceEncoder:
     padding_idx = self.hf_config.pad_token_id if self.hf_config.model_type in ("roberta", "xlm-roberta") else None
@@ -308,6 +309,7 @@ def load_pretrained(
     gradient_checkpointing: bool = False,
     mlp_from_backbone_pooler: bool = False,
     with_mlm_head: bool = False,
+    revision: str | None = None,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 
@@ -328,10 +330,12 @@ def load_pretrained(
       evaluation.py's ``cls`` means exactly this.
     with_mlm_head: also load the checkpoint's masked-LM head (fresh if it has
       none; ``spec.mlm.pretrained`` tells) for an MLM objective.
+    revision: for a hub id, the branch, tag or commit to load (default: main); the commit is recorded in
+      ``spec.revision`` and in the saved description.
   """
   from transformers import AutoTokenizer
 
-  path = hub.resolve_model_path(name_or_path)
+  path, commit = hub.local_folder(name_or_path, revision)
   hf_config = hf_config_from_pretrained(path, dropout)
   with quiet_transformers():
     hf_model = _flax_model_class(hf_config).from_pretrained(
@@ -339,7 +343,7 @@ def load_pretrained(
     )
     tokenizer = AutoTokenizer.from_pretrained(path)
     head, head_params = _load_mlm_head(path, hf_config, dtype, seed) if with_mlm_head else (None, None)
-  spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head)
+  spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head, revision=commit)
   params = init_params(dataclasses.replace(spec, mlm=None), seed, backbone_params=hf_model.params)
   if head is not None:
     params["mlm_head"] = head_params
@@ -425,7 +429,8 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
   head = None
   if info.get("mlm_head"):
     head = _mlm_head(hf_config, dtype, pretrained=info["mlm_head"] == "pretrained")
-  return ModelSpec(hf_config, tokenizer, module, pooling, source=info.get("source", folder), mlm=head)
+  return ModelSpec(hf_config, tokenizer, module, pooling, source=info.get("source", folder), mlm=head,
+                   revision=info.get("revision"))
 
 
 def save_description(spec: ModelSpec, folder: str) -> None:
@@ -440,6 +445,7 @@ def save_description(spec: ModelSpec, folder: str) -> None:
       "test_pooler": spec.pooling.test_pooler,
       "test_pooler_override": spec.pooling.test_pooler_override,
       "source": spec.source,
+      "revision": spec.revision,
       # The params hold an MLM head: "pretrained" or "fresh" at the start; null: none.
       "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
   }

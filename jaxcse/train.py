@@ -128,7 +128,8 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, 
   else:
     spec, params = models.load_pretrained(
         config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
-        gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head)
+        gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
+        revision=config.model.get("revision") or None)
     if spec.mlm is not None and not spec.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
   if primary:

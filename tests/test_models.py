@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import jax
@@ -145,3 +146,49 @@ def test_roberta_positions_follow_padding_idx():
   ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state  # HF computes RoBERTa positions itself.
   np.testing.assert_allclose(ours[0], (ref[0, :4]).mean(axis=0), rtol=1e-5, atol=1e-6)
   assert spec.max_positions == 38
+
+
+def _hub_cache(tmp_path, tiny_model_dir, repo_id: str, *, pooler_chain: bool) -> tuple[str, str]:
+  """A Hugging Face hub cache laid out by hand (no network): ``(cache dir, commit)`` holding ``repo_id``'s main."""
+  import shutil
+
+  commit = "0123456789abcdef0123456789abcdef01234567"
+  cache = tmp_path / "hub"
+  repo = cache / f"models--{repo_id.replace('/', '--')}"
+  snapshot = repo / "snapshots" / commit
+  shutil.copytree(tiny_model_dir, snapshot)
+  if pooler_chain:  # sentence-transformers' mean pooling, as all-mpnet-base-v2 declares it.
+    (snapshot / "1_Pooling").mkdir()
+    (snapshot / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
+                                                                   "pooling_mode_mean_tokens": True}))
+    (snapshot / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+  (repo / "refs").mkdir()
+  (repo / "refs" / "main").write_text(commit)
+  return str(cache), commit
+
+
+def test_hub_model_reads_its_pooling_from_the_hub_snapshot(tiny_model_dir, tmp_path, monkeypatch, caplog):
+  """The defect: a hub id loaded with cls (not its declared mean pooling), silently. Now it reads the snapshot."""
+  cache, commit = _hub_cache(tmp_path, tiny_model_dir, "someone/mean-pooled", pooler_chain=True)
+  monkeypatch.setenv("HF_HUB_CACHE", cache)
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  import huggingface_hub.constants as hub_constants
+
+  monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", cache)
+  monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", True)
+  loaded = loading.load_model("someone/mean-pooled")
+  assert loaded.spec.pooling.test_pooler == "avg" and loaded.spec.revision == commit
+  assert loaded.spec.source == "someone/mean-pooled"
+  # A pinned revision: the same commit by hash; an unknown one is a clear error.
+  assert loading.load_model("someone/mean-pooled", revision=commit).spec.revision == commit
+  with pytest.raises(loading.LoadError, match="someone/mean-pooled@v9: not a local folder, and the hub snapshot"):
+    loading.load_model("someone/mean-pooled", revision="v9")
+  # Without a pooling config: cls, said out loud.
+  cache2, _ = _hub_cache(tmp_path / "b", tiny_model_dir, "someone/plain", pooler_chain=False)
+  monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", cache2)
+  caplog.clear()
+  assert loading.load_model("someone/plain").spec.pooling.test_pooler == "cls"
+  assert any("no sentence-transformers pooling config" in r.getMessage() and "'cls'" in r.getMessage()
+             for r in caplog.records)
