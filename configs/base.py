@@ -82,6 +82,10 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
 
+  config.log = ml_collections.ConfigDict()
+  # Also write metrics.jsonl's numbers as TensorBoard scalars in WORKDIR/tensorboard (pip install "jaxcse[tensorboard]").
+  config.log.tensorboard = False
+
   config.checkpoint = ml_collections.ConfigDict()
   config.checkpoint.every = 250  # Save the latest train state every this many steps (and at the end).
   return config

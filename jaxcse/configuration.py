@@ -58,6 +58,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ConfigError(f"data.heldout_fraction must be in [0, 1), not {heldout}")
   if config.eval.metric == "heldout_mlm_accuracy" and not (heldout > 0 and objective.masked_lm):
     raise ConfigError("eval.metric=heldout_mlm_accuracy needs method mlm and data.heldout_fraction > 0")
+  if config.get("log", {}).get("tensorboard", False):
+    try:
+      import tensorboardX  # noqa: F401
+    except ImportError:
+      raise ConfigError('log.tensorboard needs tensorboardX: pip install "jaxcse[tensorboard]"') from None
   if config.data.get("pack", False) and not objective.masked_lm:
     raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
                       "needs one sentence per example)")

@@ -44,8 +44,8 @@ class Embedder:
     has_mlp = poolers.get(self.pooler).has_mlp
     return {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and has_mlp)}
 
-  def __call__(self, sentences: Sequence[str], params: Any) -> np.ndarray:
-    """Returns float32 ``[len(sentences), hidden]`` in input order."""
+  def __call__(self, sentences: Sequence[str], params: Any, *, progress=None) -> np.ndarray:
+    """Returns float32 ``[len(sentences), hidden]`` in input order; ``progress`` (a ``progress.Progress``) counts."""
     params = self.params_for_pooler(params)
     ids = tokenization.tokenize(self.spec.tokenizer, sentences, self.max_seq_len)
     pad_id = self.spec.tokenizer.pad_token_id or 0
@@ -65,6 +65,8 @@ class Embedder:
       pending.append((rows, self._apply(params, batch_ids, batch_mask)))  # Dispatch runs ahead.
     for rows, emb in pending:
       out[rows] = np.asarray(emb[: len(rows)], np.float32)
+      if progress is not None:
+        progress.update(len(rows))
     if not np.isfinite(out).all():
       raise EmbeddingError(f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
                            f"of {len(out)} sentences (its parameters are NaN or overflow)")

@@ -33,9 +33,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers
+from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers, provenance
 from jaxcse import errors
 from jaxcse.errors import JaxcseError
+from jaxcse.progress import Progress
 
 
 # --------------------------------------------------------------------------
@@ -303,9 +304,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
                         f"rerun the same command to resume it, or delete {partial} and {state_path} to start over")
     done = saved["rows_done"]
   out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
-  from tqdm.auto import tqdm
-
-  bar = tqdm(total=count, initial=done, unit="sent", disable=not progress or None, dynamic_ncols=True)
+  bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)
   for _ in range(done):
     next(rows)
@@ -332,6 +331,9 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   sidecar = {k: job[k] for k in ("model", "checkpoint_step", "params_sha256", "pooler", "count", "dim", "dtype",
                                  "normalized", "max_seq_len")}
   sidecar["input"] = job["input"]
+  sidecar["provenance"] = provenance.provenance(model=model_name, checkpoint_step=encoder.step,
+                                                revision=encoder.spec.revision,
+                                                data={os.path.basename(input_path): provenance.file_sha256(input_path)})
   with open(os.path.splitext(output_path)[0] + ".json", "w") as f:
     json.dump(sidecar, f, indent=2)
   return sidecar

@@ -33,8 +33,9 @@ import scipy.stats
 
 from jaxcse import data as data_lib
 from jaxcse import transfer as transfer_lib
-from jaxcse import errors
+from jaxcse import errors, provenance
 from jaxcse.errors import JaxcseError
+from jaxcse.progress import Progress
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -378,6 +379,13 @@ class TaskError(JaxcseError, ValueError):
   """An unknown evaluation task name."""
 
 
+# The folder of senteval/downstream each task reads (its files' sha256 go into the results' provenance).
+TASK_FOLDERS = {**{year: os.path.join("STS", f"{year}-en-test") for year in STS_YEARS},
+                "STSBenchmark": os.path.join("STS", "STSBenchmark"), "SICKRelatedness": "SICK",
+                ALIGN_UNIFORM: os.path.join("STS", "STSBenchmark"), "MR": "MR", "CR": "CR", "SUBJ": "SUBJ",
+                "MPQA": "MPQA", "SST2": os.path.join("SST", "binary"), "TREC": "TREC", "MRPC": "MRPC"}
+
+
 def expand_tasks(spec: str) -> list[str]:
   tasks = []
   for item in spec.split(","):
@@ -390,6 +398,15 @@ def expand_tasks(spec: str) -> list[str]:
       raise TaskError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
                        f"{transfer_lib.TRANSFER_TASKS} or {ALIGN_UNIFORM!r}")
   return list(dict.fromkeys(tasks))
+
+
+def _workdir_config(model: str) -> dict | None:
+  """The training config of a jaxcse workdir model (its config.json), else None."""
+  from jaxcse import checkpoints
+
+  workdir = checkpoints.find_workdir(model) if os.path.exists(model) else None
+  path = os.path.join(workdir, "config.json") if workdir else None
+  return json.load(open(path)) if path and os.path.isfile(path) else None
 
 
 @errors.cli
@@ -429,14 +446,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   embed_with = embedder_lib.Embedder(loaded.spec, pooler, batch_size=args.batch_size)
 
   def embedder(sentences):
-    return embed_with(sentences, loaded.params)
+    with Progress(len(sentences), unit="sent", desc="embedding") as bar:
+      return embed_with(sentences, loaded.params, progress=bar)
 
   sts_tasks = [t for t in tasks if t in STS_TASKS]
   transfer_tasks = [t for t in tasks if t in transfer_lib.TRANSFER_TASKS]
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
   if transfer_tasks:
-    results.update(transfer_lib.evaluate_transfer(embedder, root, transfer_tasks, mode=args.transfer_mode,
-                                                  seed=args.transfer_seed))
+    with Progress(len(transfer_tasks), unit="task", desc=f"transfer probes ({args.transfer_mode} mode)") as bar:
+      results.update(transfer_lib.evaluate_transfer(embedder, root, transfer_tasks, mode=args.transfer_mode,
+                                                    seed=args.transfer_seed, progress=bar))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
   summary = summarize(results)
@@ -453,12 +472,18 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{au['n_positive_pairs']} pairs with score >= {POSITIVE_MIN_SCORE:g}, {au['n_sentences']} sentences)")
   if args.output:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    with open(args.output, "w") as f:
-      record = {"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,
-                "wall_seconds": round(wall, 1)}
-      if transfer_tasks:
-        record["transfer"] = {"mode": args.transfer_mode, "seed": args.transfer_seed}
-      json.dump(record, f, indent=2)
+    record = {"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,
+              "wall_seconds": round(wall, 1)}
+    if transfer_tasks:
+      record["transfer"] = {"mode": args.transfer_mode, "seed": args.transfer_seed}
+    downstream = os.path.join(root, "senteval", "downstream")
+    folders = sorted({os.path.join(downstream, TASK_FOLDERS[t]) for t in tasks})
+    record["provenance"] = provenance.provenance(
+        model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=_workdir_config(args.model),
+        data=provenance.data_digests(folders, root=downstream), wall_seconds=wall)
+    from jaxcse import checkpoints
+
+    checkpoints.write_json(args.output, record)
   return 0
 
 

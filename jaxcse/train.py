@@ -34,8 +34,9 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
-from jaxcse import hub, loading, mlm, models, objectives, train_step as step_lib
+from jaxcse import hub, loading, mlm, models, objectives, provenance, train_step as step_lib
 from jaxcse.errors import USER_ERRORS, JaxcseError, report
+from jaxcse.progress import Progress
 
 log = logging.getLogger("jaxcse")
 
@@ -175,6 +176,10 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
   return batches, heldout
 
 
+def _tensorboard(config) -> bool:
+  return bool(config.get("log", {}).get("tensorboard", False))
+
+
 def _total_steps(config, batches) -> int:
   if config.train.max_steps > 0:
     return config.train.max_steps
@@ -211,12 +216,13 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
 
 
 class MetricsWriter:
-  """Appends one JSON object per line to ``metrics.jsonl``; a resumed run drops lines past its checkpoint.
+  """Appends one JSON object per line to ``metrics.jsonl`` (and, if asked, TensorBoard scalars).
 
-  Only process 0 writes (``enabled``); the others compute the same records.
+  A resumed run drops the lines past its checkpoint (and TensorBoard's events past it: ``purge_step``), so
+  nothing is logged twice. Only process 0 writes (``enabled``); the others compute the same records.
   """
 
-  def __init__(self, path: str, resume_step: int | None, enabled: bool = True):
+  def __init__(self, path: str, resume_step: int | None, enabled: bool = True, tensorboard_dir: str | None = None):
     self.path = path
     self.enabled = enabled
     if enabled and os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
@@ -227,12 +233,26 @@ class MetricsWriter:
       with open(path + ".tmp", "w") as f:
         f.writelines(kept)
       os.replace(path + ".tmp", path)
+    self.tensorboard = None
+    if enabled and tensorboard_dir:
+      from tensorboardX import SummaryWriter
+
+      self.tensorboard = SummaryWriter(tensorboard_dir, purge_step=None if resume_step is None else resume_step + 1)
 
   def write(self, record: dict) -> None:
     if not self.enabled:
       return
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
+    if self.tensorboard is not None:
+      for key, value in record.items():
+        if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+          self.tensorboard.add_scalar(key if "/" in key else f"train/{key}", value, record["step"])
+      self.tensorboard.flush()
+
+  def close(self) -> None:
+    if self.tensorboard is not None:
+      self.tensorboard.close()
 
 
 class HeldoutMLM:
@@ -315,13 +335,6 @@ def _last_good(latest) -> str:
   return "none" if good is None else f"step {good}"
 
 
-def _progress_bar(total: int, initial: int, enabled: bool = True):
-  from tqdm.auto import tqdm
-
-  # disable=None: shown on a terminal only.
-  return tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, disable=None if enabled else True)
-
-
 # --------------------------------------------------------------------------
 # The loop.
 
@@ -333,9 +346,11 @@ class StepLog:
   host never waits for the device; ``flush`` writes one record (mean over the steps since the last line).
   """
 
-  def __init__(self, metrics_log: MetricsWriter, latest, workdir: str, steps_per_epoch: int, start_step: int):
+  def __init__(self, metrics_log: MetricsWriter, latest, workdir: str, steps_per_epoch: int, start_step: int,
+               schedule=None):
     self.metrics_log, self.latest, self.workdir = metrics_log, latest, workdir
     self.steps_per_epoch = steps_per_epoch
+    self.schedule = schedule
     self.values, self.pending = [], None
     self.t_last, self.last_step = time.time(), start_step
 
@@ -355,6 +370,8 @@ class StepLog:
     record = {"step": step, **{k: float(np.mean([m[k] for m in self.values])) for k in self.values[0]},
               "steps_per_sec": round((step - self.last_step) / (time.time() - self.t_last), 4),
               "epoch": round(step / self.steps_per_epoch, 4)}  # Nominal with no_duplicates or packing.
+    if self.schedule is not None:  # The rate of the last update of the interval (step - 1: counts start at 0).
+      record["learning_rate"] = float(self.schedule(step - 1))
     self.metrics_log.write(record)
     self.values, self.t_last, self.last_step = [], time.time(), step
     return record
@@ -410,6 +427,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
 
 def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   """``train_and_evaluate`` once the config is valid and the workdir locked."""
+  started = time.time()
   if restart and primary:
     _clear(workdir)
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
@@ -431,12 +449,14 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   complementary, complementary_params = _complementary(config, replicated)
   train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
                        out_shardings=(replicated, replicated))
-  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary)
+  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
+                              tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
-  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step)
-  progress = _progress_bar(total_steps, start_step, enabled=primary)
+  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step,
+                     step_lib.make_schedule(config.train, total_steps))
+  progress = Progress(total_steps, initial=start_step, unit="step", desc="train", enabled=primary)
   try:
     for step, host_batch in enumerate(batches.iterate(start_step, total_steps, positions=local_rows),
                                       start=start_step):
@@ -449,7 +469,8 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
       evaluate_now = done % config.eval.every == 0 or (config.eval.at_end and done == total_steps)
       save_now = done % config.checkpoint.every == 0 or done == total_steps
       if done % config.train.log_every == 0 or done == total_steps or evaluate_now or save_now:
-        progress.set_postfix(loss=f"{step_log.flush(done)['loss']:.4f}")
+        record = step_log.flush(done)
+        progress.set(loss=f"{record['loss']:.4f}", lr=f"{record['learning_rate']:.3g}")
       if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
         raise NonFiniteLossError(f"non-finite parameters after step {done}; stopped. The last good checkpoint is "
                                  f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
@@ -460,6 +481,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
     step_log.settle()
   finally:
     progress.close()
+    metrics_log.close()
     for mngr in (latest, best):
       mngr.wait_until_finished()
       mngr.close()
@@ -467,7 +489,12 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   summary = {"steps": total_steps, "best_step": meta["best_step"], "best_metric": meta["best_metric"],
              "first_eval": meta["first_eval"], "workdir": workdir}
   if primary:
-    checkpoints.write_json(os.path.join(workdir, "summary.json"), summary)
+    corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
+        if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
+    record = {**summary, "provenance": provenance.provenance(
+        config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
+        data=provenance.data_digests([corpus]) if corpus else None, wall_seconds=time.time() - started)}
+    checkpoints.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
 
 

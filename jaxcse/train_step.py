@@ -27,15 +27,22 @@ class TrainState:
   opt_state: Any
 
 
-def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
-  """AdamW with linear warmup and linear decay to 0 (HF Trainer's defaults, as SimCSE trains)."""
-  schedule = optax.join_schedules(
+def make_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Schedule:
+  """Learning rate by step: linear warmup, then linear decay to 0 (HF Trainer's defaults, as SimCSE trains)."""
+  if cfg.warmup_steps <= 0:
+    return optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps, 1))
+  return optax.join_schedules(
       [
           optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
           optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - cfg.warmup_steps, 1)),
       ],
       [cfg.warmup_steps],
-  ) if cfg.warmup_steps > 0 else optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps, 1))
+  )
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.GradientTransformation:
+  """AdamW on ``make_schedule`` (+ global-norm clipping); HF's weight-decay exclusions."""
+  schedule = make_schedule(cfg, total_steps)
 
   def decay_mask(params):  # HF excludes biases and LayerNorm weights from weight decay.
     flat = flax.traverse_util.flatten_dict(params)

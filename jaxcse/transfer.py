@@ -526,14 +526,24 @@ def evaluate_task(task: TransferTask, table: dict[str, np.ndarray], *, mode: str
 
 
 def evaluate_transfer(embed: Embed, root: str, tasks: Sequence[str] = TRANSFER_TASKS, *, mode: str = "test",
-                      seed: int = DEFAULT_SEED) -> dict:
-  """Embeds every distinct sentence of ``tasks`` once, then runs each task; returns SentEval-shaped results."""
+                      seed: int = DEFAULT_SEED, progress=None) -> dict:
+  """Embeds every distinct sentence of ``tasks`` once, then runs each task; returns SentEval-shaped results.
+
+  ``progress`` (a ``progress.Progress`` over the tasks) is advanced as each task's probes finish.
+  """
   if mode not in MODES:
     raise ValueError(f"unknown transfer mode {mode!r}; choose from {sorted(MODES)}")
   loaded = [load_transfer_task(root, name) for name in tasks]
   unique = sorted({s for task in loaded for s in task_sentences(task)})
   table = dict(zip(unique, embed(unique)))
-  return {task.name: evaluate_task(task, table, mode=mode, seed=seed) for task in loaded}
+  results = {}
+  for task in loaded:
+    if progress is not None:
+      progress.set(task=task.name)
+    results[task.name] = evaluate_task(task, table, mode=mode, seed=seed)
+    if progress is not None:
+      progress.update(1)
+  return results
 
 
 def summarize_transfer(results: dict) -> dict[str, float]:

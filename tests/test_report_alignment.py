@@ -122,13 +122,15 @@ def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monke
   from jaxcse import embedder, loading
 
   # No model: the CLI's loading and embedding are replaced by the toy embedder.
-  fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"))
+  fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"), revision=None)
   monkeypatch.setattr(loading, "load_model",
-                      lambda path, checkpoint, pooler: loading.Loaded(fake_spec, None, described=True))
-  monkeypatch.setattr(embedder, "Embedder", lambda spec, pooler, batch_size: lambda s, params: _numeric_embed(s))
+                      lambda path, checkpoint, pooler, revision: loading.Loaded(fake_spec, None, described=True))
+  monkeypatch.setattr(embedder, "Embedder",
+                      lambda spec, pooler, batch_size: lambda s, params, progress=None: _numeric_embed(s))
   out = str(tmp_path / "out" / "results.json")
   assert evaluate.main(["--model", "fake", "--tasks", tasks, "--data_dir", stsb_root, "--output", out]) == 0
   result = json.load(open(out))
+  assert result["provenance"]["model"] == "fake" and "STS/STSBenchmark/sts-test.csv" in result["provenance"]["data_sha256"]
   au = result["tasks"]["align_uniform"]
   assert au["alignment"] == pytest.approx(1.0) and au["uniformity"] == pytest.approx(TOY_UNIFORMITY)
   assert result["summary"]["alignment"] == 1.0

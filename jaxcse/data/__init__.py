@@ -7,11 +7,11 @@
 """
 
 from jaxcse.data.batching import Batches, PackedBatches
-from jaxcse.data.corpora import (CSV_COLUMNS, Corpus, is_heldout, load_corpus, read_csv, read_text_lines, read_tfds,
+from jaxcse.data.corpora import (CSV_COLUMNS, TFDS_PREFIX, Corpus, is_heldout, load_corpus, read_csv, read_text_lines, read_tfds,
                                  split_heldout)
 from jaxcse.data.downloads import DOWNLOADS, DownloadError, download, extract_tar, fetch_file, file_sha256
 from jaxcse.data.root import DATA_DIR_ENV, DataError, data_dir, resolve
 
-__all__ = ["Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "data_dir",
+__all__ = ["TFDS_PREFIX", "Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "data_dir",
            "download", "extract_tar", "fetch_file", "file_sha256", "load_corpus", "read_csv", "read_text_lines",
            "read_tfds", "resolve"]

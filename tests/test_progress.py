@@ -1,0 +1,44 @@
+"""What users see while commands run: progress lines off a terminal, provenance in every results file."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+from jaxcse import progress, provenance, train
+from tests import helpers
+
+
+def test_progress_prints_plain_lines_off_a_terminal(monkeypatch):
+  out = io.StringIO()
+  now = [0.0]
+  monkeypatch.setattr(progress.time, "time", lambda: now[0])
+  bar = progress.Progress(10, unit="step", desc="train", interval=30.0, stream=out)  # pytest's stderr: no tty.
+  assert bar.bar is None
+  bar.set(loss="6.5000")
+  now[0] = 10.0
+  bar.update(2)  # Before the interval: silent.
+  now[0] = 40.0
+  bar.update(2)  # A line.
+  now[0] = 41.0
+  bar.update(1)  # Silent again.
+  bar.close()  # The last line.
+  lines = out.getvalue().strip().splitlines()
+  assert lines[0] == "train: 4/10 step (40.0%), 0.1 step/s, elapsed 0m40s, ETA 1m00s, loss 6.5000"
+  assert lines[1].startswith("train: 5/10 step (50.0%)") and len(lines) == 2
+
+
+def test_training_records_provenance_learning_rate_and_tensorboard(tiny_model_dir, small_data_dir, fresh_workdir):
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"log.tensorboard": True, "train.max_steps": 4})
+  train.train_and_evaluate(config, fresh_workdir)
+  summary = json.load(open(os.path.join(fresh_workdir, "summary.json")))
+  record = summary["provenance"]
+  assert record["config"]["train"]["max_steps"] == 4 and record["libraries"]["jax"] and record["devices"]["count"]
+  assert record["data_sha256"] == {os.path.join(small_data_dir, "corpora", "small.txt"):
+                                   provenance.file_sha256(os.path.join(small_data_dir, "corpora", "small.txt"))}
+  lrs = [json.loads(line)["learning_rate"] for line in open(os.path.join(fresh_workdir, "metrics.jsonl"))
+         if "loss" in line]
+  assert lrs == sorted(lrs, reverse=True) and lrs[0] <= config.train.learning_rate  # Linear decay.
+  events = os.listdir(os.path.join(fresh_workdir, "tensorboard"))
+  assert events and events[0].startswith("events.out.tfevents")
