@@ -34,6 +34,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
   config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, evaluate without it.
   config.model.test_pooler = ""  # Saved test-time pooler if not the dev-evaluation one ("" = the same).
+  config.model.dev_pooler = ""  # Pooler of the evaluations during training if not SimCSE's choice ("" = that).
   config.model.dropout = 0.1  # Hidden and attention dropout; the source of SimCSE's positive pairs.
   config.model.dtype = "float32"  # Computation dtype; params stay float32. bfloat16 on GPU/TPU.
   config.model.gradient_checkpointing = False  # Recompute layers in the backward pass to save memory.
@@ -56,6 +57,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.mlm = ml_collections.ConfigDict()
   config.mlm.enabled = False  # SimCSE's do_mlm: add a masked-LM loss on the same encoder.
   config.mlm.weight = 0.1  # Its weight (SimCSE's mlm_weight).
+  # Its head: untied_fresh (SimCSE's code: a new BertLMPredictionHead with its own output matrix), untied_pretrained
+  # (the checkpoint's head, output matrix a copy of the word embeddings) or tied (the checkpoint's head, tied).
+  config.mlm.head = "untied_fresh"
   config.mlm.probability = 0.15  # Share of tokens chosen for prediction (80% [MASK], 10% random, 10% kept).
   config.mlm.max_predictions = 0  # Method mlm: predictions per sequence (0 = ceil(probability x max_seq_len)).
 
@@ -70,6 +74,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.train.adam_b2 = 0.999  # AdamW beta2 (torch/HF default).
   config.train.adam_eps = 1e-8  # AdamW epsilon (torch/HF default).
   config.train.max_grad_norm = 1.0  # Global-norm gradient clipping (HF Trainer's default); 0 = off.
+  # GPUs of the official run whose DDP mean divides the gradient before clipping (it sees full gradient / n). Adam
+  # is scale-free, so only the clipping changes; 1 = clip the full gradient.
+  config.train.official_world_size = 1
   # GradCache: embed the batch in chunks of this many examples (0 = off; must divide batch_size). Negatives still
   # span the whole batch; activation memory is one chunk's, for a second forward pass. Chunk i gets its own dropout key.
   config.train.grad_cache_chunk = 0

@@ -16,12 +16,16 @@ The complementary model is any jaxcse workdir or HF folder/hub id (the official
 run uses princeton-nlp/unsup-simcse-bert-base-uncased, a hub id, fetched when
 online). Its params are a frozen input of the train step: no gradient, not saved.
 
-Known difference from the released code: it pools the encoder with BERT's
-pretrained NSP pooler (dense + tanh) *and then* SimCSE's MLP, ignoring its own
-``pooler_type``, and runs the encoder without an attention mask; we use
-SimCSE's ``cls`` pooler (fresh MLP, dropped at test time) with the mask. The
-complementary model is embedded with its own test pooler (for a SimCSE hub
-checkpoint: ``cls``, i.e. BERT's pooler layer, which holds its trained MLP).
+Where the released code differs (configs/dclr_as_released.py does it its way):
+it runs the encoder without an attention mask, pools through BERT's pretrained
+NSP pooler (dense + tanh) and then SimCSE's MLP, selects checkpoints on the
+pooler layer without a mask, and runs the complementary model with dropout;
+here SimCSE's ``cls`` pooler (fresh MLP, dropped at test time) with the mask,
+selection on ``cls_before_pooler``, no complementary dropout. The
+complementary model is embedded with the representation phi was tuned for: a
+SimCSE hub checkpoint's ``cls`` (BERT's pooler layer, which holds its trained
+MLP), a jaxcse workdir's training pooler (its MLP output). As in the official
+schedule, evaluations run every 125 steps only (not at the last step).
 """
 
 import ml_collections
@@ -35,9 +39,13 @@ def get_config():
   config.train.batch_size = 128
   config.train.num_epochs = 3
   config.eval.metric = "stsb_sickr_dev"  # DCLR selects on the mean of STS-B dev and SICK-R dev.
+  config.eval.at_end = False  # The official schedule evaluates every 125 steps only (3 epochs: 23,436 steps).
   config.dclr = ml_collections.ConfigDict()
   config.dclr.complementary_model = "princeton-nlp/unsup-simcse-bert-base-uncased"  # Frozen; workdir or HF.
   config.dclr.complementary_dropout = False  # True: run it with dropout on, a quirk of the released code.
+  # True: train, select and embed exactly as the released code does (no attention mask, BERT's pooler layer +
+  # MLP, selection on the pooler layer, complementary dropout on); see configs/dclr_as_released.py.
+  config.dclr.as_released = False
   config.dclr.phi = 0.9  # Negatives the complementary model scores above this get weight 0.
   config.dclr.noise_times = 1.0  # Noise negatives per batch = batch_size x noise_times.
   config.dclr.noise_std = 1.0  # Initial noise ~ N(0, noise_std^2).

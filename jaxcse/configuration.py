@@ -22,12 +22,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
   try:
     objective = objectives.get(config.method)
     objective.check_config(config)
-    models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None)
+    objectives.pooling_of(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if config.eval.metric not in evaluate.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
                       f"{', '.join(evaluate.SELECTION_METRICS)}")
+  if config.mlm.get("head", "tied") not in models.MLM_HEADS:
+    raise ConfigError(f"mlm.head must be one of {', '.join(models.MLM_HEADS)}, not {config.mlm.head!r}")
   if config.model.dtype not in models.DTYPES:
     raise ConfigError(f"model.dtype must be one of {', '.join(models.DTYPES)}, not {config.model.dtype!r}")
   init = config.model.get("init", "pretrained")

@@ -28,7 +28,7 @@ class Embedder:
   """
 
   def __init__(self, spec: ModelSpec, pooler: str | None = None, *, batch_size: int = 128,
-               max_seq_len: int | None = None):
+               max_seq_len: int | None = None, attend_padding: bool = False):
     self.spec = spec
     self.pooler = pooler or spec.pooling.test_pooler
     poolers.get(self.pooler)  # Raises for an unknown name.
@@ -36,7 +36,9 @@ class Embedder:
       raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     self.batch_size = batch_size
     self.max_seq_len = min(max_seq_len or spec.max_positions, spec.max_positions)
-    module = spec.module_for(self.pooler)
+    # attend_padding (DCLR's released dev evaluation, which passes no attention mask): every batch is cut at its
+    # longest sentence, as a collator that pads to the longest would leave it.
+    module = spec.module_for(self.pooler, attend_padding=attend_padding)
     self._apply = jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
 
   def params_for_pooler(self, params: Any) -> dict:

@@ -89,6 +89,8 @@ _AUTOMODEL_POOLING = {
     "avg": "h = outputs.last_hidden_state",
     "avg_top2": "h = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2",
     "avg_first_last": "h = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2",
+    "avg_embeddings_last": "h = (outputs.hidden_states[0] + outputs.hidden_states[-1]) / 2",
+    "bert_pooler": "embeddings = outputs.pooler_output  # BERT's own pooler layer on [CLS]",
 }
 
 
@@ -153,6 +155,11 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   model_type = spec.hf_config.model_type
   if model_type not in SUPPORTED_MODEL_TYPES:
     raise ExportError(f"cannot export a {model_type!r} backbone; supported: {sorted(SUPPORTED_MODEL_TYPES)}")
+  if not poolers.exportable(pooler):
+    raise ExportError(f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export "
+                      "the model's test pooler")
+  if pooler == "bert_pooler" and "pooler" not in params["backbone"]:
+    raise ExportError("pooler 'bert_pooler' needs the backbone's pooler layer, and this model has none")
   if pooler == "cls" and "mlp" not in params:
     raise ExportError("pooler 'cls' needs the model's MLP head, and this model has none "
                       f"(it was trained with pooler {spec.pooling.pooler!r}); export another pooler")
@@ -197,10 +204,9 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
 
   For an encoder pretrained with ``method="mlm"``: the folder is a raw BERT,
   loadable by ``transformers``' ``BertModel``/``BertForMaskedLM`` (PyTorch),
-  ``FlaxBertModel``, and by jaxcse as a model to fine-tune (``model.name``),
-  whose ``do_mlm`` then starts from this head. PyTorch parameter names, float32
-  ``model.safetensors`` written from numpy; the output projection is tied to
-  the word embeddings and not stored, as ``save_pretrained`` does. The
+  ``FlaxBertModel``, and by jaxcse as a model to fine-tune (``model.name``).
+  PyTorch parameter names, float32 ``model.safetensors`` written from numpy; a
+  tied output projection is not stored, as ``save_pretrained`` does. The
   backbone's pooler layer is kept (untrained by MLM; ``BertModel`` needs it).
   ``model_card`` becomes README.md.
   """
@@ -214,6 +220,7 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
   state.update(torch_state_dict(params["mlm_head"]))  # cls.predictions.{transform.*, bias}
   hf_config = copy.deepcopy(spec.hf_config)
   hf_config.architectures = ["BertForMaskedLM"]
+  hf_config.tie_word_embeddings = spec.mlm.tied  # An untied head's output matrix is stored as decoder.weight.
   tokenizer = copy.deepcopy(spec.tokenizer)
   tokenizer.model_max_length = spec.max_positions
   parent = os.path.dirname(os.path.abspath(out_dir))

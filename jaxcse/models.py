@@ -18,6 +18,7 @@ with, so that evaluation cannot silently use the wrong one.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -27,6 +28,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcse import hub, poolers
 from jaxcse.errors import JaxcseError
@@ -49,21 +51,27 @@ class PoolerSpec:
       is not the one used for model selection during training. MixCSE trains
       with ``cls`` (its dev evaluations use the MLP) but reports test numbers
       with ``cls_before_pooler``.
+    dev_pooler_override: the pooler of the evaluations during training, when
+      it is neither the training pooler nor SimCSE's ``mlp_only_train`` choice
+      (DCLR's released code selects on BERT's pooler layer, ``bert_pooler``).
   """
 
   pooler: str = "cls"
   mlp_only_train: bool = False
   test_pooler_override: str | None = None
+  dev_pooler_override: str | None = None
 
   def __post_init__(self):
-    for p in (self.pooler, self.test_pooler_override or self.pooler):
+    for p in (self.pooler, self.test_pooler_override or self.pooler, self.dev_pooler_override or self.pooler):
       poolers.get(p)  # Raises for an unknown name.
     if self.mlp_only_train and self.pooler != "cls":
       raise ValueError("mlp_only_train only makes sense with pooler='cls'")
 
   @property
   def dev_pooler(self) -> str:
-    """The pooler of SimCSE's evaluations during training (its ``sentemb_forward``)."""
+    """The pooler of the evaluations during training (SimCSE's ``sentemb_forward``, unless overridden)."""
+    if self.dev_pooler_override:
+      return self.dev_pooler_override
     return "cls_before_pooler" if self.mlp_only_train else self.pooler
 
   @property
@@ -92,26 +100,36 @@ class SentenceEncoder(nn.Module):
     initializer_range: std of the MLP's normal init (BERT's init, as SimCSE).
     position_padding_idx: RoBERTa numbers positions after its padding index;
       ``None`` for BERT's ``0..len-1``.
+    attend_padding: attend to the padding tokens too, as a model called without an attention mask on a batch
+      padded to its longest sentence does (DCLR's released code); positions past the batch's longest sentence
+      stay hidden, so the result does not depend on how far jaxcse padded. Pooling still uses the real mask.
   """
 
   backbone: nn.Module
   pooler: str = "cls"
   initializer_range: float = 0.02
   position_padding_idx: int | None = None
+  attend_padding: bool = False
 
   @nn.compact
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool = False) -> jax.Array:
     pooler = poolers.get(self.pooler)
+    attended = attention_mask
+    if self.attend_padding:
+      longest = jnp.max(jnp.sum(attention_mask, axis=-1))
+      attended = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]) < longest, input_ids.shape).astype(
+          attention_mask.dtype)
     outputs = self.backbone(
         input_ids,
-        attention_mask,
+        attended,
         token_type_ids=jnp.zeros_like(input_ids),
         position_ids=_position_ids(input_ids, self.position_padding_idx),
         head_mask=None,
         deterministic=not train,
         output_hidden_states=pooler.needs_hidden_states,
     )
-    pooled = poolers.pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states)
+    pooled = poolers.pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states,
+                          getattr(outputs, "pooler_output", None))
     if pooler.has_mlp:
       dense = nn.Dense(
           pooled.shape[-1],
@@ -129,13 +147,21 @@ class MLMHead:
 
   ``module`` is the transformers ``Flax*ForMaskedLM`` module; its backbone
   params are the encoder's own (``params["backbone"]``) under ``prefix``, and
-  its head params live in ``params["mlm_head"]``. The output embedding is tied
-  to the input word embeddings, as in BERT and RoBERTa.
+  its head params live in ``params["mlm_head"]``. ``tied``: the output
+  projection is the input word embeddings (BERT's pretraining); untied, it is
+  a matrix of its own (SimCSE's ``do_mlm`` head), so the MLM loss reaches the
+  word embeddings only through the encoder.
   """
 
   module: nn.Module
   prefix: str
   pretrained: bool  # False: the checkpoint had no MLM head and it was freshly initialised.
+  tied: bool = True
+
+
+# The auxiliary MLM head (config.mlm.head). SimCSE's do_mlm head is a BertLMPredictionHead named lm_head, which the
+# checkpoint (cls.predictions.*) does not fill: untied and freshly initialised.
+MLM_HEADS = ("untied_fresh", "untied_pretrained", "tied")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,13 +183,14 @@ class ModelSpec:
   mlm: MLMHead | None = None
   revision: str | None = None  # The hub commit the weights came from (None: a local folder or a fresh init).
 
-  def module_for(self, pooler: str) -> SentenceEncoder:
+  def module_for(self, pooler: str, *, attend_padding: bool = False) -> SentenceEncoder:
     padding_idx = self.hf_config.pad_token_id if self.hf_config.model_type in ("roberta", "xlm-roberta") else None
     return SentenceEncoder(
         backbone=self.backbone,
         pooler=pooler,
         initializer_range=getattr(self.hf_config, "initializer_range", 0.02),
         position_padding_idx=padding_idx,
+        attend_padding=attend_padding,
     )
 
   @property
@@ -281,10 +308,13 @@ def quiet_transformers():
     hf_logging.set_verbosity(verbosity)
 
 
-def _mlm_head(hf_config, dtype, *, pretrained: bool) -> MLMHead:
+def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True) -> MLMHead:
   cls = _flax_model_class(hf_config, masked_lm=True)
+  if not tied:
+    hf_config = copy.deepcopy(hf_config)
+    hf_config.tie_word_embeddings = False
   module = cls(hf_config, dtype=dtype, _do_init=False).module
-  return MLMHead(module, cls.base_model_prefix, pretrained)
+  return MLMHead(module, cls.base_model_prefix, pretrained, tied)
 
 
 def init_params(spec: ModelSpec, seed: int, backbone_params: Any = None) -> dict:
@@ -309,6 +339,7 @@ def load_pretrained(
     gradient_checkpointing: bool = False,
     mlp_from_backbone_pooler: bool = False,
     with_mlm_head: bool = False,
+    mlm_head: str = "tied",
     revision: str | None = None,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
@@ -328,8 +359,11 @@ def load_pretrained(
       ``pooler.dense``) as the ``cls`` MLP instead of a fresh one. SimCSE's
       released checkpoints store their trained MLP there, and its
       evaluation.py's ``cls`` means exactly this.
-    with_mlm_head: also load the checkpoint's masked-LM head (fresh if it has
-      none; ``spec.mlm.pretrained`` tells) for an MLM objective.
+    with_mlm_head: also give the model a masked-LM head, of kind ``mlm_head``.
+    mlm_head: ``tied``: the checkpoint's head (fresh if it has none; ``spec.mlm.pretrained`` tells), output
+      tied to the word embeddings; ``untied_fresh``: a fresh head with its own output matrix (SimCSE's
+      ``do_mlm``); ``untied_pretrained``: the checkpoint's head with a copy of the word embeddings as its own
+      output matrix.
     revision: for a hub id, the branch, tag or commit to load (default: main); the commit is recorded in
       ``spec.revision`` and in the saved description.
   """
@@ -342,10 +376,21 @@ def load_pretrained(
         path, config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing
     )
     tokenizer = AutoTokenizer.from_pretrained(path)
-    head, head_params = _load_mlm_head(path, hf_config, dtype, seed) if with_mlm_head else (None, None)
+    head, head_params = None, None
+    if with_mlm_head:
+      if mlm_head not in MLM_HEADS:
+        raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
+      if mlm_head == "untied_fresh":
+        head = _mlm_head(hf_config, dtype, pretrained=False, tied=False)
+      else:
+        head, head_params = _load_mlm_head(path, hf_config, dtype, seed)
+        if mlm_head == "untied_pretrained":
+          head = _mlm_head(hf_config, dtype, pretrained=head.pretrained, tied=False)
+          head_params = _untie(head, head_params, hf_model.params)
   spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head, revision=commit)
-  params = init_params(dataclasses.replace(spec, mlm=None), seed, backbone_params=hf_model.params)
-  if head is not None:
+  params = init_params(dataclasses.replace(spec, mlm=head if head_params is None else None), seed,
+                       backbone_params=hf_model.params)
+  if head_params is not None:
     params["mlm_head"] = head_params
   if mlp_from_backbone_pooler and "mlp" in params:
     if "pooler" not in hf_model.params:
@@ -387,6 +432,17 @@ def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dic
   return MLMHead(mlm_model.module, prefix, pretrained), head
 
 
+def _untie(head: MLMHead, tied_params: dict, backbone_params: dict) -> dict:
+  """Head params for the untied ``head``: the tied head's, and a copy of the word embeddings as the output matrix."""
+  shapes = jax.eval_shape(lambda: head.module.init(jax.random.key(0), *([jnp.ones((1, 4), jnp.int32)] * 4), None))
+  flat = flax.traverse_util.flatten_dict(tied_params)
+  embeddings = np.asarray(backbone_params["embeddings"]["word_embeddings"]["embedding"])
+  for key in flax.traverse_util.flatten_dict(shapes["params"]):
+    if key[0] != head.prefix and "decoder" in key and key[-1] == "kernel":
+      flat[key] = jnp.array(embeddings.T)  # [hidden, vocab], a copy: trained apart from the embeddings.
+  return flax.traverse_util.unflatten_dict(flat)
+
+
 def _torch_checkpoint_has_head(path: str) -> bool:
   """Whether a folder's PyTorch ``model.safetensors`` holds a masked-LM head (``cls.*`` BERT, ``lm_head.*`` RoBERTa)."""
   from safetensors import safe_open
@@ -413,7 +469,8 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
     with open(info_path) as f:
       info = json.load(f)
     pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"],
-                         test_pooler_override=info.get("test_pooler_override"))
+                         test_pooler_override=info.get("test_pooler_override"),
+                         dev_pooler_override=info.get("dev_pooler_override"))
   except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
     raise DescriptionError(f"{info_path}: unreadable model description ({type(e).__name__}: {e})") from None
   try:
@@ -428,7 +485,8 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
   head = None
   if info.get("mlm_head"):
-    head = _mlm_head(hf_config, dtype, pretrained=info["mlm_head"] == "pretrained")
+    head = _mlm_head(hf_config, dtype, pretrained=info["mlm_head"] == "pretrained",
+                     tied=info.get("mlm_head_tied", True))
   return ModelSpec(hf_config, tokenizer, module, pooling, source=info.get("source", folder), mlm=head,
                    revision=info.get("revision"))
 
@@ -444,10 +502,12 @@ def save_description(spec: ModelSpec, folder: str) -> None:
       "mlp_only_train": spec.pooling.mlp_only_train,
       "test_pooler": spec.pooling.test_pooler,
       "test_pooler_override": spec.pooling.test_pooler_override,
+      "dev_pooler_override": spec.pooling.dev_pooler_override,
       "source": spec.source,
       "revision": spec.revision,
       # The params hold an MLM head: "pretrained" or "fresh" at the start; null: none.
       "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
+      "mlm_head_tied": None if spec.mlm is None else spec.mlm.tied,
   }
   with open(os.path.join(folder, JAXCSE_MODEL_FILE), "w") as f:
     json.dump(info, f, indent=2)

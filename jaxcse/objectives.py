@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import losses
+from jaxcse import losses, models
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics).
 SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
@@ -64,6 +64,11 @@ class Objective:
       embeddings of the same batch (DCLR); ``config.dclr.complementary_model`` names it.
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
+    pooling: the poolers the method trains, selects and tests with, when it sets them itself (DCLR as
+      released); None: ``config.model``'s.
+    attend_padding: whether the encoder attends to padding (a released code that passes no attention mask),
+      for the trained model, the complementary model and the evaluations during training.
+    complementary_dropout: whether the complementary model runs with dropout on.
     doc: one line for ``--help`` and errors.
   """
 
@@ -73,6 +78,9 @@ class Objective:
   needs_complementary: bool = False
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
+  pooling: Callable[[ml_collections.ConfigDict], models.PoolerSpec] | None = None
+  attend_padding: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
+  complementary_dropout: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   doc: str = ""
 
   def __post_init__(self):
@@ -93,6 +101,17 @@ def register(objective: Objective) -> Objective:
 def unregister(name: str) -> None:
   """Removes a registered objective (tests register toy ones)."""
   _REGISTRY.pop(name, None)
+
+
+def _model_pooling(config: ml_collections.ConfigDict) -> models.PoolerSpec:
+  return models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None,
+                           config.model.get("dev_pooler") or None)
+
+
+def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
+  """The run's poolers: the method's own if it sets them, else ``config.model``'s."""
+  objective = get(config.method)
+  return objective.pooling(config) if objective.pooling is not None else _model_pooling(config)
 
 
 def names() -> tuple[str, ...]:
@@ -155,6 +174,18 @@ def _check_mixcse(config):
     raise ValueError(f"mixcse.neighbour must be roll, random or hardest, not {config.mixcse.neighbour!r}")
 
 
+def _dclr_as_released(config) -> bool:
+  return bool(config.dclr.get("as_released", False))
+
+
+def _dclr_pooling(config) -> models.PoolerSpec:
+  """DCLR's released code: trains on BERT's pooler layer + a fresh MLP, selects on the pooler layer, tests on [CLS]."""
+  if _dclr_as_released(config):
+    return models.PoolerSpec("bert_pooler_mlp", test_pooler_override="cls_before_pooler",
+                             dev_pooler_override="bert_pooler")
+  return _model_pooling(config)
+
+
 def _check_dclr(config):
   if not config.dclr.complementary_model:
     raise ValueError("method dclr needs config.dclr.complementary_model (a jaxcse workdir or HF folder/hub id)")
@@ -174,7 +205,9 @@ register(Objective("simcse", loss=_simcse,
                    doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
 register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
                    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
-register(Objective("dclr", loss=_dclr, needs_complementary=True, check_config=_check_dclr,
+register(Objective("dclr", loss=_dclr, needs_complementary=True, check_config=_check_dclr, pooling=_dclr_pooling,
+                   attend_padding=_dclr_as_released,
+                   complementary_dropout=lambda config: config.dclr.complementary_dropout or _dclr_as_released(config),
                    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))
 register(Objective("mlm", masked_lm=True, scores=None, check_config=_check_mlm,
                    doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)"))

@@ -26,18 +26,24 @@ class Pooler:
 
   Attributes:
     name: the name configs and the command line use.
-    fn: ``(attention_mask, last_hidden, hidden_states) -> [batch, hidden]``;
+    fn: ``(attention_mask, last_hidden, hidden_states, pooler_output) -> [batch, hidden]``;
       ``hidden_states`` is the backbone's tuple (embedding output first, then
-      one entry per layer), None unless ``needs_hidden_states``.
+      one entry per layer), None unless ``needs_hidden_states``;
+      ``pooler_output`` is the backbone's own pooler layer (BERT: Linear + tanh
+      on [CLS], trained by next-sentence prediction).
     needs_hidden_states: the backbone must return every layer's output.
+    needs_pooler_output: the backbone must have its pooler layer.
     has_mlp: SimCSE's MLP (Linear(H, H) + tanh) follows the pooled vector.
+    exportable: a sentence-transformers module chain computes it (``st_format``).
     doc: one line for the README and ``--help``.
   """
 
   name: str
-  fn: Callable[[jax.Array, jax.Array, Sequence[jax.Array] | None], jax.Array]
+  fn: Callable[[jax.Array, jax.Array, Sequence[jax.Array] | None, jax.Array | None], jax.Array]
   needs_hidden_states: bool = False
+  needs_pooler_output: bool = False
   has_mlp: bool = False
+  exportable: bool = True
   doc: str = ""
 
 
@@ -51,20 +57,35 @@ def register(pooler: Pooler) -> Pooler:
   return pooler
 
 
-register(Pooler("cls", lambda mask, last, hs: last[:, 0], has_mlp=True,
+register(Pooler("cls", lambda mask, last, hs, po: last[:, 0], has_mlp=True,
                 doc="[CLS] state through a Linear(H, H) + tanh head (SimCSE's MLP)"))
-register(Pooler("cls_before_pooler", lambda mask, last, hs: last[:, 0], doc="[CLS] state, no head"))
-register(Pooler("avg", lambda mask, last, hs: _masked_mean(last, mask), doc="mask-weighted mean of the last layer"))
-register(Pooler("avg_top2", lambda mask, last, hs: _masked_mean((hs[-1] + hs[-2]) / 2.0, mask),
+register(Pooler("cls_before_pooler", lambda mask, last, hs, po: last[:, 0], doc="[CLS] state, no head"))
+register(Pooler("avg", lambda mask, last, hs, po: _masked_mean(last, mask), doc="mask-weighted mean of the last layer"))
+register(Pooler("avg_top2", lambda mask, last, hs, po: _masked_mean((hs[-1] + hs[-2]) / 2.0, mask),
                 needs_hidden_states=True, doc="mean of the last two layers, then masked mean"))
-# SimCSE's current code averages hidden_states[1], the first layer's output, with the last layer.
-register(Pooler("avg_first_last", lambda mask, last, hs: _masked_mean((hs[1] + hs[-1]) / 2.0, mask),
+# "First-last" has two readings. SimCSE's current code averages hidden_states[1] (the first layer's output) with the
+# last layer; the SimCSE paper's table and the MixCSE and DCLR code average hidden_states[0] (the embedding output).
+register(Pooler("avg_first_last", lambda mask, last, hs, po: _masked_mean((hs[1] + hs[-1]) / 2.0, mask),
                 needs_hidden_states=True,
-                doc="mean of the first layer's output (hidden_states[1], SimCSE's code) and the last"))
+                doc="mean of the first layer's output (hidden_states[1], SimCSE's current code) and the last"))
+register(Pooler("avg_embeddings_last", lambda mask, last, hs, po: _masked_mean((hs[0] + hs[-1]) / 2.0, mask),
+                needs_hidden_states=True,
+                doc="mean of the embedding output (hidden_states[0]: SimCSE's paper, MixCSE's and DCLR's code) and "
+                    "the last layer"))
+register(Pooler("bert_pooler", lambda mask, last, hs, po: po, needs_pooler_output=True,
+                doc="the backbone's own pooler layer on [CLS] (BERT's NSP Linear + tanh; DCLR's dev evaluation)"))
+register(Pooler("bert_pooler_mlp", lambda mask, last, hs, po: po, has_mlp=True, needs_pooler_output=True,
+                exportable=False,
+                doc="the backbone's pooler layer, then SimCSE's MLP (DCLR's released training forward)"))
+
 
 def names() -> tuple[str, ...]:
   """Every registered pooler's name."""
   return tuple(_REGISTRY)
+
+
+def exportable(name: str) -> bool:
+  return get(name).exportable
 
 
 def get(name: str) -> Pooler:
@@ -76,9 +97,11 @@ def get(name: str) -> Pooler:
 
 
 def pool(name: str, attention_mask: jax.Array, last_hidden: jax.Array,
-         hidden_states: Sequence[jax.Array] | None = None) -> jax.Array:
+         hidden_states: Sequence[jax.Array] | None = None, pooler_output: jax.Array | None = None) -> jax.Array:
   """Pools token states ``[batch, len, hidden]`` into ``[batch, hidden]`` (before any MLP)."""
   pooler = get(name)
   if pooler.needs_hidden_states and hidden_states is None:
     raise ValueError(f"pooler {name!r} needs the backbone's hidden_states")
-  return pooler.fn(attention_mask, last_hidden, hidden_states)
+  if pooler.needs_pooler_output and pooler_output is None:
+    raise ValueError(f"pooler {name!r} needs the backbone's pooler layer (a model without one cannot use it)")
+  return pooler.fn(attention_mask, last_hidden, hidden_states, pooler_output)

@@ -12,6 +12,8 @@ jaxcse pooler has an exact chain:
 | `avg`               | Transformer, Pooling(mean)                        |
 | `avg_top2`          | Transformer, WeightedLayerPooling, Pooling(mean)  |
 | `avg_first_last`    | Transformer, WeightedLayerPooling, Pooling(mean)  |
+| `avg_embeddings_last` | Transformer, WeightedLayerPooling (from the embedding output), Pooling(mean) |
+| `bert_pooler`       | Transformer, Pooling(cls), Dense(H, H, tanh) = the backbone's pooler layer |
 
 ``WeightedLayerPooling`` with weights that pick exactly the two layers (the
 others get weight 0) is the layer average. ``write_modules`` writes a chain
@@ -37,7 +39,9 @@ _ST_LAYER_POOLING = "sentence_transformers.models.WeightedLayerPooling"
 _ST_TANH = "torch.nn.modules.activation.Tanh"
 
 # Poolers whose chain has a WeightedLayerPooling module (and whose config.json needs output_hidden_states).
-LAYER_AVERAGE_POOLERS = ("avg_top2", "avg_first_last")
+LAYER_AVERAGE_POOLERS = ("avg_top2", "avg_first_last", "avg_embeddings_last")
+# Poolers whose chain ends in Pooling(cls) + Dense(tanh): the Dense is pooler.dense (for cls, the MLP written there).
+DENSE_POOLERS = ("cls", "bert_pooler")
 
 
 def layer_weights(pooler: str, num_layers: int) -> tuple[int, np.ndarray]:
@@ -48,6 +52,10 @@ def layer_weights(pooler: str, num_layers: int) -> tuple[int, np.ndarray]:
   """
   if pooler == "avg_top2":  # hidden_states[-2], hidden_states[-1]
     return num_layers - 1, np.ones(2, np.float32)
+  if pooler == "avg_embeddings_last":  # hidden_states[0] (the embedding output) .. hidden_states[-1]
+    weights = np.zeros(num_layers + 1, np.float32)
+    weights[0] = weights[-1] = 1.0
+    return 0, weights
   weights = np.zeros(num_layers, np.float32)  # avg_first_last: hidden_states[1] .. hidden_states[-1]
   weights[0] += 1.0
   weights[-1] += 1.0  # A 1-layer model averages hidden_states[1] with itself: weight 2 / 2.
@@ -77,7 +85,7 @@ def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_se
     save_file({"layer_weights": weights}, os.path.join(folder, sub, "model.safetensors"), metadata={"format": "pt"})
     modules.append((sub, _ST_LAYER_POOLING))
   sub = f"{len(modules)}_Pooling"
-  cls_token = pooler in ("cls", "cls_before_pooler")
+  cls_token = pooler in ("cls", "cls_before_pooler", *DENSE_POOLERS)
   _write_json(os.path.join(folder, sub, "config.json"), {
       "word_embedding_dimension": hidden,
       "pooling_mode_cls_token": cls_token,
@@ -86,7 +94,7 @@ def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_se
       "pooling_mode_mean_sqrt_len_tokens": False,
   })
   modules.append((sub, _ST_POOLING))
-  if pooler == "cls":
+  if pooler in DENSE_POOLERS:
     sub = f"{len(modules)}_Dense"
     _write_json(os.path.join(folder, sub, "config.json"),
                 {"in_features": hidden, "out_features": hidden, "bias": True, "activation_function": _ST_TANH})

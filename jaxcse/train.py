@@ -16,6 +16,7 @@ Several hosts run the same command, one process each (or one per GPU), with
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import math
@@ -119,7 +120,7 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, 
     if saved != json.loads(json.dumps(config.to_dict(), default=str)):
       log.warning("resuming %s with a config that differs from the saved config.json", workdir)
     return spec, None
-  pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None)
+  pooling = objectives.pooling_of(config)
   with_mlm_head = objectives.get(config.method).masked_lm or config.mlm.enabled
   if config.model.get("init", "pretrained") == "random":
     spec, params = models.build_random(
@@ -130,6 +131,7 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, 
     spec, params = models.load_pretrained(
         config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
         gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
+        mlm_head=config.mlm.get("head", "tied") if config.mlm.enabled else "tied",
         revision=config.model.get("revision") or None)
     if spec.mlm is not None and not spec.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
@@ -187,13 +189,22 @@ def _total_steps(config, batches) -> int:
 
 
 def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[models.ModelSpec | None, Any]:
-  """DCLR's frozen complementary model: ``(spec, params replicated on every device)``, or ``(None, None)``."""
+  """DCLR's frozen complementary model: ``(spec, params replicated on every device)``, or ``(None, None)``.
+
+  Its embeddings are the representation its threshold phi was tuned for: the official code's complementary
+  model is an unsupervised SimCSE checkpoint run through BERT's pooler layer, which in SimCSE's released
+  checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
+  a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
+  """
   if not objectives.get(config.method).needs_complementary:
     return None, None
   loaded = loading.load_model(config.dclr.complementary_model)
+  spec = loaded.spec
+  if loaded.described:
+    spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
   # Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a
   # device array to other hosts' devices; from numpy, each process fills its own devices.
-  return loaded.spec, jax.device_put(jax.device_get(loaded.params), replicated)
+  return spec, jax.device_put(jax.device_get(loaded.params), replicated)
 
 
 def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | None, params) -> None:
@@ -295,7 +306,8 @@ class Evaluator:
                best_manager, meta: dict):
     self.config = config
     self.dev_sets = evaluate.load_dev_sets(data_lib.data_dir(config.data.data_dir or None))
-    self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size)
+    self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
+                                          attend_padding=objectives.get(config.method).attend_padding(config))
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
     self.select = evaluate.SELECTION_METRICS[config.eval.metric]
     self.metrics_log, self.best, self.meta = metrics_log, best_manager, meta

@@ -52,9 +52,12 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
 
   adamw = optax.adamw(schedule, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
                       weight_decay=cfg.weight_decay, mask=decay_mask)
-  if cfg.max_grad_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
-  return adamw
+  if cfg.max_grad_norm <= 0:
+    return adamw
+  world = cfg.get("official_world_size", 1)
+  # A multi-GPU reference run clips the per-GPU mean, i.e. the full gradient / world (see configs/simcse_sup.py).
+  scale = [optax.scale(1.0 / world)] if world > 1 else []
+  return optax.chain(*scale, optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
 
 
 def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.Array, int, int]:
@@ -153,13 +156,18 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   if objective.needs_complementary and complementary is None:
     raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
   base_rng = jax.random.key(config.seed)
-  module = spec.train_module
+  attend_padding = objective.attend_padding(config)
+  module = spec.module_for(spec.pooling.pooler, attend_padding=attend_padding)
   chunk = config.train.grad_cache_chunk
   tokens = _token_term(config, spec, objective)
 
+  if complementary is not None:
+    complementary_module = complementary.module_for(complementary.pooling.test_pooler, attend_padding=attend_padding)
+    complementary_dropout = objective.complementary_dropout(config)
+
   def embed_complementary(complementary_params, batch, key):
-    return jax.lax.stop_gradient(embed_views(complementary.test_module, complementary_params, batch, key,
-                                             train=config.dclr.complementary_dropout))
+    return jax.lax.stop_gradient(embed_views(complementary_module, complementary_params, batch, key,
+                                             train=complementary_dropout))
 
   def sentence_loss(z, k_method, comp):
     """The objective on ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores)."""

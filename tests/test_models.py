@@ -38,6 +38,13 @@ def test_poolers_by_hand():
   first_last = poolers.pool("avg_first_last", mask, last, hs)
   # SimCSE's "first" is hidden_states[1] (first layer's output), not the embedding output hidden_states[0].
   np.testing.assert_allclose(first_last[1], (mean(hs[1], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6)
+  # The SimCSE paper's, MixCSE's and DCLR's "first-last": the embedding output hidden_states[0] with the last.
+  np.testing.assert_allclose(poolers.pool("avg_embeddings_last", mask, last, hs)[1],
+                             (mean(hs[0], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6)
+  pooled = jnp.ones((2, 2))
+  np.testing.assert_array_equal(poolers.pool("bert_pooler", mask, last, hs, pooled), pooled)
+  with pytest.raises(ValueError, match="needs the backbone's pooler layer"):
+    poolers.pool("bert_pooler", mask, last, hs)
   with pytest.raises(ValueError, match="needs the backbone's hidden_states"):
     poolers.pool("avg_top2", mask, last)
   with pytest.raises(ValueError, match="unknown pooler"):
@@ -192,3 +199,20 @@ def test_hub_model_reads_its_pooling_from_the_hub_snapshot(tiny_model_dir, tmp_p
   assert loading.load_model("someone/plain").spec.pooling.test_pooler == "cls"
   assert any("no sentence-transformers pooling config" in r.getMessage() and "'cls'" in r.getMessage()
              for r in caplog.records)
+
+
+def test_attend_padding_is_the_model_without_a_mask_on_a_batch_cut_at_its_longest(tiny_model_dir):
+  """DCLR's released code: no attention mask, a batch padded to its longest sentence."""
+  from transformers import FlaxBertModel
+
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("bert_pooler"))
+  sentences = ["a short one", "a somewhat longer sentence here with words"]
+  ids, mask = tokenization.tokenize_padded(spec.tokenizer, sentences, 24)  # Padded past the longest (12 tokens).
+  longest = int(mask.sum(axis=1).max())
+  hf = FlaxBertModel.from_pretrained(tiny_model_dir)
+  reference = hf(input_ids=ids[:, :longest], attention_mask=None).pooler_output  # All-ones mask: pads attended.
+  ours = spec.module_for("bert_pooler", attend_padding=True).apply({"params": params}, ids, mask)
+  np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+  masked = spec.module_for("bert_pooler").apply({"params": params}, ids, mask)
+  assert not np.allclose(masked[0], ours[0])  # The short sentence sees its padding now.
+  np.testing.assert_allclose(masked, hf(input_ids=ids, attention_mask=mask).pooler_output, rtol=1e-5, atol=1e-6)

@@ -265,3 +265,41 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
   assert float(loss_wrt_complementary(shuffled)) != float(loss_wrt_complementary(complementary.params))
   train.train_and_evaluate(config, fresh_workdir)
   assert set(_final_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(params, sep="/"))
+
+
+@pytest.mark.parametrize("head", ["untied_fresh", "untied_pretrained", "tied"])
+def test_auxiliary_mlm_heads(tiny_model_dir, small_data_dir, tmp_path, head):
+  """SimCSE's do_mlm head is untied: the MLM loss then reaches the word embeddings only through the encoder."""
+  from transformers import FlaxBertForMaskedLM
+
+  mlm_dir = str(tmp_path / "tiny_mlm")
+  FlaxBertForMaskedLM.from_pretrained(tiny_model_dir).save_pretrained(mlm_dir)  # A (random) pretrained head.
+  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(mlm_dir)
+  spec, params = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, mlm_head=head,
+                                        seed=5)
+  embeddings = np.asarray(params["backbone"]["embeddings"]["word_embeddings"]["embedding"])
+  flat = flax.traverse_util.flatten_dict(params["mlm_head"], sep="/")
+  decoder = flat.get("cls/predictions/decoder/kernel")
+  assert spec.mlm.tied == (head == "tied") and (decoder is None) == (head == "tied")
+  pretrained_dense = flax.traverse_util.flatten_dict(FlaxBertForMaskedLM.from_pretrained(mlm_dir).params["cls"],
+                                                     sep="/")["predictions/transform/dense/kernel"]
+  same_transform = np.array_equal(flat["cls/predictions/transform/dense/kernel"], pretrained_dense)
+  assert same_transform == (head != "untied_fresh")
+  if head == "untied_pretrained":
+    np.testing.assert_array_equal(decoder, embeddings.T)  # A copy of the word embeddings...
+  # ... that the MLM loss trains apart from them: the untied gradient reaches the embeddings through the encoder
+  # only, the tied one also through the output projection.
+  ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a [MASK] sentence here"], 8)
+  labels = np.asarray(ids)
+
+  def loss(p):
+    logits = models.mlm_logits(spec, p, ids, mask, train=False)
+    return mlm.cross_entropy_sums(logits, labels, mask)[0]
+
+  grads = jax.grad(loss)(params)
+  g_embed = np.abs(np.asarray(grads["backbone"]["embeddings"]["word_embeddings"]["embedding"]))
+  unused_rows = np.setdiff1d(np.arange(len(embeddings)), labels)[:100]
+  assert (g_embed[unused_rows].max() > 0) == (head == "tied")  # Only a tied output layer touches unused words.
+  # The description records the head, so a resumed run rebuilds the same one.
+  models.save_description(spec, str(tmp_path / "desc"))
+  assert models.from_description(str(tmp_path / "desc")).mlm.tied == (head == "tied")
