@@ -135,6 +135,25 @@ with torch.no_grad():
 """
 
 
+def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarray], more) -> None:
+  """Writes config, tokenizer, ``model.safetensors`` and ``more(folder)``'s files into a folder beside
+  ``out_dir``, then renames it into place: ``out_dir`` is either complete or absent (never half-written)."""
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
+  try:
+    hf_config.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    more(tmp)
+    if os.path.isdir(out_dir):
+      os.rmdir(out_dir)  # Empty (the callers check); rename needs the name free.
+    os.rename(tmp, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+
+
 def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
@@ -175,27 +194,19 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   tokenizer = copy.deepcopy(spec.tokenizer)
   tokenizer.model_max_length = spec.max_positions  # jaxcse cuts there; truncation=True in torch then agrees.
 
-  parent = os.path.dirname(os.path.abspath(out_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
-  try:
-    hf_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+  modules = []
+
+  def pooling_files(tmp: str) -> None:
     mlp = {k: v for k, v in state.items() if k.startswith("pooler.dense.")}
-    modules = st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
-                                      spec.max_positions, mlp)
+    modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
+                                           spec.max_positions, mlp))
     with open(os.path.join(tmp, "README.md"), "w") as f:
       source = spec.source + (f" (hub revision {spec.revision})" if spec.revision else "")
       f.write(_model_card(pooler, source, architecture, modules))
     with open(os.path.join(tmp, "jaxcse_export.json"), "w") as f:
       json.dump({"source": spec.source, "revision": spec.revision, "pooler": pooler}, f, indent=2)
-    if os.path.isdir(out_dir):
-      os.rmdir(out_dir)  # Empty (checked above); rename needs the name free.
-    os.rename(tmp, out_dir)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+
+  _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)
   return {"out_dir": out_dir, "pooler": pooler, "architecture": architecture, "modules": modules}
 
 
@@ -223,22 +234,13 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
   hf_config.tie_word_embeddings = spec.mlm.tied  # An untied head's output matrix is stored as decoder.weight.
   tokenizer = copy.deepcopy(spec.tokenizer)
   tokenizer.model_max_length = spec.max_positions
-  parent = os.path.dirname(os.path.abspath(out_dir))
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
-  try:
-    hf_config.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+
+  def card(tmp: str) -> None:
     if model_card:
       with open(os.path.join(tmp, "README.md"), "w") as f:
         f.write(model_card)
-    if os.path.isdir(out_dir):
-      os.rmdir(out_dir)
-    os.rename(tmp, out_dir)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+
+  _write_folder(out_dir, hf_config, tokenizer, state, card)
   return {"out_dir": out_dir, "architecture": "BertForMaskedLM", "tensors": len(state)}
 
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The papers' comparison from a raw MLM encoder: jaxcse/bert-mini-wiki-uncased (pretrained by
+# configs/pretrain_mlm.py, see README.md here), no training -> SimCSE, MixCSE, DCLR, 3 seeds each.
+#
+#   JAXCSE_DATA_DIR=../shared/data bash experiments/from_raw_plm/run_study.sh [stage ...]
+#
+# Stages (default: all, in order): baselines, runs, transfer, report. Every stage skips what is done (a results
+# file exists) and every training run resumes from its latest checkpoint, so the same command continues a
+# killed study. All methods share steps, batch, length, learning rate and the evaluation schedule (STS-B dev
+# every 125 steps, best checkpoint kept); each keeps its paper's selection metric (DCLR: STS-B + SICK-R dev).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODEL=${MODEL:-jaxcse/bert-mini-wiki-uncased}
+STEPS=${STEPS:-2000}       # ~0.84 epoch of corpora/wiki_offline.txt at batch 64.
+LR=${LR:-1e-4}             # Chosen by experiments/from_raw_plm/lr_probe (SimCSE, 3 rates); see README.md.
+SEEDS=${SEEDS:-"1 2 3"}
+W=${WORKDIRS:-workdirs/from_raw_plm}
+OUT=experiments/from_raw_plm
+STAGES=${*:-"baselines runs transfer report"}
+mkdir -p "$OUT/results" "$OUT/logs"
+
+common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
+        --config.data.max_seq_len=32 --config.train.max_steps="$STEPS" --config.train.learning_rate="$LR"
+        --config.eval.every=125 --config.eval.at_end=False --config.checkpoint.every=250)
+
+for stage in $STAGES; do
+  case $stage in
+  baselines)
+    # The raw encoder, no training: avg, both first-last averages (avg_embeddings_last is the SimCSE paper's
+    # "first-last avg"), [CLS], and BERT's pooler layer (untrained here: MLM pretraining has no NSP task).
+    for pooler in avg avg_embeddings_last avg_first_last cls_before_pooler bert_pooler; do
+      f=$OUT/results/raw-$pooler.json
+      [ -f "$f" ] || python -m jaxcse.evaluate --model "$MODEL" --pooler "$pooler" --tasks sts,align_uniform \
+          --output "$f" 2>&1 | tee "$OUT/logs/raw-$pooler.log"
+    done ;;
+  runs)
+    for seed in $SEEDS; do
+      for method in simcse mixcse dclr; do
+        f=$OUT/results/$method-seed$seed.json
+        [ -f "$f" ] && continue
+        wd=$W/$method-seed$seed
+        case $method in
+          simcse) cfg=(--config configs/base.py) ;;
+          mixcse) cfg=(--config configs/mixcse.py) ;;
+          # As the paper and the official code: the complementary model is an unsupervised SimCSE model trained
+          # from the same encoder (here the SimCSE run of seed 1), embedded with its MLP output; phi 0.9.
+          dclr) cfg=(--config configs/dclr.py --config.dclr.complementary_model="$W/simcse-seed1") ;;
+        esac
+        python -m jaxcse.train "${cfg[@]}" "${common[@]}" --config.seed="$seed" --workdir "$wd" \
+            2>&1 | tee "$OUT/logs/train-$method-seed$seed.log"
+        mkdir -p "$OUT/runs/$method-seed$seed"
+        cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$method-seed$seed/"
+        python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f" \
+            2>&1 | tee "$OUT/logs/eval-$method-seed$seed.log"
+      done
+    done ;;
+  transfer)
+    # SentEval's seven transfer tasks (test mode), one seed of each method and the raw encoder's avg.
+    for name in raw-avg simcse-seed1 mixcse-seed1 dclr-seed1; do
+      f=$OUT/results/transfer/$name.json
+      [ -f "$f" ] && continue
+      mkdir -p "$OUT/results/transfer"
+      if [ "$name" = raw-avg ]; then model=$MODEL; pooler=(--pooler avg); else model=$W/$name; pooler=(); fi
+      python -m jaxcse.evaluate --model "$model" "${pooler[@]}" --tasks transfer --output "$f" \
+          2>&1 | tee "$OUT/logs/transfer-$name.log"
+    done ;;
+  report)
+    python -m jaxcse.report --group-by-seed-suffix "$OUT"/results/*.json | tee "$OUT/table_sts.md"
+    python -m jaxcse.report "$OUT"/results/transfer/*.json | tee "$OUT/table_transfer.md"
+    python -m jaxcse.plot "$W"/simcse-seed1 "$W"/mixcse-seed1 "$W"/dclr-seed1 --out "$OUT/plots" ;;
+  *) echo "unknown stage $stage (baselines, runs, transfer, report)" >&2; exit 2 ;;
+  esac
+done
