@@ -1,21 +1,37 @@
 r"""Benchmarks of jaxcse against the PyTorch originals, each measured in one run.
 
   python -m jaxcse.bench train    [--shape tiny|minilm|base] [--batch_size 64] [--max_seq_len 32] [--profile]
+  python -m jaxcse.bench train    --find_max_batch [--shape base] [--max_batch_cap N] [--grad_cache_chunk C]
+  python -m jaxcse.bench pretrain [--shape mini] [--batch_size 128] [--max_seq_len 128] [--dtype D]
   python -m jaxcse.bench encode   [--model all-MiniLM-L6-v2] [--input FILE] [--limit 2048] [--batch_size 64]
   python -m jaxcse.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] --senteval_dir /path/to/SimCSE
 
 Every benchmark runs jaxcse and its baseline in the same process, on the same
-inputs and threads, excludes warm-up (compilation, first calls) from the
-timings, and prints as its last line ``<name>: <x.xx>x``: baseline time over
-jaxcse time, so above 1 means jaxcse is faster.
+device, inputs and threads, excludes warm-up (compilation, first calls) from
+the timings, and prints as its last line ``<name>: <x.xx>x``: baseline time
+over jaxcse time, so above 1 means jaxcse is faster.
+
+The PyTorch side takes its fastest usual form for the device jax runs on
+(``baselines.choose_torch_setup``): on a GPU, CUDA with automatic mixed
+precision (bfloat16 autocast, or float16 with a GradScaler where the GPU has no
+bfloat16, as SimCSE's ``--fp16``), fused AdamW, and ``torch.compile`` as a
+second baseline (a compilation failure is reported and that side left out); on
+a CPU, float32 eager. jaxcse computes in ``--dtype``: bfloat16 on a GPU/TPU,
+float32 on a CPU by default (params and optimizer state stay float32). On a TPU,
+which torch cannot use, jaxcse runs alone and the last line says so.
 
 - ``train``: jaxcse's jitted train step (``train_step.make_train_step`` with the
   AdamW of ``train_step.make_optimizer``, SimCSE unsup config) against a PyTorch
   step in SimCSE's formulation: one ``BertModel`` forward over the stacked
   ``[2 * batch, len]`` views, [CLS] + MLP pooler, InfoNCE at temperature 0.05,
-  gradient clipping at 1, ``torch.optim.AdamW`` with a linear schedule; both
-  on randomly initialised weights of the shape. Also prints the model FLOPs
-  utilisation of each against a float32 matmul peak measured in the same run.
+  gradient clipping at 1, AdamW with a linear schedule; both on randomly
+  initialised weights of the shape. Prints s/step, sentences/s, model FLOPs
+  utilisation against the device's dense bfloat16 peak (``known_peak``; on a
+  CPU or an unknown device, a matmul peak measured in the same run) and each
+  side's peak device memory. ``--find_max_batch`` instead finds the largest
+  batch each side fits (jaxcse with and without GradCache and gradient
+  checkpointing, PyTorch with and without gradient checkpointing).
+- ``pretrain``: the same for an MLM pretraining step (tokens/s).
 - ``encode``: ``embedder.Embedder`` against sentence-transformers' ``encode``,
   same model, sentences and batch size; sentences per second.
 - ``evaluate``: ``evaluate.evaluate_sts`` against SentEval driven as SimCSE's
@@ -32,12 +48,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import math
 import os
+import re
 import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -89,11 +108,25 @@ def ratio_line(name: str, baseline_seconds: float, jaxcse_seconds: float) -> str
   return f"{name}: {baseline_seconds / jaxcse_seconds:.2f}x"
 
 
+_MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
+
+
 def machine_line() -> str:
   """Load and cores next to every measurement: a loaded machine slows both sides, not always equally."""
   load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+  device = jax.devices()[0]
+  memory = "".join(f", {k}={os.environ[k]}" for k in _MEMORY_ENV if k in os.environ)
   return (f"machine: {os.cpu_count()} cpus, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"jax {jax.__version__} on {jax.devices()[0].platform}, XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+          f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
+          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}{memory}")
+
+
+def default_dtype(platform: str) -> str:
+  """jaxcse's compute dtype for a backend: bfloat16 where the hardware has bfloat16 matmul units (GPU, TPU).
+
+  A CPU without them (this project's CI machines) would only emulate bfloat16, slower than float32.
+  """
+  return "bfloat16" if platform in ("gpu", "tpu") else "float32"
 
 
 def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int) -> dict[str, list[float]]:
@@ -114,13 +147,64 @@ def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats
 
 
 # --------------------------------------------------------------------------
-# Machine peak.
+# Device peaks, MFU and memory.
+
+# Dense (no sparsity) bfloat16 tensor-core peaks in FLOP/s from the vendors' datasheets, by jax's device_kind.
+# The V100 has no bfloat16: its float16 peak. H100/H200 NVL boards run at other clocks and are left to the
+# measured peak rather than guessed.
+KNOWN_PEAKS = {
+    "H100 SXM": 989e12, "H100 PCIe": 756e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12,
+    "V100 (float16)": 125e12, "TPU v4": 275e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6e": 918e12,
+}
 
 
-def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
-  """Best float32 FLOP/s of an ``[n, n] @ [n, n]`` jitted jnp matmul (the machine's practical peak)."""
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+def known_peak(device_kind: str) -> tuple[str, float] | None:
+  """``(name, dense bfloat16 FLOP/s)`` of a ``jax.devices()[0].device_kind`` in ``KNOWN_PEAKS``, else None.
+
+  Matches on the kind's lower-cased alphanumeric words, not substrings, so that "NVIDIA L40S" is not an L4 nor
+  "NVIDIA A100" an A10G: "NVIDIA H100 80GB HBM3" is the H100 SXM, "NVIDIA H100 PCIe" the PCIe card; TPUs
+  report "TPU v4", "TPU v5 lite" (v5e), "TPU v5" (v5p), "TPU v6 lite" (v6e).
+  """
+  words = set(re.findall(r"[a-z0-9]+", device_kind.lower()))
+  if "tpu" in words:
+    if "v4" in words:
+      name = "TPU v4"
+    elif "v5e" in words or "v5litepod" in words or {"v5", "lite"} <= words:
+      name = "TPU v5e"
+    elif "v5p" in words or "v5" in words:
+      name = "TPU v5p"
+    elif "v6e" in words or {"v6", "lite"} <= words:
+      name = "TPU v6e"
+    else:
+      return None
+    return name, KNOWN_PEAKS[name]
+  if "nvl" in words:
+    return None
+  name = None
+  if "h200" in words:
+    name = "H200"
+  elif "h100" in words:
+    name = "H100 PCIe" if "pcie" in words else "H100 SXM"
+  elif "a100" in words:
+    name = "A100"
+  elif "l4" in words:
+    name = "L4"
+  elif "a10g" in words:
+    name = "A10G"
+  elif "v100" in words:
+    name = "V100 (float16)"
+  return (name, KNOWN_PEAKS[name]) if name else None
+
+
+def mfu(flops_per_step: float, seconds_per_step: float, peak_flops: float) -> float:
+  """Model FLOPs utilisation: the model FLOPs a second achieved, as a fraction of the device's peak."""
+  return flops_per_step / seconds_per_step / peak_flops
+
+
+def matmul_peak_flops(n: int = 2048, repeats: int = 10, dtype: Any = jnp.float32) -> float:
+  """Best FLOP/s of an ``[n, n] @ [n, n]`` jitted jnp matmul in ``dtype`` (the machine's practical peak)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
   matmul = jax.jit(jnp.matmul)
   matmul(a, b).block_until_ready()
   best = float("inf")
@@ -129,6 +213,51 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
     matmul(a, b).block_until_ready()
     best = min(best, time.perf_counter() - t0)
   return 2 * n**3 / best
+
+
+def device_peak(args, dtype_name: str) -> tuple[float, str]:
+  """The peak MFU is measured against, and how to name it: the device's known dense bfloat16 peak, else measured.
+
+  Measures the matmul peak in every case (and prints it), so a run on a known device also shows how close a
+  plain matmul comes to the datasheet.
+  """
+  device = jax.devices()[0]
+  size = args.peak_size or (2048 if device.platform == "cpu" else 8192)
+  measured = matmul_peak_flops(size, dtype=DTYPES[dtype_name])
+  print(f"peak: {dtype_name} {size}x{size} jnp matmul {format_flops(measured)} (measured)")
+  known = known_peak(device.device_kind) if device.platform != "cpu" else None
+  if known:
+    return known[1], f"the {known[0]} dense bfloat16 peak {known[1] / 1e12:.0f} TFLOP/s"
+  return measured, f"the measured {dtype_name} matmul peak {format_flops(measured)}"
+
+
+def jax_peak_bytes() -> int | None:
+  """jax's peak device memory in this process (``peak_bytes_in_use``); None where the backend keeps no stats (CPU)."""
+  stats = jax.devices()[0].memory_stats()
+  return stats.get("peak_bytes_in_use") if stats else None
+
+
+def format_bytes(n: int | None) -> str:
+  return "n/a" if n is None else f"{n / 2**30:.2f} GiB"
+
+
+def format_flops(flops_per_second: float) -> str:
+  """TFLOP/s on accelerators, GFLOP/s below one TFLOP/s (CPUs), three significant digits either way."""
+  if flops_per_second >= 1e12:
+    return f"{flops_per_second / 1e12:.1f} TFLOP/s"
+  return f"{flops_per_second / 1e9:.3g} GFLOP/s"
+
+
+class Side(NamedTuple):
+  """One side of a timed benchmark: run one step, its last loss, release its memory, its peak device bytes."""
+
+  run: Callable[[], None]
+  loss: Callable[[], float]
+  release: Callable[[], None]
+  peak_bytes: Callable[[], int | None]
+
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
 def train_step_flops(shape: Shape, rows: int, length: int) -> float:
@@ -176,16 +305,20 @@ def simcse_config(steps: int):
   return repo_config("base", steps)
 
 
-def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, dtype=jnp.float32
-                      ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None]]:
-  """jaxcse's real step on a fresh random model: returns (run one step, last loss, release the state)."""
+def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, dtype=jnp.float32,
+                      grad_cache_chunk: int = 0, gradient_checkpointing: bool = False) -> Side:
+  """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``
+  as given); params and optimizer state float32 whatever ``dtype`` computes in."""
   from transformers import FlaxBertModel
 
   hf_config = shape.bert_config()
-  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False).module
+  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False,
+                           gradient_checkpointing=gradient_checkpointing).module
   spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
   params = models.init_params(spec, seed=0)
   config = simcse_config(steps)
+  config.train.grad_cache_chunk = grad_cache_chunk
+  config.model.gradient_checkpointing = gradient_checkpointing
   tx = train_step.make_optimizer(config.train, steps)
   step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
   state = {"state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
@@ -197,18 +330,15 @@ def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps:
     state["loss"] = metrics["loss"]
     state["loss"].block_until_ready()
 
-  def release():
-    state.clear()
-
-  return run, lambda: float(state["loss"]), release
+  return Side(run, lambda: float(state["loss"]), state.clear, jax_peak_bytes)
 
 
-def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats: int) -> None:
+def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats: int, dtype=jnp.float32) -> None:
   """Times the parts of jaxcse's step (forward, forward+backward, whole step) and prints XLA's cost analysis."""
   from transformers import FlaxBertModel
 
   hf_config = shape.bert_config()
-  backbone = FlaxBertModel(hf_config, seed=0, _do_init=False).module
+  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False).module
   spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
   params = models.init_params(spec, seed=0)
   config = simcse_config(10)
@@ -238,37 +368,252 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
           f" bytes accessed {cost.get('bytes accessed', float('nan')) / 1e9:.2f} GB")
 
 
-def bench_train(args) -> str:
-  torch_line = _baselines().set_threads(args.threads)
-  shape = SHAPES[args.shape]
-  ids, mask = random_batch(shape, args.batch_size, args.max_seq_len)
-  print(machine_line())
-  print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
-        f"{torch_line}")
-  peak = matmul_peak_flops(args.peak_size)
-  print(f"peak: float32 {args.peak_size}x{args.peak_size} jnp matmul {peak / 1e9:.1f} GFLOP/s")
-  if args.profile:
-    profile_train_step(shape, ids, mask, args.repeats)
-  steps = args.warmup + args.rounds * args.repeats
-  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
-  sides = {"jaxcse": jaxcse_train_step(shape, ids, mask, steps=steps, dtype=dtype),
-           "pytorch": _baselines().torch_train_step(shape, ids, mask, steps=steps)}
-  for name, (run, loss, _) in sides.items():
-    for _ in range(args.warmup):
-      run()
-    print(f"warm-up: {name} loss after {args.warmup} steps {loss():.4f}")
-  times = time_interleaved({name: side[0] for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
-  flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
+# --------------------------------------------------------------------------
+# Running the sides.
+
+
+def torch_plan(args, platform: str):
+  """``(TorchSetup, the line the benchmark prints of torch)`` for jax's ``platform``; torch is not imported on a TPU."""
+  baselines = _baselines()
+  setup = baselines.torch_setup(platform)
+  if setup.device is None:
+    return setup, setup.describe()
+  return setup, f"{baselines.set_threads(args.threads)}, {setup.describe()}"
+
+
+def torch_builders(args, setup, make: Callable[..., tuple]) -> dict[str, Callable[[], Side]]:
+  """The PyTorch sides ``make(compile=...)`` builds: eager, and through ``torch.compile`` if ``--torch_compile``
+  asks (``auto``: on CUDA, where users compile; on a CPU it needs a C++ toolchain and minutes per shape)."""
+  if setup.device is None:
+    return {}
+  builders = {"pytorch": lambda: Side(*make(compile=False))}
+  if args.torch_compile == "on" or (args.torch_compile == "auto" and setup.device == "cuda"):
+    builders["pytorch+compile"] = lambda: Side(*make(compile=True))
+  return builders
+
+
+def one_line(error: BaseException) -> str:
+  """``Type: first line of the message``, for a failure reported rather than raised."""
+  text = str(error).strip()
+  return f"{type(error).__name__}: {text.splitlines()[0][:300] if text else ''}"
+
+
+OPTIONAL_SIDES = ("pytorch+compile",)
+
+
+def run_sides(builders: dict[str, Callable[[], Side]], warmup: int) -> tuple[dict[str, Side], dict[str, int | None]]:
+  """Builds and warms up each side in turn: ``(sides, peak device bytes of each)``.
+
+  One side at a time, so each peak is read before the next side allocates. A side in ``OPTIONAL_SIDES``
+  (``torch.compile``, which fails on some shapes and versions) that fails is reported in one line and left out;
+  any other failure is an error.
+  """
+  sides, peaks = {}, {}
+  for name, build in builders.items():
+    try:
+      side = build()
+      for _ in range(warmup):
+        side.run()
+    except Exception as e:  # noqa: BLE001 - only optional sides are caught, see below.
+      if name not in OPTIONAL_SIDES:
+        raise
+      print(f"{name}: failed, left out: {one_line(e)}")
+      side = None
+      gc.collect()
+      continue
+    peaks[name] = side.peak_bytes()
+    print(f"warm-up: {name} loss after {warmup} steps {side.loss():.4f}")
+    sides[name] = side
+  return sides, peaks
+
+
+def report(times: dict[str, list[float]], flops: dict[str, float], units: tuple[int, str], peak: float,
+           peak_label: str, peaks: dict[str, int | None]) -> dict[str, float]:
+  """Prints each side's s/step, throughput, MFU and peak memory; returns the median seconds per step."""
+  count, unit = units
   medians = {}
   for name, ts in times.items():
-    medians[name] = statistics.median(ts)
-    achieved = flops / medians[name]
-    print(f"{name}: {medians[name]:.3f} s/step (median of {len(ts)}; min {min(ts):.3f}), "
-          f"{achieved / 1e9:.1f} GFLOP/s, MFU {achieved / peak * 100:.1f}% of the measured peak")
-  for _, _, release in sides.values():
-    release()
+    medians[name] = t = statistics.median(ts)
+    print(f"{name}: {t:.4f} s/step (median of {len(ts)}; min {min(ts):.4f}), {count / t:.1f} {unit}/s, "
+          f"{flops[name] / 1e9:.1f} GFLOP/step, {format_flops(flops[name] / t)}, "
+          f"MFU {mfu(flops[name], t, peak) * 100:.1f}% of {peak_label}, peak memory {format_bytes(peaks[name])}")
+  return medians
+
+
+def final_line(name: str, medians: dict[str, float], setup) -> str:
+  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran."""
+  if "pytorch" not in medians:
+    return f"{name}: n/a ({setup.describe() if setup.device is None else 'the PyTorch side did not run'})"
+  if "pytorch+compile" in medians:
+    print(f"vs pytorch+compile: {medians['pytorch+compile'] / medians['jaxcse']:.2f}x")
+  return ratio_line(name, medians["pytorch"], medians["jaxcse"])
+
+
+def bench_train(args) -> str:
+  platform = jax.default_backend()
+  dtype_name = args.dtype or default_dtype(platform)
+  setup, torch_line = torch_plan(args, platform)
+  shape = SHAPES[args.shape]
+  print(machine_line())
+  if args.find_max_batch:
+    return bench_max_batch(args, shape, dtype_name, setup, torch_line)
+  ids, mask = random_batch(shape, args.batch_size, args.max_seq_len)
+  print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
+        f"jaxcse computes in {dtype_name} (params float32); {torch_line}")
+  if args.profile:
+    profile_train_step(shape, ids, mask, args.repeats, DTYPES[dtype_name])
+  steps = args.warmup + args.rounds * args.repeats
+  builders = {"jaxcse": lambda: jaxcse_train_step(shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name])}
+  builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_train_step(
+      shape, ids, mask, steps=steps, setup=setup, compile=compile)))
+  sides, peaks = run_sides(builders, args.warmup)
+  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
+  flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
+  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks)
+  for side in sides.values():
+    side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
-  return ratio_line(f"train_{args.shape}", medians["pytorch"], medians["jaxcse"])
+  return final_line(f"train_{args.shape}", medians, setup)
+
+
+# --------------------------------------------------------------------------
+# Largest batch that fits.
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+  """Whether an exception is a device running out of memory: XLA's RESOURCE_EXHAUSTED, torch's OutOfMemoryError."""
+  if isinstance(error, MemoryError):
+    return True
+  text = f"{type(error).__name__}: {error}".lower()
+  return any(s in text for s in ("resource_exhausted", "out of memory", "outofmemoryerror"))
+
+
+def fits_in_memory(build: Callable[[int], Side], batch: int, *, steps: int = 2,
+                   free: Callable[[], None] = gc.collect) -> bool:
+  """Whether ``steps`` steps of ``build(batch)`` run: False on an out-of-memory error, other errors propagate.
+
+  Two steps, because the first one allocates what the optimizer keeps (PyTorch's Adam moments appear there) and
+  the second runs with all of it resident. The side is released and ``free`` called either way, so the next
+  probe starts from an empty device.
+  """
+  side = None
+  try:
+    side = build(batch)
+    for _ in range(steps):
+      side.run()
+    return True
+  except Exception as e:  # noqa: BLE001 - re-raised unless it is an out-of-memory error.
+    if not is_out_of_memory(e):
+      raise
+    return False
+  finally:
+    if side is not None:
+      side.release()
+    side = None
+    free()
+
+
+@dataclasses.dataclass(frozen=True)
+class MaxBatch:
+  """The result of ``find_max_batch``: the largest batch that fit (0: none) and the smallest that did not."""
+
+  largest: int
+  failed: int | None  # None: nothing failed up to the cap.
+  probes: tuple[tuple[int, bool], ...]
+
+  def describe(self) -> str:
+    if self.failed is None:
+      return f">= {self.largest} (the cap: every batch tried fit; {len(self.probes)} probes)"
+    return f"{self.largest} ({self.failed} ran out of memory; {len(self.probes)} probes)"
+
+
+def find_max_batch(fits: Callable[[int], bool], *, start: int, cap: int, granularity: int) -> MaxBatch:
+  """The largest multiple of ``granularity`` up to ``cap`` that ``fits``: doubling from ``start``, then bisecting.
+
+  Assumes that a batch fits if a larger one does (memory grows with the batch). Doubling finds a fitting batch
+  and one twice its size that does not in log2(answer / start) probes; bisecting the gap to ``granularity``
+  takes log2(gap / granularity) more. If ``start`` itself does not fit, the bisection runs between 0 and it.
+  """
+  g = granularity
+  cap = cap // g * g
+  if cap < g:
+    raise ValueError(f"the cap {cap} is below the batch granularity {g}")
+  probes = []
+
+  def probe(batch):
+    probes.append((batch, fits(batch)))
+    return probes[-1][1]
+
+  lo, hi, batch = 0, None, min(max(start // g * g, g), cap)
+  while True:
+    if not probe(batch):
+      hi = batch
+      break
+    lo = batch
+    if batch >= cap:
+      return MaxBatch(lo, None, tuple(probes))
+    batch = min(2 * batch, cap)
+  while hi - lo > g:
+    mid = (lo + hi) // 2 // g * g
+    if probe(mid):
+      lo = mid
+    else:
+      hi = mid
+  return MaxBatch(lo, hi, tuple(probes))
+
+
+# jaxcse's memory savers, (GradCache, gradient checkpointing); PyTorch's, gradient checkpointing.
+JAX_MEMORY_VARIANTS = {"plain": (False, False), "GradCache": (True, False), "checkpointing": (False, True),
+                       "GradCache+checkpointing": (True, True)}
+TORCH_MEMORY_VARIANTS = {"plain": False, "checkpointing": True}
+
+
+def bench_max_batch(args, shape: Shape, dtype_name: str, setup, torch_line: str) -> str:
+  """Largest batch of each side and memory-saving variant; last line: jaxcse plain over PyTorch plain."""
+  platform = jax.default_backend()
+  chunk = args.grad_cache_chunk or args.batch_size
+  cap = args.max_batch_cap or (65536 if platform != "cpu" else 4 * args.batch_size)
+  g = args.batch_granularity
+  length = args.max_seq_len
+  print(f"find max batch: shape {args.shape} {shape}, length {length}, jaxcse computes in {dtype_name}; {torch_line}")
+  print(f"find max batch: doubling from {args.batch_size}, then bisecting to multiples of {g} (GradCache: of its "
+        f"chunk {chunk}), up to {cap}" + (" (on a CPU, memory exhaustion kills the process instead of raising: "
+                                         "keep the cap below the host's memory)" if platform == "cpu" else ""))
+  results = {}
+
+  def search(label, build, granularity, free):
+    def fits(batch):
+      t0 = time.perf_counter()
+      ok = fits_in_memory(build, batch, free=free)
+      print(f"probe: {label} batch {batch}: {'fits' if ok else 'out of memory'} ({time.perf_counter() - t0:.1f} s)",
+            flush=True)
+      return ok
+
+    results[label] = find_max_batch(fits, start=args.batch_size, cap=cap, granularity=granularity)
+    print(f"max batch: {label}: {results[label].describe()}", flush=True)
+
+  # PyTorch first: it hands its cached blocks back to the device afterwards (free_memory), which jax's allocator,
+  # growing up to XLA_PYTHON_CLIENT_MEM_FRACTION of the device and never shrinking, would not.
+  if setup.device is not None:
+    baselines = _baselines()
+    for name, checkpointing in TORCH_MEMORY_VARIANTS.items():
+      search(f"pytorch {name}", lambda b, c=checkpointing: Side(*baselines.torch_train_step(
+          shape, *random_batch(shape, b, length), steps=3, setup=setup, gradient_checkpointing=c)),
+          g, baselines.free_memory)
+  for name, (cached, checkpointing) in JAX_MEMORY_VARIANTS.items():
+    label = f"jaxcse {name}" + (f" (chunk {chunk})" if cached else "")
+    search(label, lambda b, c=cached, k=checkpointing: jaxcse_train_step(
+        shape, *random_batch(shape, b, length), steps=3, dtype=DTYPES[dtype_name], grad_cache_chunk=chunk if c else 0,
+        gradient_checkpointing=k), chunk if cached else g, gc.collect)
+  print(machine_line())
+  if "pytorch plain" not in results:
+    return f"max_batch_{args.shape}: n/a ({setup.describe()})"
+  ours, theirs = results["jaxcse plain"].largest, results["pytorch plain"].largest
+  if any(r.failed is None for r in (results["jaxcse plain"], results["pytorch plain"])):
+    print("max batch: a side reached the cap, so the ratio below is a bound, not a measurement")
+  # Above 1: jaxcse fits a larger batch (the same sense as the timing ratios: above 1 = jaxcse better).
+  return f"max_batch_{args.shape}: {ours / theirs if theirs else float('inf'):.2f}x"
 
 
 # --------------------------------------------------------------------------
@@ -297,8 +642,9 @@ def pretrain_flops(shape: Shape, rows: int, length: int, predictions: int) -> fl
   return 3 * (encoder + head)
 
 
-def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp.float32, dropout: float = 0.1):
-  """jaxcse's MLM step (``configs/pretrain_mlm.py``) on a fresh model: (run one step, last loss, release)."""
+def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp.float32, dropout: float = 0.1
+                         ) -> Side:
+  """jaxcse's MLM step (``configs/pretrain_mlm.py``) on a fresh model; params and optimizer state float32."""
   config = repo_config("pretrain_mlm", steps)
   config.data.max_seq_len = ids.shape[1]
   hf_config = shape.bert_config(dropout)
@@ -315,42 +661,37 @@ def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp
     state["loss"] = metrics["loss"]
     state["loss"].block_until_ready()
 
-  return run, lambda: float(state["loss"]), state.clear
+  return Side(run, lambda: float(state["loss"]), state.clear, jax_peak_bytes)
 
 
 def bench_pretrain(args) -> str:
-  torch_line = _baselines().set_threads(args.threads)
+  platform = jax.default_backend()
+  dtype_name = args.dtype or default_dtype(platform)
+  setup, torch_line = torch_plan(args, platform)
   shape = dataclasses.replace(SHAPES[args.shape], vocab=args.vocab or SHAPES[args.shape].vocab)
   ids = packed_batch(shape, args.batch_size, args.max_seq_len)
   predictions = math.ceil(0.15 * args.max_seq_len)
   tokens = args.batch_size * args.max_seq_len
   print(machine_line())
-  print(f"pretrain: shape {args.shape} {shape}, dropout {args.dropout}, batch {args.batch_size} x length {args.max_seq_len} "
-        f"({tokens} tokens/step), {torch_line}")
-  peak = matmul_peak_flops(args.peak_size)
-  print(f"peak: float32 {args.peak_size}x{args.peak_size} jnp matmul {peak / 1e9:.1f} GFLOP/s")
+  print(f"pretrain: shape {args.shape} {shape}, dropout {args.dropout}, batch {args.batch_size} x length "
+        f"{args.max_seq_len} ({tokens} tokens/step), jaxcse computes in {dtype_name} (params float32); {torch_line}")
   steps = args.warmup + args.rounds * args.repeats
-  dtype = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[args.dtype]
-  sides = {"jaxcse": jaxcse_pretrain_step(shape, ids, steps=steps, dtype=dtype, dropout=args.dropout),
-           "pytorch": _baselines().torch_mlm_step(shape, ids, steps=steps, dropout=args.dropout)}
-  for name, (run, loss, _) in sides.items():
-    for _ in range(args.warmup):
-      run()
-    print(f"warm-up: {name} loss after {args.warmup} steps {loss():.4f}")
-  times = time_interleaved({name: side[0] for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  builders = {"jaxcse": lambda: jaxcse_pretrain_step(shape, ids, steps=steps, dtype=DTYPES[dtype_name],
+                                                     dropout=args.dropout)}
+  builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_mlm_step(
+      shape, ids, steps=steps, dropout=args.dropout, setup=setup, compile=compile)))
+  sides, peaks = run_sides(builders, args.warmup)
+  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   # jaxcse computes the output layer at the masked positions, PyTorch's BertForMaskedLM at every position.
-  flops = {"jaxcse": pretrain_flops(shape, args.batch_size, args.max_seq_len, predictions),
-           "pytorch": pretrain_flops(shape, args.batch_size, args.max_seq_len, args.max_seq_len)}
-  medians = {}
-  for name, ts in times.items():
-    medians[name] = statistics.median(ts)
-    achieved = flops[name] / medians[name]
-    print(f"{name}: {medians[name]:.3f} s/step (median of {len(ts)}; min {min(ts):.3f}), {tokens / medians[name]:.0f} "
-          f"tokens/s, {flops[name] / 1e9:.1f} GFLOP/step, MFU {achieved / peak * 100:.1f}% of the measured peak")
-  for _, _, release in sides.values():
-    release()
+  theirs = pretrain_flops(shape, args.batch_size, args.max_seq_len, args.max_seq_len)
+  flops = {name: theirs for name in sides}
+  flops["jaxcse"] = pretrain_flops(shape, args.batch_size, args.max_seq_len, predictions)
+  medians = report(times, flops, (tokens, "tokens"), peak, peak_label, peaks)
+  for side in sides.values():
+    side.release()
   print(machine_line())
-  return ratio_line(f"pretrain_{args.shape}", medians["pytorch"], medians["jaxcse"])
+  return final_line(f"pretrain_{args.shape}", medians, setup)
 
 
 # --------------------------------------------------------------------------
@@ -377,30 +718,44 @@ def read_sentences(path: str, limit: int) -> list[str]:
 
 
 def bench_encode(args) -> str:
-  torch_line = _baselines().set_threads(args.threads)
+  platform = jax.default_backend()
+  dtype_name = args.dtype or default_dtype(platform)
+  setup, torch_line = torch_plan(args, platform)
   path = hub.resolve_model_path(args.model)
   input_path = args.input or os.path.join(data_lib.data_dir(args.data_dir), "corpora", "wiki_offline.txt")
   sentences = read_sentences(input_path, args.limit)
-  run_st, max_seq_len = _baselines().sentence_transformers_encode(path, sentences, batch_size=args.batch_size,
-                                                                  max_seq_len=args.max_seq_len or None)
-  spec, params = models.load_pretrained(path, models.PoolerSpec("avg"))
-  embedder = embedder_lib.Embedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
   print(machine_line())
+  spec, params = models.load_pretrained(path, models.PoolerSpec("avg"), dtype=DTYPES[dtype_name])
+  max_seq_len = args.max_seq_len or None
+  sides = {}
+  peaks = {}
+  if setup.device is not None:
+    run_st, max_seq_len, st_peak = _baselines().sentence_transformers_encode(
+        path, sentences, batch_size=args.batch_size, max_seq_len=max_seq_len, setup=setup)
+    sides["sentence-transformers"] = run_st
+  embedder = embedder_lib.Embedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
   print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
-        f"max_seq_len {max_seq_len}, {torch_line}")
+        f"max_seq_len {embedder.max_seq_len}, jaxcse computes in {dtype_name}; {torch_line}")
 
   def run_jaxcse():
     out = embedder(sentences, params)
     return out / np.linalg.norm(out, axis=1, keepdims=True)  # all-MiniLM-L6-v2's pipeline ends with Normalize.
 
-  ours, theirs = run_jaxcse(), run_st()  # Warm-up: compiles every bucket, loads every lazy module.
-  print(f"agreement: max |jaxcse - sentence-transformers| over unit embeddings {np.abs(ours - theirs).max():.2e}")
-  times = time_interleaved({"jaxcse": run_jaxcse, "sentence-transformers": run_st}, rounds=args.rounds,
-                           repeats=args.repeats)
+  ours = run_jaxcse()  # Warm-up: compiles every bucket, loads every lazy module.
+  peaks["jaxcse"] = jax_peak_bytes()
+  sides = {"jaxcse": run_jaxcse, **sides}
+  if "sentence-transformers" in sides:
+    theirs = run_st()
+    peaks["sentence-transformers"] = st_peak()
+    print(f"agreement: max |jaxcse - sentence-transformers| over unit embeddings {np.abs(ours - theirs).max():.2e}")
+  times = time_interleaved(sides, rounds=args.rounds, repeats=args.repeats)
   medians = {name: statistics.median(ts) for name, ts in times.items()}
   for name, t in medians.items():
-    print(f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])})")
+    print(f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])}), "
+          f"peak memory {format_bytes(peaks[name])}")
   print(machine_line())
+  if "sentence-transformers" not in medians:
+    return f"encode: n/a ({setup.describe()})"
   return ratio_line("encode", medians["sentence-transformers"], medians["jaxcse"])
 
 
@@ -468,10 +823,15 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--warmup", type=int, default=2, help="untimed steps per side (compilation, allocator)")
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
-  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                 help="jaxcse's compute dtype (params stay float32); the PyTorch side is float32")
-  p.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
+  p.add_argument("--find_max_batch", action="store_true",
+                 help="instead of timing, find the largest batch of each side, with and without GradCache and "
+                 "gradient checkpointing (doubling from --batch_size, then bisecting)")
+  p.add_argument("--max_batch_cap", type=int, default=0,
+                 help="largest batch --find_max_batch tries (0: 65536 on a GPU/TPU, 4x --batch_size on a CPU)")
+  p.add_argument("--batch_granularity", type=int, default=8, help="--find_max_batch bisects to multiples of this")
+  p.add_argument("--grad_cache_chunk", type=int, default=0,
+                 help="GradCache's chunk in --find_max_batch (0: --batch_size)")
 
   p = sub.add_parser("pretrain", help="MLM pretraining step vs PyTorch BertForMaskedLM")
   p.add_argument("--shape", choices=sorted(SHAPES), default="mini")
@@ -482,9 +842,6 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--warmup", type=int, default=2, help="untimed steps per side (compilation, allocator)")
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
-  p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                 help="jaxcse's compute dtype (params stay float32); the PyTorch side is float32")
-  p.add_argument("--peak_size", type=int, default=2048, help="side of the square matmul that measures the peak")
 
   p = sub.add_parser("encode", help="Embedder vs sentence-transformers encode")
   p.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -504,10 +861,27 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--batch_size", type=int, default=128, help="sentences per batch on both sides (SentEval's default)")
   p.add_argument("--rounds", type=int, default=1)
 
+  for name in ("train", "pretrain", "encode"):
+    p = sub.choices[name]
+    p.add_argument("--dtype", choices=tuple(DTYPES), default=None,
+                   help="jaxcse's compute dtype; params and optimizer state stay float32 (default: bfloat16 on a "
+                   "GPU/TPU, float32 on a CPU)")
+  for name in ("train", "pretrain"):
+    p = sub.choices[name]
+    p.add_argument("--peak_size", type=int, default=0,
+                   help="side of the square matmul that measures the peak (0: 2048 on a CPU, 8192 on a GPU/TPU)")
+    p.add_argument("--torch_compile", choices=("auto", "on", "off"), default="auto",
+                   help="also time the PyTorch step through torch.compile (auto: on CUDA)")
   for p in sub.choices.values():
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
     p.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   args = parser.parse_args(argv)
+  # Both sides share the device. By default jax reserves 75% of a GPU's memory when its backend starts, which
+  # would starve the PyTorch side: allocate on demand instead (set before the first jax call starts the backend).
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  if getattr(args, "find_max_batch", False):
+    # jax's allocator still stops at this fraction of the device (default 0.75): give it what PyTorch may use.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
   line = {"train": bench_train, "pretrain": bench_pretrain, "encode": bench_encode,
           "evaluate": bench_evaluate}[args.benchmark](args)
   print(line, flush=True)

@@ -170,7 +170,12 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
                                              train=complementary_dropout))
 
   def sentence_loss(z, k_method, comp):
-    """The objective on ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores)."""
+    """The objective on ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores).
+
+    In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
+    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
+    """
+    z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
     loss, extra = objective.loss(config, z, k_method, comp)
     scores = objective.scores(config, z, k_method) if objective.scores else {}
     return loss, {"contrastive_loss": loss, **scores, **extra}

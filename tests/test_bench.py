@@ -15,6 +15,14 @@ from tests.helpers import REPO
 RATIO = re.compile(r"^(\w+): (\d+\.\d\d)x$")
 
 
+@pytest.fixture(autouse=True)
+def _keep_memory_env(monkeypatch):
+  # bench.main sets jax's GPU memory variables for its run; restore them afterwards for the rest of the session.
+  for key in ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION"):
+    monkeypatch.setenv(key, "")  # Records the value to restore at teardown...
+    monkeypatch.delenv(key)  # ...and leaves the variable for bench.main to set, as in a fresh process.
+
+
 def run_bench(capsys, *argv: str) -> list[str]:
   from jaxcse import bench
 
@@ -108,3 +116,188 @@ def test_evaluate_tiny_against_senteval(capsys, tiny_torch_model_dir, real_data_
   row = next(line for line in lines if line.startswith("STS13: "))
   ours, theirs = float(row.split()[2]), float(row.split()[4])
   assert abs(ours - theirs) < 0.02, row
+
+
+# --------------------------------------------------------------------------
+# Accelerators: device choice, peaks, MFU, the largest batch. All without a GPU.
+
+
+def test_cuda_branch_picks_bfloat16_autocast_or_float16_with_a_grad_scaler():
+  from jaxcse import bench
+
+  baselines = bench._baselines()
+  bf16 = baselines.choose_torch_setup("gpu", cuda_available=True, bf16_supported=True, device_name="NVIDIA H100")
+  assert (bf16.device, bf16.autocast_dtype, bf16.grad_scaler) == ("cuda", "bfloat16", False)
+  # A V100 or T4 has no bfloat16: float16, whose small gradients underflow without loss scaling (SimCSE's --fp16).
+  fp16 = baselines.choose_torch_setup("gpu", cuda_available=True, bf16_supported=False, device_name="Tesla V100")
+  assert (fp16.device, fp16.autocast_dtype, fp16.grad_scaler) == ("cuda", "float16", True)
+  assert "GradScaler" in fp16.describe() and "autocast bfloat16" in bf16.describe()
+  # No fair PyTorch side: jax on a TPU, or on a GPU that a CPU-only torch build cannot see.
+  assert baselines.choose_torch_setup("tpu", cuda_available=False, bf16_supported=False).device is None
+  assert baselines.choose_torch_setup("gpu", cuda_available=False, bf16_supported=False).device is None
+  # jax on the CPU: PyTorch on the CPU too, in float32, even where torch sees a GPU.
+  cpu = baselines.choose_torch_setup("cpu", cuda_available=True, bf16_supported=True)
+  assert (cpu.device, cpu.autocast_dtype, cpu.grad_scaler) == ("cpu", None, False)
+
+
+def test_this_machine_takes_the_cpu_branch():
+  pytest.importorskip("torch")
+  import jax
+
+  from jaxcse import bench
+
+  baselines = bench._baselines()
+  if jax.default_backend() != "cpu" or baselines.torch_device_facts()["cuda_available"]:
+    pytest.skip("this test describes a machine without an accelerator")
+  setup = baselines.torch_setup(jax.default_backend())
+  assert (setup.device, setup.autocast_dtype, setup.grad_scaler) == ("cpu", None, False)
+  assert bench.default_dtype(jax.default_backend()) == "float32"
+  assert bench.default_dtype("gpu") == bench.default_dtype("tpu") == "bfloat16"
+
+
+@pytest.mark.parametrize("kind, name", [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100-PCIE-40GB", "A100"), ("NVIDIA L4", "L4"),
+    ("NVIDIA A10G", "A10G"), ("Tesla V100-SXM2-16GB", "V100 (float16)"), ("TPU v4", "TPU v4"),
+    ("TPU v5 lite", "TPU v5e"), ("TPU v5e", "TPU v5e"), ("TPU v5", "TPU v5p"), ("TPU v5p", "TPU v5p"),
+    ("TPU v6 lite", "TPU v6e"),
+    # Not in the table: the measured peak is used. Words, not substrings: an L40S is no L4, an A10 no A10G.
+    ("NVIDIA L40S", None), ("NVIDIA A10", None), ("NVIDIA H100 NVL", None), ("cpu", None), ("TPU v7x", None),
+])
+def test_known_peak_matches_device_kinds(kind, name):
+  from jaxcse import bench
+
+  found = bench.known_peak(kind)
+  assert (found[0] if found else None) == name
+  if name:
+    assert found[1] == bench.KNOWN_PEAKS[name]
+  assert bench.KNOWN_PEAKS["H100 SXM"] == 989e12 and bench.KNOWN_PEAKS["TPU v5e"] == 197e12
+
+
+def test_mfu_of_bert_base_batch_64_length_32():
+  from jaxcse import bench
+
+  flops = bench.train_step_flops(bench.SHAPES["base"], rows=2 * 64, length=32)
+  # 6 x (12 layers x 7,077,888 matmul params) x 4,096 tokens = 2.088 TFLOP, plus attention scores and the MLP head.
+  dense = 6 * 12 * (4 * 768**2 + 2 * 768 * 3072) * 128 * 32
+  assert dense == 2_087_354_105_856 and dense < flops < 1.01 * dense
+  assert flops == 2_102_302_605_312
+  # The issue's 35% MFU target on an H100 SXM is a step of flops / (0.35 * 989e12) = 6.07 ms.
+  seconds = flops / (0.35 * 989e12)
+  assert round(seconds * 1e3, 2) == 6.07
+  assert bench.mfu(flops, seconds, 989e12) == pytest.approx(0.35, rel=1e-12)
+  assert bench.mfu(flops, 2 * seconds, 989e12) == pytest.approx(0.175, rel=1e-12)
+
+
+def test_find_max_batch_doubles_then_bisects():
+  from jaxcse import bench
+
+  result = bench.find_max_batch(lambda b: b <= 100, start=8, cap=65536, granularity=8)
+  assert (result.largest, result.failed) == (96, 104)
+  assert [b for b, _ in result.probes] == [8, 16, 32, 64, 128, 96, 112, 104]
+  # Nothing fails up to the cap: the cap, flagged as a lower bound.
+  capped = bench.find_max_batch(lambda b: True, start=8, cap=100, granularity=8)
+  assert (capped.largest, capped.failed) == (96, None) and "the cap" in capped.describe()
+  assert [b for b, _ in capped.probes] == [8, 16, 32, 64, 96]
+  # The starting batch already fails: bisect below it.
+  below = bench.find_max_batch(lambda b: b <= 20, start=64, cap=1024, granularity=8)
+  assert (below.largest, below.failed) == (16, 24)
+  assert bench.find_max_batch(lambda b: False, start=8, cap=64, granularity=8).largest == 0
+  # GradCache's batches are multiples of its chunk.
+  chunked = bench.find_max_batch(lambda b: b <= 1000, start=64, cap=65536, granularity=64)
+  assert (chunked.largest, chunked.failed) == (960, 1024) and all(b % 64 == 0 for b, _ in chunked.probes)
+
+
+def test_fits_in_memory_catches_out_of_memory_only():
+  from jaxcse import bench
+
+  released = []
+
+  def build(error):
+    def make(batch):
+      def run():
+        if error is not None:
+          raise error
+      return bench.Side(run, lambda: 0.0, lambda: released.append(batch), lambda: None)
+    return make
+
+  assert bench.fits_in_memory(build(None), 8)
+  xla = RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1073741824 bytes.")
+  assert not bench.fits_in_memory(build(xla), 16)
+  assert released == [8, 16]  # Released either way.
+  assert bench.is_out_of_memory(MemoryError())
+  with pytest.raises(ValueError, match="a real bug"):
+    bench.fits_in_memory(build(ValueError("a real bug")), 32)
+  torch = pytest.importorskip("torch")
+  assert not bench.fits_in_memory(build(torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")), 8)
+
+
+def _fits():
+  """A step that fits, as the bench's step builders return it."""
+  from jaxcse import bench
+
+  return bench.Side(run=lambda: None, loss=lambda: 0.0, release=lambda: None, peak_bytes=lambda: None)
+
+
+def test_find_max_batch_tiny_with_an_injected_out_of_memory(capsys, monkeypatch):
+  pytest.importorskip("torch")
+  from jaxcse import bench
+
+  baselines = bench._baselines()
+  built = []
+
+  def fake_jax(shape, ids, mask, **kwargs):
+    built.append(("jaxcse", ids.shape[0], kwargs["grad_cache_chunk"], kwargs["gradient_checkpointing"]))
+    if ids.shape[0] > 8:
+      raise RuntimeError(f"RESOURCE_EXHAUSTED: Out of memory while trying to allocate {ids.shape[0]} MiB (fake)")
+    return _fits()  # The real steps run in test_train_tiny; here only the search is under test.
+
+  def fake_torch(shape, ids, mask, **kwargs):
+    built.append(("pytorch", ids.shape[0], 0, kwargs["gradient_checkpointing"]))
+    if ids.shape[0] > 8:
+      import torch
+
+      raise torch.OutOfMemoryError("CUDA out of memory (fake)")
+    return _fits()
+
+  monkeypatch.setattr(bench, "jaxcse_train_step", fake_jax)
+  monkeypatch.setattr(baselines, "torch_train_step", fake_torch)
+  lines = run_bench(capsys, "train", "--shape", "tiny", "--find_max_batch", "--batch_size", "8", "--max_seq_len", "16",
+                    "--max_batch_cap", "32", "--batch_granularity", "4", "--grad_cache_chunk", "4")
+  results = {m.group(1): m.group(2) for m in map(re.compile(r"max batch: (.+?): (.*)$").match, lines) if m}
+  assert set(results) == {"pytorch plain", "pytorch checkpointing", "jaxcse plain", "jaxcse GradCache (chunk 4)",
+                          "jaxcse checkpointing", "jaxcse GradCache+checkpointing (chunk 4)"}
+  # 8 fits for real, 16 and 12 fail (fake): 8 everywhere.
+  assert all(r.startswith("8 (12 ran out of memory; 3 probes)") for r in results.values()), results
+  assert lines[-1] == "max_batch_tiny: 1.00x"
+  # Every variant was really built with its memory savers, PyTorch first.
+  assert {b[2:] for b in built if b[0] == "jaxcse"} == {(0, False), (4, False), (0, True), (4, True)}
+  assert {b[3] for b in built if b[0] == "pytorch"} == {False, True}
+  assert built[0][0] == "pytorch" and built[-1][0] == "jaxcse"
+
+
+def test_a_failing_torch_compile_side_is_reported_and_left_out(capsys):
+  from jaxcse import bench
+
+  def side(loss):
+    return bench.Side(lambda: None, lambda: loss, lambda: None, lambda: 123)
+
+  def failing_compile():
+    def run():
+      raise RuntimeError("InductorError: no C++ compiler\nlong traceback")
+    return bench.Side(run, lambda: 0.0, lambda: None, lambda: None)
+
+  sides, peaks = bench.run_sides({"jaxcse": lambda: side(1.0), "pytorch": lambda: side(2.0),
+                                  "pytorch+compile": failing_compile}, warmup=1)
+  assert list(sides) == ["jaxcse", "pytorch"] and peaks == {"jaxcse": 123, "pytorch": 123}
+  assert "pytorch+compile: failed, left out: RuntimeError: InductorError: no C++ compiler" in capsys.readouterr().out
+  # The eager baseline is not optional: its failure is an error.
+  with pytest.raises(RuntimeError):
+    bench.run_sides({"pytorch": failing_compile}, warmup=1)
+  baselines = bench._baselines()
+  tpu = baselines.choose_torch_setup("tpu", False, False)
+  assert bench.final_line("train_base", {"jaxcse": 0.1}, tpu) == \
+      "train_base: n/a (PyTorch not run: torch cannot use a TPU; jaxcse runs alone)"
+  assert bench.final_line("train_base", {"jaxcse": 0.1, "pytorch": 0.2, "pytorch+compile": 0.15},
+                          baselines.CPU_FLOAT32) == "train_base: 2.00x"
+  assert "vs pytorch+compile: 1.50x" in capsys.readouterr().out

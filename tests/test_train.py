@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, evaluate, loading, mlm, models, train
-from jaxcse import tokenization, train_step
+from jaxcse import objectives, tokenization, train_step
 from tests import helpers
 
 REPO = helpers.REPO
@@ -159,7 +159,7 @@ def test_every_config_file_runs_a_few_steps(config_name, tiny_model_dir, small_d
   if config.method == "dclr":
     assert "dclr/weight_zero_frac" in records[-1]
   spec = loading.load_model(fresh_workdir).spec
-  assert spec.pooling.test_pooler == (config.model.test_pooler or spec.pooling.dev_pooler)
+  assert spec.pooling == objectives.pooling_of(config)  # The poolers the method and config ask for, saved.
 
 
 def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir):
