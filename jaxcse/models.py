@@ -22,7 +22,7 @@ import copy
 import dataclasses
 import json
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax
 import flax.linen as nn
@@ -317,6 +317,53 @@ def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True) -> MLMHe
   return MLMHead(module, cls.base_model_prefix, pretrained, tied)
 
 
+class _LoadedBackbone(NamedTuple):
+  module: nn.Module
+  params: Any
+
+
+def _load_backbone(path: str, hf_config, dtype, gradient_checkpointing: bool) -> _LoadedBackbone:
+  """The Flax backbone and its weights. Flax weights load without transformers' random initialisation (which
+  compiles hundreds of small programs: seconds per process); PyTorch-named ``model.safetensors`` convert only
+  against initialised params, so they take that path."""
+  cls = _flax_model_class(hf_config)
+  kwargs = dict(config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
+  try:
+    model, params = cls.from_pretrained(path, _do_init=False, **kwargs)
+    expected = set(flax.traverse_util.flatten_dict(model.params_shape_tree))
+    if expected <= set(flax.traverse_util.flatten_dict(params)):
+      return _LoadedBackbone(model.module, params)
+  except ValueError:  # PyTorch weights: transformers needs the initialised params to convert them.
+    pass
+  model = cls.from_pretrained(path, **kwargs)  # Missing weights (e.g. no pooler layer) get BERT's init.
+  return _LoadedBackbone(model.module, model.params)
+
+
+class _MLPAlone(nn.Module):
+  """The ``mlp`` child of ``SentenceEncoder`` alone: same name, so the same init from the same key."""
+
+  hidden: int
+  initializer_range: float
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(self.hidden, kernel_init=nn.initializers.normal(self.initializer_range),
+                    bias_init=nn.initializers.zeros, name="mlp")(x)
+
+
+def _fresh_mlp(spec: ModelSpec, seed: int) -> dict:
+  """SimCSE's MLP as ``init_params`` initialises it (bit for bit), without initialising the whole backbone."""
+  module = _MLPAlone(spec.hidden_size, getattr(spec.hf_config, "initializer_range", 0.02))
+  # Eagerly, as init_params runs: under jit the normal sampler's ops fuse and round differently (~1 ulp).
+  return module.init(jax.random.key(seed), jnp.ones((1, spec.hidden_size), jnp.float32))["params"]["mlp"]
+
+
+def _fresh_mlm_head(spec: ModelSpec, seed: int) -> dict:
+  dummy = jnp.ones((1, 4), jnp.int32)
+  full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)  # As init_params does.
+  return {k: v for k, v in full["params"].items() if k != spec.mlm.prefix}
+
+
 def init_params(spec: ModelSpec, seed: int, backbone_params: Any = None) -> dict:
   """Random params for ``spec.train_module`` (+ MLM head); ``backbone_params`` replace the backbone's when given."""
   dummy = jnp.ones((1, 4), jnp.int32)
@@ -372,9 +419,7 @@ def load_pretrained(
   path, commit = hub.local_folder(name_or_path, revision)
   hf_config = hf_config_from_pretrained(path, dropout)
   with quiet_transformers():
-    hf_model = _flax_model_class(hf_config).from_pretrained(
-        path, config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing
-    )
+    hf_model = _load_backbone(path, hf_config, dtype, gradient_checkpointing)
     tokenizer = AutoTokenizer.from_pretrained(path)
     head, head_params = None, None
     if with_mlm_head:
@@ -388,10 +433,11 @@ def load_pretrained(
           head = _mlm_head(hf_config, dtype, pretrained=head.pretrained, tied=False)
           head_params = _untie(head, head_params, hf_model.params)
   spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head, revision=commit)
-  params = init_params(dataclasses.replace(spec, mlm=head if head_params is None else None), seed,
-                       backbone_params=hf_model.params)
-  if head_params is not None:
-    params["mlm_head"] = head_params
+  params = {"backbone": hf_model.params}
+  if poolers.get(pooling.pooler).has_mlp:
+    params["mlp"] = _fresh_mlp(spec, seed)
+  if head is not None:
+    params["mlm_head"] = head_params if head_params is not None else _fresh_mlm_head(spec, seed)
   if mlp_from_backbone_pooler and "mlp" in params:
     if "pooler" not in hf_model.params:
       raise ValueError(f"{name_or_path}: pooler 'cls' needs the checkpoint's pooler layer, and it has none")

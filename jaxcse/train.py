@@ -482,7 +482,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
       save_now = done % config.checkpoint.every == 0 or done == total_steps
       if done % config.train.log_every == 0 or done == total_steps or evaluate_now or save_now:
         record = step_log.flush(done)
-        progress.set(loss=f"{record['loss']:.4f}", lr=f"{record['learning_rate']:.3g}")
+        progress.set(loss=f"{record['loss']:.4g}", lr=f"{record['learning_rate']:.3g}")
       if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
         raise NonFiniteLossError(f"non-finite parameters after step {done}; stopped. The last good checkpoint is "
                                  f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
