@@ -113,11 +113,18 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
 
 
 def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
-  """Why checkpoint ``step`` is not complete and intact, or None if it is."""
+  """Why checkpoint ``step`` is not intact, or None if it is (or cannot be checked: then a warning).
+
+  A step folder without a checksum record was finalised by orbax (its writes are atomic) but not recorded: an
+  older jaxcse wrote it, or the process died between the two. It is restored unverified, with a warning; a
+  failed restore then sets it aside like a corrupt one.
+  """
   path = _step_dir(mngr, step)
   record = os.path.join(path, CHECKSUMS)
   if not os.path.isfile(record):
-    return "no checksum record (interrupted while saving?)"
+    log.warning("checkpoint %s has no checksum record (an older jaxcse wrote it, or the run stopped before "
+                "recording it); it is used unverified", path)
+    return None
   try:
     with open(record) as f:
       expected = json.load(f)

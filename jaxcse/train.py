@@ -400,7 +400,12 @@ def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int 
     return jax.jit(fresh_state, out_shardings=replicated)(params), meta, 0
   abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
-  restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
+  try:
+    restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
+  except checkpoints.CheckpointError as e:  # Unreadable although it looked complete: set aside; start again.
+    checkpoints.set_aside(latest, resume_step, str(e).split(": ", 1)[-1])
+    raise WorkdirError(f"{e}; it was set aside: run the same command again to resume from the previous "
+                       "checkpoint") from None
   state = step_lib.TrainState(step=jax.device_put(jnp.int32(resume_step), replicated),
                               params=restored["params"], opt_state=restored["opt_state"])
   log.info("resumed %s at step %d", workdir, resume_step)
