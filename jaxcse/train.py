@@ -397,6 +397,9 @@ def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int 
 
   meta = {"best_metric": None, "best_step": None, "first_eval": None}
   if resume_step is None:
+    # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
+    # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
+    params = jax.device_get(params)
     return jax.jit(fresh_state, out_shardings=replicated)(params), meta, 0
   abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
