@@ -31,6 +31,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("workdir")
   parser.add_argument("--name", default="bert-mini-wiki-uncased")
+  parser.add_argument("--shortened_at", type=int, default=None,
+                      help="the step at which the run was resumed with a smaller train.max_steps, if it was")
   args = parser.parse_args(argv)
   out = os.path.join(REPO, "jaxcse", "pretrained", args.name)
   subprocess.run([sys.executable, "-m", "jaxcse.export_hf", args.workdir, out, "--masked_lm"], check=True, cwd=REPO)
@@ -49,6 +51,14 @@ def main(argv=None) -> int:
   tokens = summary["best_step"] * config["train"]["batch_size"] * config["data"]["max_seq_len"]
   arch = config["model"]["architecture"]
   weights = os.path.join(out, "model.safetensors")
+  if args.shortened_at is None:
+    schedule, reproduce = "", " (the same numbers on the same CPU and versions: training is deterministic by step)"
+  else:  # The saved config.json keeps the schedule the run began with.
+    schedule = (f" (the run began with a {config['train']['max_steps']}-step schedule and was resumed at step "
+                f"{args.shortened_at} with `--config.train.max_steps={summary['steps']}`, for time: the learning rate "
+                f"stepped down there, from the first schedule's value to the second's)")
+    reproduce = (f" (one schedule of {summary['steps']} steps throughout, so close to but not the same numbers as "
+                 f"this run's two)")
   card = f"""---
 library_name: transformers
 tags: [bert, fill-mask, jaxcse]
@@ -70,7 +80,7 @@ It is a masked language model, not a sentence encoder: fine-tune it (e.g. with S
 - Objective: 15% of the tokens predicted (80% [MASK], 10% random, 10% kept), the output layer tied to the word
   embeddings. No dropout while pretraining; `config.json` keeps BERT's 0.1 for fine-tuning.
 - Optimisation: AdamW, lr {config['train']['learning_rate']}, {config['train']['warmup_steps']} warmup steps then
-  linear decay over {config['train']['max_steps']} steps, batch {config['train']['batch_size']}, weight decay
+  linear decay to 0 at step {summary['steps']}{schedule}, batch {config['train']['batch_size']}, weight decay
   {config['train']['weight_decay']}, beta2 {config['train']['adam_b2']}, clipping at {config['train']['max_grad_norm']}.
 - This checkpoint: step {summary['best_step']} of {summary['steps']} ({tokens / 1e6:.1f}M token positions), the best
   held-out masked-token accuracy: **{100 * best['eval/heldout_mlm_accuracy']:.2f}%** (held-out loss
@@ -78,8 +88,7 @@ It is a masked language model, not a sentence encoder: fine-tune it (e.g. with S
   Spearman: {100 * best['eval/stsb_dev']:.2f}.
 - Training time: {seconds / 3600:.2f} h of the training loop on the CPU (evaluations excluded).
 - Reproduce: `python -m jaxcse.train --config configs/pretrain_mlm.py --workdir W`, then
-  `python experiments/from_raw_plm/package_encoder.py W` (the same numbers on the same CPU and versions: training
-  is deterministic by step).
+  `python experiments/from_raw_plm/package_encoder.py W`{reproduce}.
 - `model.safetensors` (float32, PyTorch names) sha256: `{sha256(weights)}`
 
 ```python
