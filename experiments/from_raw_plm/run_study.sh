@@ -4,19 +4,21 @@
 #
 #   JAXCSE_DATA_DIR=../shared/data bash experiments/from_raw_plm/run_study.sh [stage ...]
 #
-# Stages (default: all, in order): baselines, runs, transfer, report. Every stage skips what is done (a results
+# Stages (default: all, in order): baselines, probe, runs, as_released, transfer, report. Every stage skips what is done (a results
 # file exists) and every training run resumes from its latest checkpoint, so the same command continues a
 # killed study. All methods share steps, batch, length, learning rate and the evaluation schedule (STS-B dev
 # every 125 steps, best checkpoint kept); each keeps its paper's selection metric (DCLR: STS-B + SICK-R dev).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-jaxcse/bert-mini-wiki-uncased}
-STEPS=${STEPS:-2000}       # ~0.84 epoch of corpora/wiki_offline.txt at batch 64.
-LR=${LR:-1e-4}             # Chosen by experiments/from_raw_plm/lr_probe (SimCSE, 3 rates); see README.md.
+STEPS=${STEPS:-500}        # 32k sentences (0.21 epoch of corpora/wiki_offline.txt) at batch 64: ~10 min a run here.
+LR=${LR:-1e-4}             # Chosen by the probe stage (SimCSE seed 1, three rates, PROBE_STEPS); see README.md.
+PROBE_LRS=${PROBE_LRS:-"3e-5 1e-4 3e-4"}
+PROBE_STEPS=${PROBE_STEPS:-250}
 SEEDS=${SEEDS:-"1 2 3"}
 W=${WORKDIRS:-workdirs/from_raw_plm}
 OUT=experiments/from_raw_plm
-STAGES=${*:-"baselines runs transfer report"}
+STAGES=${*:-"baselines probe runs as_released transfer report"}
 mkdir -p "$OUT/results" "$OUT/logs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
@@ -32,6 +34,17 @@ for stage in $STAGES; do
       f=$OUT/results/raw-$pooler.json
       [ -f "$f" ] || python -m jaxcse.evaluate --model "$MODEL" --pooler "$pooler" --tasks sts,align_uniform \
           --output "$f" 2>&1 | tee "$OUT/logs/raw-$pooler.log"
+    done ;;
+  probe)
+    # The learning rate: unsupervised SimCSE, seed 1, PROBE_STEPS steps, each rate's best STS-B dev.
+    for lr in $PROBE_LRS; do
+      f=$OUT/probe/simcse-lr$lr/summary.json
+      [ -f "$f" ] && continue
+      wd=$W/probe/simcse-lr$lr
+      python -m jaxcse.train --config configs/base.py "${common[@]}" --config.train.max_steps="$PROBE_STEPS" \
+          --config.train.learning_rate="$lr" --config.seed=1 --workdir "$wd" 2>&1 | tee "$OUT/logs/probe-lr$lr.log"
+      mkdir -p "$OUT/probe/simcse-lr$lr"
+      cp "$wd/metrics.jsonl" "$wd/config.json" "$wd/summary.json" "$OUT/probe/simcse-lr$lr/"
     done ;;
   runs)
     for seed in $SEEDS; do
@@ -54,6 +67,18 @@ for stage in $STAGES; do
             2>&1 | tee "$OUT/logs/eval-$method-seed$seed.log"
       done
     done ;;
+  as_released)
+    # DCLR as the released code runs it (configs/dclr_as_released.py), seed 1, against the dclr-seed1 run above.
+    f=$OUT/results/dclr_as_released-seed1.json
+    if [ ! -f "$f" ]; then
+      wd=$W/dclr_as_released-seed1
+      python -m jaxcse.train --config configs/dclr_as_released.py "${common[@]}" --config.seed=1 \
+          --config.dclr.complementary_model="$W/simcse-seed1" --workdir "$wd" 2>&1 | tee "$OUT/logs/train-dclr_as_released-seed1.log"
+      mkdir -p "$OUT/runs/dclr_as_released-seed1"
+      cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/dclr_as_released-seed1/"
+      python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f" \
+          2>&1 | tee "$OUT/logs/eval-dclr_as_released-seed1.log"
+    fi ;;
   transfer)
     # SentEval's seven transfer tasks (test mode), one seed of each method and the raw encoder's avg.
     for name in raw-avg simcse-seed1 mixcse-seed1 dclr-seed1; do
@@ -67,7 +92,8 @@ for stage in $STAGES; do
   report)
     python -m jaxcse.report --group-by-seed-suffix "$OUT"/results/*.json | tee "$OUT/table_sts.md"
     python -m jaxcse.report "$OUT"/results/transfer/*.json | tee "$OUT/table_transfer.md"
-    python -m jaxcse.plot "$W"/simcse-seed1 "$W"/mixcse-seed1 "$W"/dclr-seed1 --out "$OUT/plots" ;;
-  *) echo "unknown stage $stage (baselines, runs, transfer, report)" >&2; exit 2 ;;
+    python experiments/from_raw_plm/summarize.py
+    python -m jaxcse.plot "$OUT"/runs/simcse-seed1 "$OUT"/runs/mixcse-seed1 "$OUT"/runs/dclr-seed1 --out "$OUT/plots" ;;
+  *) echo "unknown stage $stage (baselines, probe, runs, as_released, transfer, report)" >&2; exit 2 ;;
   esac
 done
