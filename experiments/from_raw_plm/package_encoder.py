@@ -10,21 +10,14 @@ records. The folder then loads as ``jaxcse/NAME`` (``config.model.name``, ``--mo
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import subprocess
 import sys
 
+from jaxcse.provenance import file_sha256 as sha256
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def main(argv=None) -> int:
@@ -86,7 +79,8 @@ It is a masked language model, not a sentence encoder: fine-tune it (e.g. with S
   held-out masked-token accuracy: **{100 * best['eval/heldout_mlm_accuracy']:.2f}%** (held-out loss
   {best['eval/heldout_mlm_loss']:.3f} over {best['eval/heldout_mlm_tokens']} masked tokens); its mean-pooled STS-B dev
   Spearman: {100 * best['eval/stsb_dev']:.2f}.
-- Training time: {seconds / 3600:.2f} h of the training loop on the CPU (evaluations excluded).
+- Training time: {seconds / 3600:.2f} h wall time of the training loop (evaluations excluded), on a 2-core CPU shared with
+  other jobs for part of the run.
 - Reproduce: `python -m jaxcse.train --config configs/pretrain_mlm.py --workdir W`, then
   `python experiments/from_raw_plm/package_encoder.py W`{reproduce}.
 - `model.safetensors` (float32, PyTorch names) sha256: `{sha256(weights)}`
