@@ -12,7 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-jaxcse/bert-mini-wiki-uncased}
 STEPS=${STEPS:-500}        # 32k sentences (0.21 epoch of corpora/wiki_offline.txt) at batch 64: ~10 min a run here.
-LR=${LR:-1e-4}             # Chosen by the probe stage (SimCSE seed 1, three rates, PROBE_STEPS); see README.md.
+LR=${LR:-3e-4}             # Chosen by the probe stage (SimCSE seed 1, three rates, PROBE_STEPS); see README.md.
+# avg for every method, where the papers use [CLS]: this encoder's [CLS] was never trained for anything (MLM
+# pretraining has no next-sentence task), and the probe measured SimCSE with [CLS] far below the raw encoder.
+POOLER=${POOLER:-avg}
 PROBE_LRS=${PROBE_LRS:-"3e-5 1e-4 3e-4"}
 PROBE_STEPS=${PROBE_STEPS:-250}
 SEEDS=${SEEDS:-"1 2 3"}
@@ -21,9 +24,10 @@ OUT=experiments/from_raw_plm
 STAGES=${*:-"baselines probe runs as_released transfer report"}
 mkdir -p "$OUT/results" "$OUT/logs"
 
-common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
+shared=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
         --config.data.max_seq_len=32 --config.train.max_steps="$STEPS" --config.train.learning_rate="$LR"
         --config.eval.every=125 --config.eval.at_end=False --config.checkpoint.every=250)
+common=("${shared[@]}" --config.model.pooler="$POOLER" --config.model.mlp_only_train=False)
 
 for stage in $STAGES; do
   case $stage in
@@ -36,16 +40,18 @@ for stage in $STAGES; do
           --output "$f" 2>&1 | tee "$OUT/logs/raw-$pooler.log"
     done ;;
   probe)
-    # The learning rate: unsupervised SimCSE, seed 1, PROBE_STEPS steps, each rate's best STS-B dev.
-    for lr in $PROBE_LRS; do
-      f=$OUT/probe/simcse-lr$lr/summary.json
-      [ -f "$f" ] && continue
-      wd=$W/probe/simcse-lr$lr
-      python -m jaxcse.train --config configs/base.py "${common[@]}" --config.train.max_steps="$PROBE_STEPS" \
-          --config.train.learning_rate="$lr" --config.seed=1 --workdir "$wd" 2>&1 | tee "$OUT/logs/probe-lr$lr.log"
-      mkdir -p "$OUT/probe/simcse-lr$lr"
-      cp "$wd/metrics.jsonl" "$wd/config.json" "$wd/summary.json" "$OUT/probe/simcse-lr$lr/"
-    done ;;
+    # Unsupervised SimCSE, seed 1, PROBE_STEPS steps, best STS-B dev: the learning rate with the paper's pooler
+    # ([CLS] + MLP in training, [CLS] at test), then that pooler against avg at the best rate.
+    probe() {
+      name=$1; shift
+      [ -f "$OUT/probe/$name/summary.json" ] && return
+      python -m jaxcse.train --config configs/base.py "${shared[@]}" --config.train.max_steps="$PROBE_STEPS" \
+          --config.seed=1 --config.eval.at_start=True --workdir "$W/probe/$name" "$@" 2>&1 | tee "$OUT/logs/probe-$name.log"
+      mkdir -p "$OUT/probe/$name"
+      cp "$W/probe/$name/metrics.jsonl" "$W/probe/$name/config.json" "$W/probe/$name/summary.json" "$OUT/probe/$name/"
+    }
+    for lr in $PROBE_LRS; do probe "simcse-cls-lr$lr" --config.train.learning_rate="$lr"; done
+    probe simcse-avg-lr3e-4 --config.train.learning_rate=3e-4 --config.model.pooler=avg --config.model.mlp_only_train=False ;;
   runs)
     for seed in $SEEDS; do
       for method in simcse mixcse dclr; do
@@ -72,7 +78,8 @@ for stage in $STAGES; do
     f=$OUT/results/dclr_as_released-seed1.json
     if [ ! -f "$f" ]; then
       wd=$W/dclr_as_released-seed1
-      python -m jaxcse.train --config configs/dclr_as_released.py "${common[@]}" --config.seed=1 \
+      # Its pooling is the released code's (BERT's pooler layer, untrained in this encoder, + MLP), not $POOLER.
+      python -m jaxcse.train --config configs/dclr_as_released.py "${shared[@]}" --config.seed=1 \
           --config.dclr.complementary_model="$W/simcse-seed1" --workdir "$wd" 2>&1 | tee "$OUT/logs/train-dclr_as_released-seed1.log"
       mkdir -p "$OUT/runs/dclr_as_released-seed1"
       cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/dclr_as_released-seed1/"
