@@ -29,7 +29,7 @@ dtypes, an overflow) fails the test instead of hiding in noise. Such a defect wa
 train step upcast the pooled embeddings, the ``avg`` pooler computed the loss in bfloat16, and a trained
 all-MiniLM-L6-v2's small loss (1.9e-5) rounded to exactly 0 (experiments/bench/README.md).
 
-``python tests/test_bfloat16.py [--model all-MiniLM-L6-v2] [--config quickstart]`` measures the same quantities
+``python tests/test_bfloat16.py [--model all-MiniLM-L6-v2] [--config quickstart_minilm]`` measures the same quantities
 on a real model, once, outside CI.
 """
 
@@ -173,7 +173,7 @@ def test_params_and_optimizer_state_stay_float32(tiny_model_dir, small_data_dir)
 def _main(argv=None) -> None:
   parser = argparse.ArgumentParser(description="bfloat16 vs float32 train step on a real model (not run in CI)")
   parser.add_argument("--model", default="all-MiniLM-L6-v2")
-  parser.add_argument("--config", default="quickstart", help="a config of configs/ (its pooler and temperature)")
+  parser.add_argument("--config", default="quickstart_minilm", help="a config of configs/ (its pooler and temperature)")
   parser.add_argument("--batch_size", type=int, default=64)
   parser.add_argument("--max_seq_len", type=int, default=32)
   parser.add_argument("--data_dir", default="")

@@ -27,7 +27,7 @@ mkdir -p "$OUT/results" "$OUT/logs"
 shared=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
         --config.data.max_seq_len=32 --config.train.max_steps="$STEPS" --config.train.learning_rate="$LR"
         --config.eval.every=125 --config.eval.at_end=False --config.checkpoint.every=250)
-common=("${shared[@]}" --config.model.pooler="$POOLER" --config.model.mlp_only_train=False)
+common=("${shared[@]}" --config.model.pooler="$POOLER" --config.model.test_pooler="$POOLER" --config.model.mlp_only_train=False)
 
 for stage in $STAGES; do
   case $stage in
