@@ -1,7 +1,10 @@
-"""Downloads against a local HTTP server on 127.0.0.1: verification, resume, atomic rename, offline, extraction.
+"""Downloads against a hub imitated on 127.0.0.1: verification, resume, atomic rename, offline, extraction.
 
-No test reaches the internet: every URL points at a server started here (or
-at a closed local port, for the offline case).
+No test reaches the internet: the endpoint is a server started here that
+answers as huggingface.co does for an LFS file of a dataset repository (a HEAD
+or GET on ``/datasets/<repo>/resolve/<revision>/<file>`` is a 302 carrying the
+file's sha256, size and the commit; the bytes are at the redirect's target),
+or a closed local port, for the offline case.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import socket
 import tarfile
 import threading
 
+import huggingface_hub.constants
+import huggingface_hub.utils
 import pytest
 
 from jaxcse.data import downloads
@@ -23,42 +28,60 @@ from jaxcse.data.downloads import DownloadError
 
 PAYLOAD = b"".join(b"sentence %d of a small corpus\n" % i for i in range(3000))  # ~90 KB: several read chunks.
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
+RESOLVE = f"/datasets/{downloads._MANIFEST['repository']}/resolve/{downloads.SIMCSE_HF_REVISION}/"
 
 
-class FileServer(http.server.ThreadingHTTPServer):
-  """Serves ``files`` (URL path -> bytes) with the behaviours a test asks for, and logs what it was asked."""
+class HubServer(http.server.ThreadingHTTPServer):
+  """Serves ``files`` (file name -> bytes) as the hub does, with the faults a test asks for; logs what it was asked."""
 
   def __init__(self):
     super().__init__(("127.0.0.1", 0), _Handler)
     self.files: dict[str, bytes] = {}
-    self.redirects: dict[str, tuple[str, dict[str, str]]] = {}  # path -> (location, extra headers of the 302).
+    self.announced: dict[str, str] = {}  # File name -> the sha256 announced, where it is not that of the bytes.
     self.honour_range = True
     self.cut_after: int | None = None  # Announce the full length but close after this many body bytes.
-    self.requests: list[tuple[str, str | None]] = []  # (path, Range header).
+    self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header).
 
   @property
   def base(self) -> str:
     return f"http://127.0.0.1:{self.server_address[1]}"
 
+  def cdn_gets(self) -> list[tuple[str, str | None]]:
+    return [(path, wanted) for method, path, wanted in self.requests if method == "GET" and path.startswith("/cdn/")]
+
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-  server: FileServer
+  server: HubServer
 
   def log_message(self, *args):  # Keep pytest's output clean.
     pass
 
+  def do_HEAD(self):
+    self._answer(send_body=False)
+
   def do_GET(self):
-    self.server.requests.append((self.path, self.headers.get("Range")))
-    if self.path in self.server.redirects:
-      location, extra = self.server.redirects[self.path]
+    self._answer(send_body=True)
+
+  def _answer(self, *, send_body: bool):
+    self.server.requests.append((self.command, self.path, self.headers.get("Range")))
+    if self.path.startswith(RESOLVE):
+      name = self.path.removeprefix(RESOLVE)
+      if name not in self.server.files:
+        self.send_response(404)
+        self.send_header("X-Error-Code", "EntryNotFound")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return
+      body = self.server.files[name]
       self.send_response(302)
-      self.send_header("Location", location)
-      for key, value in extra.items():
-        self.send_header(key, value)
+      self.send_header("Location", f"{self.server.base}/cdn/{name}")
+      self.send_header("X-Repo-Commit", downloads.SIMCSE_HF_REVISION)
+      self.send_header("X-Linked-Etag", f'"{self.server.announced.get(name, hashlib.sha256(body).hexdigest())}"')
+      self.send_header("X-Linked-Size", str(len(body)))
       self.send_header("Content-Length", "0")
       self.end_headers()
       return
-    body = self.server.files.get(self.path)
+    body = self.server.files.get(self.path.removeprefix("/cdn/")) if self.path.startswith("/cdn/") else None
     if body is None:
       self.send_error(404)
       return
@@ -66,27 +89,30 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     wanted = self.headers.get("Range")
     if wanted and self.server.honour_range:
       start = int(wanted.removeprefix("bytes=").split("-")[0])
-      if start >= len(body):
-        self.send_response(416)
-        self.send_header("Content-Range", f"bytes */{len(body)}")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-        return
       self.send_response(206)
       self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
     else:
       self.send_response(200)
     self.send_header("Content-Length", str(len(body) - start))
     self.end_headers()
-    chunk = body[start:] if self.server.cut_after is None else body[start:start + self.server.cut_after]
-    self.wfile.write(chunk)
-    if self.server.cut_after is not None:
-      self.close_connection = True
+    if send_body:
+      cut = self.server.cut_after
+      self.wfile.write(body[start:] if cut is None else body[start:start + cut])
+      if cut is not None:
+        self.close_connection = True
+
+
+@pytest.fixture(autouse=True)
+def fresh_hub_sessions():
+  """huggingface_hub caches its HTTP sessions, and one made while offline mode was on (by any test) stays offline."""
+  huggingface_hub.utils.reset_sessions()
+  yield
+  huggingface_hub.utils.reset_sessions()
 
 
 @pytest.fixture
 def server():
-  srv = FileServer()
+  srv = HubServer()
   thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
   thread.start()
   yield srv
@@ -100,93 +126,84 @@ def _read(path) -> bytes:
     return f.read()
 
 
+def _fetch(server, dest, **kwargs) -> str:
+  return downloads.fetch_file("corpus.txt", str(dest), endpoint=server.base, **kwargs)
+
+
 def test_good_download_is_verified_and_renamed(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD
-  dest = str(tmp_path / "sub" / "corpus.txt")
-  assert downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
+  server.files["corpus.txt"] = PAYLOAD
+  dest = tmp_path / "sub" / "corpus.txt"
+  assert _fetch(server, dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
   assert _read(dest) == PAYLOAD
-  assert not os.path.exists(dest + ".part")
+  assert os.listdir(tmp_path / "sub") == ["corpus.txt"]  # The staging folder is gone.
+  assert server.requests[0] == ("HEAD", RESOLVE + "corpus.txt", None)  # At the pinned revision.
+  assert server.cdn_gets() == [("/cdn/corpus.txt", None)]
 
 
 def test_corrupted_download_is_rejected_and_removed(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD[:-2] + b"X\n"
-  dest = str(tmp_path / "corpus.txt")
-  with pytest.raises(DownloadError, match=rf"corpus.txt: downloaded sha256 [0-9a-f]{{64}} differs from the expected {PAYLOAD_SHA}"):
-    downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert not os.path.exists(dest)
-  assert not os.path.exists(dest + ".part")
+  server.files["corpus.txt"] = PAYLOAD[:-2] + b"X\n"  # Corrupted on the way: the hub announces the right digest.
+  server.announced["corpus.txt"] = PAYLOAD_SHA
+  dest = tmp_path / "corpus.txt"
+  with pytest.raises(DownloadError, match=rf"corpus.txt: downloaded sha256 [0-9a-f]{{64}} differs from the expected {PAYLOAD_SHA} \(pinned\)"):
+    _fetch(server, dest, sha256=PAYLOAD_SHA)
+  assert os.listdir(tmp_path) == []
 
 
-def test_partial_file_is_resumed_with_a_range_request(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD
-  dest = str(tmp_path / "corpus.txt")
-  kept = 40_000
-  with open(dest + ".part", "wb") as f:
-    f.write(PAYLOAD[:kept])
-  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert server.requests == [("/corpus.txt", f"bytes={kept}-")]
-  assert _read(dest) == PAYLOAD
-  assert not os.path.exists(dest + ".part")
-
-
-def test_broken_transfer_keeps_the_part_and_the_next_run_resumes(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD
+def test_broken_transfer_is_kept_and_the_next_run_resumes_with_a_range_request(server, tmp_path, monkeypatch):
+  # huggingface_hub writes what it received in chunks; small ones so that a 90 KB file breaks off part-way.
+  monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 4096)
+  server.files["corpus.txt"] = PAYLOAD
   server.cut_after = 25_000
-  dest = str(tmp_path / "corpus.txt")
-  with pytest.raises(DownloadError, match=r"broke off .*corpus.txt.part is kept and running the command again resumes"):
-    downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert not os.path.exists(dest)
-  assert _read(dest + ".part") == PAYLOAD[:25_000]
+  dest = tmp_path / "corpus.txt"
+  with pytest.raises(DownloadError, match=r"broke off .*corpus.txt.download is kept and running the command again resumes"):
+    _fetch(server, dest, sha256=PAYLOAD_SHA)
+  assert not dest.exists()
+  [incomplete] = (tmp_path / "corpus.txt.download").rglob("*.incomplete")
+  kept = incomplete.read_bytes()
+  assert 0 < len(kept) <= 25_000 and PAYLOAD.startswith(kept)
   server.cut_after = None
-  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert server.requests[-1] == ("/corpus.txt", "bytes=25000-")
+  assert _fetch(server, dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
+  assert server.cdn_gets() == [("/cdn/corpus.txt", None), ("/cdn/corpus.txt", f"bytes={len(kept)}-")]
   assert _read(dest) == PAYLOAD
+  assert os.listdir(tmp_path) == ["corpus.txt"]
 
 
-def test_server_ignoring_range_restarts_from_scratch(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD
-  server.honour_range = False
-  dest = str(tmp_path / "corpus.txt")
-  with open(dest + ".part", "wb") as f:
-    f.write(b"stale bytes that are not the start of the file")
-  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert _read(dest) == PAYLOAD
-
-
-def test_complete_part_is_verified_after_416(server, tmp_path):
-  server.files["/corpus.txt"] = PAYLOAD
-  dest = str(tmp_path / "corpus.txt")
-  with open(dest + ".part", "wb") as f:
-    f.write(PAYLOAD)
-  downloads.fetch_file(f"{server.base}/corpus.txt", dest, sha256=PAYLOAD_SHA)
+def test_server_ignoring_range_restarts_from_scratch(server, tmp_path, monkeypatch):
+  monkeypatch.setattr(huggingface_hub.constants, "DOWNLOAD_CHUNK_SIZE", 4096)
+  server.files["corpus.txt"] = PAYLOAD
+  server.cut_after = 25_000
+  dest = tmp_path / "corpus.txt"
+  with pytest.raises(DownloadError, match="broke off"):
+    _fetch(server, dest, sha256=PAYLOAD_SHA)
+  server.cut_after = None
+  server.honour_range = False  # Answers the resume's Range request with the whole file (200).
+  assert _fetch(server, dest, sha256=PAYLOAD_SHA) == PAYLOAD_SHA
   assert _read(dest) == PAYLOAD
 
 
 def test_hub_announced_sha256_is_checked_when_none_is_pinned(server, tmp_path):
-  # Like huggingface.co/.../resolve/...: a 302 carrying the LFS sha256, then the bytes elsewhere.
-  server.files["/cdn/blob"] = PAYLOAD
-  server.redirects["/resolve/corpus.txt"] = (f"{server.base}/cdn/blob", {"X-Linked-Etag": f'"{PAYLOAD_SHA}"'})
-  dest = str(tmp_path / "corpus.txt")
-  assert downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest) == PAYLOAD_SHA
-  server.files["/cdn/blob"] = PAYLOAD + b"tampered\n"
+  server.files["corpus.txt"] = PAYLOAD
+  dest = tmp_path / "corpus.txt"
+  assert _fetch(server, dest) == PAYLOAD_SHA
   os.remove(dest)
-  with pytest.raises(DownloadError, match="announced by the server"):
-    downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest)
-  assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
+  server.files["corpus.txt"] = PAYLOAD + b"tampered\n"
+  server.announced["corpus.txt"] = PAYLOAD_SHA
+  with pytest.raises(DownloadError, match=r"differs from the expected .* \(announced by the hub\)"):
+    _fetch(server, dest)
+  assert os.listdir(tmp_path) == []
 
 
 def test_announced_sha256_different_from_the_pinned_one_fails_before_downloading(server, tmp_path):
-  server.files["/cdn/blob"] = PAYLOAD
-  server.redirects["/resolve/corpus.txt"] = (f"{server.base}/cdn/blob", {"X-Linked-Etag": f'"{"0" * 64}"'})
-  dest = str(tmp_path / "corpus.txt")
+  server.files["corpus.txt"] = PAYLOAD
+  server.announced["corpus.txt"] = "0" * 64
   with pytest.raises(DownloadError, match="remote file has changed"):
-    downloads.fetch_file(f"{server.base}/resolve/corpus.txt", dest, sha256=PAYLOAD_SHA)
-  assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
+    _fetch(server, tmp_path / "corpus.txt", sha256=PAYLOAD_SHA)
+  assert server.cdn_gets() == [] and os.listdir(tmp_path) == []
 
 
 def test_http_error_names_url_and_status(server, tmp_path):
-  with pytest.raises(DownloadError, match=r"cannot download http://127\.0\.0\.1:\d+/missing.txt: HTTP 404"):
-    downloads.fetch_file(f"{server.base}/missing.txt", str(tmp_path / "missing.txt"), sha256=PAYLOAD_SHA)
+  with pytest.raises(DownloadError, match=rf"cannot download http://127\.0\.0\.1:\d+{re.escape(RESOLVE)}corpus.txt: HTTP 404"):
+    _fetch(server, tmp_path / "corpus.txt", sha256=PAYLOAD_SHA)
 
 
 def _closed_port() -> int:
@@ -195,16 +212,25 @@ def _closed_port() -> int:
     return s.getsockname()[1]  # Closed again on return: connecting to it is refused, like a machine offline.
 
 
-def test_offline_error_names_url_cause_and_the_manual_copy(tmp_path):
-  url = f"http://127.0.0.1:{_closed_port()}/wiki1m_for_simcse.txt"
+def test_offline_error_names_url_cause_and_the_manual_copy(tmp_path, monkeypatch):
+  monkeypatch.setattr("time.sleep", lambda seconds: None)  # huggingface_hub waits 23 s over its five retries.
+  endpoint = f"http://127.0.0.1:{_closed_port()}"
   dest = str(tmp_path / "corpora" / "wiki1m_for_simcse.txt")
   with pytest.raises(DownloadError) as error:
-    downloads.fetch_file(url, dest, sha256=PAYLOAD_SHA)
+    downloads.fetch_file("wiki1m_for_simcse.txt", dest, sha256=PAYLOAD_SHA, endpoint=endpoint)
   message = str(error.value)
-  assert f"cannot download {url}" in message
-  assert "refused" in message.lower()
+  assert f"cannot download {endpoint}{RESOLVE}wiki1m_for_simcse.txt" in message
+  assert "[Errno 111] Connection refused." in message  # The cause, not the whole repr of the retries.
   assert f"copy it by hand to {dest} (sha256 {PAYLOAD_SHA})" in message
   assert not os.path.exists(dest)
+
+
+def test_hub_offline_mode_is_the_offline_error(server, tmp_path, monkeypatch):
+  monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # What HF_HUB_OFFLINE=1 sets.
+  server.files["corpus.txt"] = PAYLOAD
+  with pytest.raises(DownloadError, match="copy it by hand to"):
+    _fetch(server, tmp_path / "corpus.txt", sha256=PAYLOAD_SHA)
+  assert server.requests == []
 
 
 def _tar(members: dict[str, bytes]) -> bytes:
@@ -287,23 +313,23 @@ def _senteval_tar(real_root: str) -> bytes:
 def test_download_senteval_end_to_end_then_skip(server, tmp_path, real_data_dir):
   from jaxcse import evaluate
 
-  server.files["/senteval.tar"] = _senteval_tar(real_data_dir)
+  server.files["senteval.tar"] = _senteval_tar(real_data_dir)
   root = str(tmp_path / "data")
-  downloads.main(["download", "senteval", "--data_dir", root, "--base_url", server.base])
+  downloads.main(["download", "senteval", "--data_dir", root, "--endpoint", server.base])
   downstream = os.path.join(root, "senteval", "downstream")
   assert os.path.isfile(os.path.join(downstream, "MR", "rt-polarity.pos"))
   assert not os.path.exists(os.path.join(root, "senteval", "senteval.tar"))  # Deleted once extracted and verified.
   assert len(evaluate.load_stsb(root)["test"]) == 1379  # The layout the evaluation reads.
   requests = len(server.requests)
-  assert downloads.download("senteval", root, base_url=server.base) == [downstream]
+  assert downloads.download("senteval", root, endpoint=server.base) == [downstream]
   assert len(server.requests) == requests  # Already there and verified: nothing fetched.
 
 
 def test_download_senteval_with_a_changed_file_fails(server, tmp_path, real_data_dir, monkeypatch):
   tar = _senteval_tar(real_data_dir).replace(b"a girl is styling her hair .", b"a girl is styling her hat  .")
-  server.files["/senteval.tar"] = tar
+  server.files["senteval.tar"] = tar
   root = str(tmp_path / "data")
-  monkeypatch.setenv(downloads.BASE_URL_ENV, server.base)  # The environment variable works as --base_url does.
+  monkeypatch.setenv("HF_ENDPOINT", server.base)  # The hub's own variable works as --endpoint does.
   with pytest.raises(DownloadError, match=r"STS/\S+ has sha256 [0-9a-f]{64}, expected .*archive was deleted"):
     downloads.download("senteval", root)
   assert os.listdir(os.path.join(root, "senteval")) == []  # No archive, no partial downstream/.
@@ -311,9 +337,10 @@ def test_download_senteval_with_a_changed_file_fails(server, tmp_path, real_data
 
 def test_download_cli_wrong_pinned_digest_is_an_error_and_leaves_nothing(server, tmp_path, capsys):
   # The served bytes are not SimCSE's wiki1m, so the pinned digest must reject them.
-  server.files["/wiki1m_for_simcse.txt"] = PAYLOAD
+  server.files["wiki1m_for_simcse.txt"] = PAYLOAD
+  server.announced["wiki1m_for_simcse.txt"] = downloads.DOWNLOADS["wiki1m"][0].sha256  # A mirror that lies.
   root = str(tmp_path / "data")
-  assert downloads.main(["download", "wiki1m", "--data_dir", root, "--base_url", server.base]) == 1
+  assert downloads.main(["download", "wiki1m", "--data_dir", root, "--endpoint", server.base]) == 1
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and re.search(r"^error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
                                      r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 "
@@ -326,7 +353,7 @@ def test_download_existing_file_with_wrong_digest_is_not_overwritten(tmp_path):
   (root / "corpora").mkdir(parents=True)
   (root / "corpora" / "nli_for_simcse.csv").write_bytes(b"sent0,sent1,hard_neg\na,b,c\n")
   with pytest.raises(DownloadError, match="exists but its sha256 .* remove it to download it again"):
-    downloads.download("nli", str(root), base_url="http://127.0.0.1:9")  # Never contacted.
+    downloads.download("nli", str(root), endpoint="http://127.0.0.1:9")  # Never contacted.
   assert (root / "corpora" / "nli_for_simcse.csv").read_bytes() == b"sent0,sent1,hard_neg\na,b,c\n"
 
 

@@ -2,7 +2,9 @@
 
 ``python -m jaxcse.data download senteval|wiki1m|nli [--data_dir DIR]``
 fetches SimCSE's files into the data root's layout. What is fetched and its
-digests are in ``downloads.json`` beside this module.
+digests are in ``downloads.json`` beside this module. The files live in a
+Hugging Face dataset repository, so ``huggingface_hub`` moves the bytes; this
+module adds the pinned digests, the data root's layout and safe extraction.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
-import http.client
 import json
 import logging
 import os
@@ -18,11 +19,12 @@ import re
 import shutil
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Sequence
 
-import tqdm
+import huggingface_hub
+import huggingface_hub.constants
+import huggingface_hub.errors
+import requests
 
 from jaxcse.data.root import DATA_DIR_ENV
 from jaxcse import errors
@@ -34,8 +36,7 @@ MANIFEST_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "downlo
 with open(MANIFEST_PATH) as _f:
   _MANIFEST = json.load(_f)
 SIMCSE_HF_REVISION = _MANIFEST["revision"]
-DEFAULT_BASE_URL = f"https://huggingface.co/datasets/{_MANIFEST['repository']}/resolve/{SIMCSE_HF_REVISION}"
-BASE_URL_ENV = "JAXCSE_DOWNLOAD_BASE_URL"  # Overrides DEFAULT_BASE_URL (a mirror, or a local server in tests).
+ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: a mirror of the hub (or a local server in tests).
 _CHUNK_BYTES = 1 << 20
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
@@ -79,27 +80,6 @@ def file_sha256(path: str) -> str:
   return digest.hexdigest()
 
 
-class _RecordRedirects(urllib.request.HTTPRedirectHandler):
-  """Keeps the headers of every redirect hop: Hugging Face announces an LFS file's sha256 on the first one."""
-
-  def __init__(self):
-    self.hop_headers = []
-
-  def redirect_request(self, req, fp, code, msg, headers, newurl):
-    self.hop_headers.append(headers)
-    return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _announced_sha256(all_headers) -> str | None:
-  """The sha256 a server announces for the file: ``X-Linked-Etag`` (HF LFS) or a 64-hex ``ETag``."""
-  for key in ("X-Linked-Etag", "ETag"):
-    for headers in all_headers:
-      value = (headers.get(key) or "").removeprefix("W/").strip('"').lower()
-      if _SHA256_HEX.fullmatch(value):
-        return value
-  return None
-
-
 def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> DownloadError:
   check = f" (sha256 {sha256})" if sha256 else ""
   return DownloadError(
@@ -107,80 +87,66 @@ def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> Do
       f"copy it by hand to {dest}{check}; running the command again then verifies it and goes on.")
 
 
-def _write_part(response, part: str, url: str, *, offset: int) -> str:
-  """Writes the response body into ``part`` after its first ``offset`` bytes; returns the whole file's sha256."""
-  length = response.headers.get("Content-Length")
-  expected_size = offset + int(length) if length is not None else None
-  digest = hashlib.sha256()
-  with open(part, "r+b" if offset else "wb") as f:
-    for chunk in iter(lambda: f.read(_CHUNK_BYTES), b"") if offset else ():  # The kept bytes count in the digest.
-      digest.update(chunk)
-    with tqdm.tqdm(total=expected_size, initial=offset, unit="B", unit_scale=True, desc=os.path.basename(part),
-                   disable=None) as progress:  # disable=None: shown on a terminal only.
-      try:
-        for chunk in iter(lambda: response.read(_CHUNK_BYTES), b""):
-          f.write(chunk)
-          digest.update(chunk)
-          progress.update(len(chunk))
-      except (OSError, http.client.HTTPException) as e:  # Reset connection, timeout, short read.
-        raise DownloadError(f"download of {url} broke off after {f.tell()} bytes ({e}); {part} is kept and running "
-                            "the command again resumes it") from None
-    size = f.tell()
-  if expected_size is not None and size != expected_size:
-    raise DownloadError(f"download of {url} broke off at {size} of {expected_size} bytes; {part} is kept and "
-                        "running the command again resumes it")
-  return digest.hexdigest()
+def _http_error(url: str, error: huggingface_hub.errors.HfHubHTTPError) -> DownloadError:
+  response = error.response
+  status = f"HTTP {response.status_code} {response.reason}" if response is not None else str(error).splitlines()[0]
+  return DownloadError(f"cannot download {url}: {status}")
 
 
-def fetch_file(url: str, dest: str, *, sha256: str | None = None, timeout: float = 60.0) -> str:
-  """Downloads ``url`` to ``dest``, verified, resumable, atomically; returns the file's sha256.
+def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint: str | None = None,
+               repo_id: str = _MANIFEST["repository"], revision: str = SIMCSE_HF_REVISION) -> str:
+  """Downloads ``filename`` of a Hugging Face dataset repository to ``dest``, verified; returns its sha256.
 
-  Bytes go to ``dest + ".part"``; a ``.part`` left by an interrupted run is
-  resumed with an HTTP ``Range`` request (from scratch if the server ignores
-  it). The finished file must match ``sha256``, else the digest the server
-  announces (``X-Linked-Etag``/``ETag``); with neither, it is kept unverified
-  with a warning. A file that does not verify is deleted, never renamed into
-  place; a verified one is renamed to ``dest`` in one step.
+  The transfer is ``huggingface_hub.hf_hub_download``'s (retries, resume of
+  an interrupted download with a ``Range`` request, size check, progress bar)
+  into a staging folder ``dest + ".download"`` that is kept while the file is
+  incomplete, so running again resumes it. The file must then match
+  ``sha256``, else the digest the hub announces for it (the LFS sha256 in its
+  ``ETag``); with neither it is kept unverified with a warning. A file that
+  does not verify is deleted, never moved into place; a verified one is
+  renamed to ``dest`` in one step. ``endpoint``: the hub or a mirror of it
+  (default ``$HF_ENDPOINT``, else huggingface.co).
 
   Raises:
-    DownloadError: the server cannot be reached (offline), answers an HTTP
-      error, the transfer breaks off (the ``.part`` is kept for a resume), or
-      the digest differs (the ``.part`` is deleted).
+    DownloadError: the hub cannot be reached (offline), answers an HTTP
+      error, the transfer breaks off (the staging folder is kept for a
+      resume), or the digest differs (the download is deleted).
   """
-  os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
-  part = dest + ".part"
-  offset = os.path.getsize(part) if os.path.exists(part) else 0
-  redirects = _RecordRedirects()
-  opener = urllib.request.build_opener(redirects)
-  request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
-  response = None
+  endpoint = (endpoint or os.environ.get(ENDPOINT_ENV) or huggingface_hub.constants.ENDPOINT).rstrip("/")
+  url = huggingface_hub.hf_hub_url(repo_id, filename, repo_type="dataset", revision=revision, endpoint=endpoint)
   try:
-    response = opener.open(request, timeout=timeout)
-  except urllib.error.HTTPError as e:
-    if not (e.code == 416 and offset):  # 416 on a resume: the .part already holds every byte; verify it below.
-      raise DownloadError(f"cannot download {url}: HTTP {e.code} {e.reason}") from None
-    announced = _announced_sha256([*redirects.hop_headers, e.headers])
-  except (urllib.error.URLError, OSError) as e:
-    raise _offline_error(url, dest, sha256, getattr(e, "reason", e)) from None
-  if response is not None:
-    with response:
-      announced = _announced_sha256([*redirects.hop_headers, response.headers])
-      if sha256 and announced and announced != sha256:  # Fail before fetching bytes that cannot verify.
-        raise DownloadError(f"{url}: the server announces sha256 {announced}, not the expected {sha256}; the remote "
-                            "file has changed, so it is not downloaded")
-      resumed = response.status == 206 and (response.headers.get("Content-Range") or "").startswith(f"bytes {offset}-")
-      actual = _write_part(response, part, url, offset=offset if resumed else 0)  # A 200 (Range ignored): start over.
-  else:
-    actual = file_sha256(part)
+    # HEAD first: a file whose announced digest differs from the pinned one is never fetched.
+    announced = huggingface_hub.get_hf_file_metadata(url).etag
+  except huggingface_hub.errors.HfHubHTTPError as e:
+    raise _http_error(url, e) from None
+  except (requests.ConnectionError, requests.Timeout, huggingface_hub.errors.OfflineModeIsEnabled) as e:
+    # After huggingface_hub's own retries. The socket's reason ("[Errno 111] Connection refused") if it is there.
+    reason = re.search(r"\[Errno [^\]]*\][^'\")]*", str(e))
+    raise _offline_error(url, dest, sha256, reason.group(0) if reason else str(e).splitlines()[0]) from None
+  announced = announced.lower() if announced and _SHA256_HEX.fullmatch(announced.lower()) else None
+  if sha256 and announced and announced != sha256:
+    raise DownloadError(f"{url}: the hub announces sha256 {announced}, not the expected {sha256}; the remote file "
+                        "has changed, so it is not downloaded")
+  staging = dest + ".download"
+  try:
+    path = huggingface_hub.hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
+                                           endpoint=endpoint, local_dir=staging)
+  except huggingface_hub.errors.HfHubHTTPError as e:
+    raise _http_error(url, e) from None
+  except (requests.RequestException, OSError) as e:  # Connection lost for good, short read, size mismatch.
+    raise DownloadError(f"download of {url} broke off ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                        f"{staging} is kept and running the command again resumes it") from None
+  actual = file_sha256(path)
   expected = sha256 or announced
   if expected is None:
-    logging.warning("%s: no sha256 known or announced by the server; kept unverified (sha256 %s)", url, actual)
+    logging.warning("%s: no sha256 known or announced by the hub; kept unverified (sha256 %s)", url, actual)
   elif actual != expected:
-    os.remove(part)
-    source = "pinned" if sha256 else "announced by the server"
+    shutil.rmtree(staging)
+    source = "pinned" if sha256 else "announced by the hub"
     raise DownloadError(f"{url}: downloaded sha256 {actual} differs from the expected {expected} ({source}); the "
                         "corrupted file was deleted, run the command again to retry")
-  os.replace(part, dest)
+  os.replace(path, dest)
+  shutil.rmtree(staging)  # Only the hub's download metadata is left in it.
   return actual
 
 
@@ -233,21 +199,19 @@ def extract_tar(archive: str, dest: str, *, verified_members: Sequence[tuple[str
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def download(name: str, root: str, *, base_url: str | None = None) -> list[str]:
+def download(name: str, root: str, *, endpoint: str | None = None) -> list[str]:
   """Fetches one of ``DOWNLOADS`` (``senteval``, ``wiki1m``, ``nli``) into the data root ``root``.
 
-  ``base_url`` (else ``$JAXCSE_DOWNLOAD_BASE_URL``, else SimCSE's Hugging Face
-  dataset at a pinned revision) is where the files are, by name. Files already
-  present and verified are not fetched again; a present file with the wrong
-  digest is an error (it is not overwritten). Returns the paths it checked or
-  wrote.
+  The files come from SimCSE's Hugging Face dataset at a pinned revision,
+  through ``endpoint`` (default ``$HF_ENDPOINT``, else huggingface.co). Files
+  already present and verified are not fetched again; a present file with the
+  wrong digest is an error (it is not overwritten). Returns the paths it
+  checked or wrote.
   """
   if name not in DOWNLOADS:
     raise DownloadError(f"unknown download {name!r}; choose from {', '.join(DOWNLOADS)}")
-  base = (base_url or os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
   done = []
   for remote in DOWNLOADS[name]:
-    url = f"{base}/{remote.filename}"
     target = os.path.join(root, remote.target)
     if remote.extract_to:
       extract_dir = os.path.join(root, remote.extract_to)
@@ -257,7 +221,7 @@ def download(name: str, root: str, *, base_url: str | None = None) -> list[str]:
         continue
       fetched = not os.path.exists(target)
       if fetched:
-        fetch_file(url, target, sha256=remote.sha256)
+        fetch_file(remote.filename, target, sha256=remote.sha256, endpoint=endpoint)
       else:
         logging.info("%s: using the archive already there (its files are verified after extraction)", target)
       try:
@@ -279,7 +243,7 @@ def download(name: str, root: str, *, base_url: str | None = None) -> list[str]:
                             "download it again")
       logging.info("%s: already there%s", target, ", sha256 verified" if remote.sha256 else "")
     else:
-      fetch_file(url, target, sha256=remote.sha256)
+      fetch_file(remote.filename, target, sha256=remote.sha256, endpoint=endpoint)
       logging.info("%s: downloaded and verified", target)
     done.append(target)
   return done
@@ -293,8 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   fetch.add_argument("names", nargs="+", choices=sorted(DOWNLOADS), metavar="NAME",
                      help=f"what to fetch: {', '.join(DOWNLOADS)}")
   fetch.add_argument("--data_dir", default=None, help=f"data root (default ${DATA_DIR_ENV}); created if missing")
-  fetch.add_argument("--base_url", default=None,
-                     help=f"where the files are (default ${BASE_URL_ENV}, else {DEFAULT_BASE_URL})")
+  fetch.add_argument("--endpoint", default=None,
+                     help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)")
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   root = args.data_dir or os.environ.get(DATA_DIR_ENV)
@@ -302,6 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.error(f"no data directory: pass --data_dir or set ${DATA_DIR_ENV}")
   os.makedirs(root, exist_ok=True)
   for name in args.names:
-    for path in download(name, root, base_url=args.base_url):
+    for path in download(name, root, endpoint=args.endpoint):
       print(path)
   return 0
