@@ -261,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)")
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s")
+  logging.getLogger("huggingface_hub").propagate = False  # It prints its retries through a handler of its own.
   root = args.data_dir or os.environ.get(DATA_DIR_ENV)
   if not root:
     parser.error(f"no data directory: pass --data_dir or set ${DATA_DIR_ENV}")
