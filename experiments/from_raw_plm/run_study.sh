@@ -4,7 +4,7 @@
 #
 #   JAXCSE_DATA_DIR=../shared/data bash experiments/from_raw_plm/run_study.sh [stage ...]
 #
-# Stages (default: all, in order): baselines, probe, runs, as_released, transfer, report. Every stage skips what is done (a results
+# Stages (default: all, in order): baselines, probe, runs, as_released, transfer, longer, report. Every stage skips what is done (a results
 # file exists) and every training run resumes from its latest checkpoint, so the same command continues a
 # killed study. All methods share steps, batch, length, learning rate and the evaluation schedule (STS-B dev
 # every 125 steps, best checkpoint kept); each keeps its paper's selection metric (DCLR: STS-B + SICK-R dev).
@@ -21,7 +21,8 @@ PROBE_STEPS=${PROBE_STEPS:-250}
 SEEDS=${SEEDS:-"1 2 3"}
 W=${WORKDIRS:-workdirs/from_raw_plm}
 OUT=experiments/from_raw_plm
-STAGES=${*:-"baselines probe runs as_released transfer report"}
+LONG_STEPS=${LONG_STEPS:-2000}  # The longer stage: is 500 steps what limits SimCSE's gain?
+STAGES=${*:-"baselines probe runs as_released transfer longer report"}
 mkdir -p "$OUT/results" "$OUT/logs"
 
 shared=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
@@ -96,11 +97,26 @@ for stage in $STAGES; do
       python -m jaxcse.evaluate --model "$model" "${pooler[@]}" --tasks transfer --output "$f" \
           2>&1 | tee "$OUT/logs/transfer-$name.log"
     done ;;
+  longer)
+    # SimCSE seed 1 for LONG_STEPS steps (4x the sentences), same schedule shape (linear decay to 0 at the end),
+    # STS-B dev every 250 steps: does the gain keep growing with training, or has it levelled off at 500 steps?
+    name=simcse-${LONG_STEPS}steps-seed1
+    f=$OUT/results/longer/$name.json
+    if [ ! -f "$f" ]; then
+      mkdir -p "$OUT/results/longer"
+      wd=$W/$name
+      python -m jaxcse.train --config configs/base.py "${common[@]}" --config.train.max_steps="$LONG_STEPS" \
+          --config.eval.every=250 --config.checkpoint.every=500 --config.seed=1 --workdir "$wd" \
+          2>&1 | tee "$OUT/logs/train-$name.log"
+      mkdir -p "$OUT/runs/$name"
+      cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$name/"
+      python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f" 2>&1 | tee "$OUT/logs/eval-$name.log"
+    fi ;;
   report)
     python -m jaxcse.report --group-by-seed-suffix "$OUT"/results/*.json | tee "$OUT/table_sts.md"
     python -m jaxcse.report "$OUT"/results/transfer/*.json | tee "$OUT/table_transfer.md"
     python experiments/from_raw_plm/summarize.py
     python -m jaxcse.plot "$OUT"/runs/simcse-seed1 "$OUT"/runs/mixcse-seed1 "$OUT"/runs/dclr-seed1 --out "$OUT/plots" ;;
-  *) echo "unknown stage $stage (baselines, probe, runs, as_released, transfer, report)" >&2; exit 2 ;;
+  *) echo "unknown stage $stage (baselines, probe, runs, as_released, transfer, longer, report)" >&2; exit 2 ;;
   esac
 done
