@@ -75,8 +75,9 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
     group_by_seed: merge labels that differ only by a ``-seed<N>`` suffix into one mean ± std row.
 
   Returns:
-    The STS table (with alignment/uniformity columns if any summary has them), then, if any summary has a
-    transfer score, the transfer table, separated by a blank line.
+    The STS table (with alignment/uniformity columns if any summary has them; left out when the summaries
+    hold only transfer scores), then, if any summary has a transfer score, the transfer table, separated by
+    a blank line.
   """
   summaries = {}
   for label, result in results.items():
@@ -92,7 +93,9 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
     return any(key in s for s in summaries.values() for key, _ in columns)
 
   sts_columns = STS_COLUMNS + (ALIGN_UNIFORM_COLUMNS if present(ALIGN_UNIFORM_COLUMNS) else ())
-  tables = [_table(rows, sts_columns, group_by_seed)]
+  tables = []
+  if present(sts_columns) or not present(TRANSFER_COLUMNS):  # Transfer-only results: no empty STS table.
+    tables.append(_table(rows, sts_columns, group_by_seed))
   if present(TRANSFER_COLUMNS):
     tables.append(_table(rows, TRANSFER_COLUMNS, group_by_seed))
   return "\n\n".join(tables)

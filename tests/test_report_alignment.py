@@ -210,6 +210,14 @@ def test_report_transfer_table_only_with_transfer_keys():
   assert _rows(sts_table)["sts-only"][0] == "60.00"
 
 
+def test_report_of_transfer_results_only_has_no_empty_sts_table():
+  transfer = {"MR": 61.2, "CR": 68.0, "SUBJ": 77.97, "MPQA": 73.78, "SST2": 63.65, "TREC": 65.4, "MRPC": 71.42,
+              "Avg_transfer": 68.77}
+  text = report.format_report({"raw-avg": {"summary": transfer}})
+  assert "\n\n" not in text and text.splitlines()[0].startswith("| model | MR |")
+  assert _rows(text)["raw-avg"][-1] == "68.77"
+
+
 def test_report_cli_reads_files_and_rejects_files_without_summary(tmp_path, capsys):
   for name, base in [("mixcse-seed1", 70.0), ("mixcse-seed2", 72.0)]:
     (tmp_path / f"{name}.json").write_text(json.dumps(_result(base)))

@@ -68,7 +68,7 @@ def main(argv=None) -> int:
         if fracs:
           zero_fracs.append(float(np.mean(fracs)))
     transfer = os.path.join(results, "transfer", f"{method}-seed1.json")
-    transfer_avg = f"{json.load(open(transfer))['summary']['Avg']:.2f}" if os.path.exists(transfer) else ""
+    transfer_avg = f"{json.load(open(transfer))['summary']['Avg_transfer']:.2f}" if os.path.exists(transfer) else ""
     lines.append(
         f"| {method} | {len(runs)} | {mean_std(avgs)} | {mean_std([a - best_raw for a in avgs])} | "
         f"{mean_std([s['alignment'] for _, s in runs if 'alignment' in s], 3)} | "
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         f"{transfer_avg} | {mean_std(zero_fracs, 3) if zero_fracs else ''} |")
   raw_transfer = os.path.join(results, "transfer", "raw-avg.json")
   if os.path.exists(raw_transfer):
-    lines += ["", f"Raw encoder (avg) transfer avg: {json.load(open(raw_transfer))['summary']['Avg']:.2f}."]
+    lines += ["", f"Raw encoder (avg) transfer avg: {json.load(open(raw_transfer))['summary']['Avg_transfer']:.2f}."]
   text = "\n".join(lines) + "\n"
   with open(args.out, "w") as f:
     f.write(text)
