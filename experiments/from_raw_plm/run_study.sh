@@ -93,7 +93,10 @@ for stage in $STAGES; do
       f=$OUT/results/transfer/$name.json
       [ -f "$f" ] && continue
       mkdir -p "$OUT/results/transfer"
-      if [ "$name" = raw-avg ]; then model=$MODEL; pooler=(--pooler avg); else model=$W/$name; pooler=(); fi
+      # The pooler every model was trained and selected with: a workdir's saved test pooler may be a config's
+      # default that the study's overrides did not replace (MixCSE seed 1: [CLS], see README.md).
+      if [ "$name" = raw-avg ]; then model=$MODEL; else model=$W/$name; fi
+      pooler=(--pooler "$POOLER")
       python -m jaxcse.evaluate --model "$model" "${pooler[@]}" --tasks transfer --output "$f" \
           2>&1 | tee "$OUT/logs/transfer-$name.log"
     done ;;
