@@ -662,11 +662,11 @@ def shipped_configs() -> list[str]:
 
 
 _HELP = """\
+usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+
 Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
 pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
-again to resume an interrupted run.
-
-usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
 
   --config NAME          a config shipped with jaxcse, or a config file (FILE.py); shipped:
 {configs}

@@ -72,7 +72,22 @@ def embedded_file(relpath: str) -> str | None:
   return path
 
 
-_announced: set[str] = set()
+_announced: set[str | None] = set()
+
+
+def _announce(relpath: str, given: str | None) -> None:
+  """One line when the embedded data is first used: per process without a data root, per file with one."""
+  key = relpath if given else None
+  if key in _announced:
+    return
+  _announced.add(key)
+  if given:
+    log.warning("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
+                relpath, given, EMBEDDED_ROOT)
+  else:
+    log.warning("%s: data files are read from the quickstart data shipped with jaxcse (%s: a 20,000-sentence "
+                "corpus and STS-B dev); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
+                EMBEDDED_ROOT, DATA_DIR_ENV)
 
 
 def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = False) -> str:
@@ -89,11 +104,7 @@ def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = Fa
     return candidate
   embedded = embedded_file(relpath)
   if embedded is not None:
-    if relpath not in _announced:
-      _announced.add(relpath)
-      where = f"not in the data root {given}" if given else _NO_ROOT
-      log.warning("%s: %s, so it is read from the quickstart data shipped with jaxcse (%s); to use your own data, "
-                  "pass --data_dir DIR or set $%s", relpath, where, EMBEDDED_ROOT, DATA_DIR_ENV)
+    _announce(relpath, given)
     return embedded
   download = manifest.download_providing(relpath)
   cwd = "the current directory" if looked_in_cwd else ""
