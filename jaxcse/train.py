@@ -476,6 +476,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
 
   Returns a summary: steps, best evaluation and its step, first evaluation. ``restart`` deletes a previous run's
   checkpoints and logs first (without it, a workdir holding another run's config and no checkpoint is refused).
+  Every input (workdir state, model, corpus, dev sets) is read and checked before anything is written, so a
+  mistake leaves the workdir as it was.
 
   With several processes (``distributed.initialize_distributed`` first), every
   process runs this same call: each tokenizes only its rows of every global
@@ -607,7 +609,12 @@ def main(argv: list[str]) -> None:
     print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
   if summary["best_metric"] is not None:
     print(f"best {cfg.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
-  print(f"evaluate it: python -m jaxcse.evaluate --model {workdir} --tasks sts")
+  evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
+  if data_lib.given_root(cfg.data.data_dir or None) is None:  # The full benchmark is not shipped: name its download.
+    print(f"evaluate it: {evaluate_it.replace('evaluate', 'data')} download senteval --data_dir DIR, then "
+          f"{evaluate_it} --model {workdir} --tasks sts --data_dir DIR")
+  else:
+    print(f"evaluate it: {evaluate_it} --model {workdir} --tasks sts")
 
 
 def _define_flags():
