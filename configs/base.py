@@ -88,6 +88,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.at_end = True  # Also evaluate after the last step.
   config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
+  config.eval.sickr_dev = True  # Also score SICK-R dev at each evaluation (logged; stsb_sickr_dev needs it).
 
   config.log = ml_collections.ConfigDict()
   # Also write metrics.jsonl's numbers as TensorBoard scalars in WORKDIR/tensorboard (pip install "jaxcse[tensorboard]").

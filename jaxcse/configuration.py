@@ -28,6 +28,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.eval.metric not in evaluate.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
                       f"{', '.join(evaluate.SELECTION_METRICS)}")
+  if config.eval.metric == "stsb_sickr_dev" and not config.eval.get("sickr_dev", True):
+    raise ConfigError("eval.metric=stsb_sickr_dev needs eval.sickr_dev=True (it averages STS-B and SICK-R dev)")
   if config.mlm.get("head", "tied") not in models.MLM_HEADS:
     raise ConfigError(f"mlm.head must be one of {', '.join(models.MLM_HEADS)}, not {config.mlm.head!r}")
   if config.model.dtype not in models.DTYPES:

@@ -341,7 +341,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.encode", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
   parser.add_argument("--output", required=True, help="the .npy file to write")
@@ -357,6 +357,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
+  # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
+  errors.check_output(args.output, folder=False)
+  next(iter(read_rows(args.input, args.column)), None)
   encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
                          batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,

@@ -35,8 +35,8 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
-from jaxcse import hub, loading, mlm, models, objectives, provenance, train_step as step_lib
-from jaxcse.errors import USER_ERRORS, JaxcseError, report
+from jaxcse import errors, hub, loading, mlm, models, objectives, provenance, train_step as step_lib
+from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, report
 from jaxcse.progress import Progress
 
 log = logging.getLogger("jaxcse")
@@ -105,13 +105,66 @@ def _resume_point(config, workdir: str, latest, best) -> int | None:
   return resume_step
 
 
+def _check_workdir(config, workdir: str, restart: bool) -> bool:
+  """Checks, reading only, that a run can use ``workdir``; returns whether it holds checkpoints to resume from.
+
+  Raises ``errors.OutputError`` if the path is not a folder or cannot be created or written, ``WorkdirError`` if
+  it holds another run's config and no checkpoint (the refusal ``_resume_point`` makes, made here before anything
+  is written).
+  """
+  errors.check_output(workdir, folder=True)
+  latest = os.path.join(workdir, checkpoints.LATEST_DIR)
+  has_checkpoints = os.path.isdir(latest) and any(
+      name.isdigit() and os.path.isdir(os.path.join(latest, name)) for name in os.listdir(latest))
+  saved_config = os.path.join(workdir, "config.json")
+  if not restart and not has_checkpoints and os.path.isfile(saved_config):
+    try:
+      with open(saved_config) as f:
+        saved = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+      raise WorkdirError(f"{saved_config}: unreadable ({e}); pass --restart to start the workdir over") from None
+    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
+      raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
+                         "to resume: use another workdir, or pass --restart to start it over (deletes its "
+                         "checkpoints and metrics)")
+  return has_checkpoints and not restart
+
+
 # --------------------------------------------------------------------------
 # Set-up: the model, the data, the state.
 
 
-def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, primary: bool
-                 ) -> tuple[models.ModelSpec, Any]:
-  """``(spec, initial params)``: the configured start, or the workdir's description when resuming (params None)."""
+@dataclasses.dataclass
+class _Inputs:
+  """Everything a run reads, loaded and checked before it writes anything (``_read_inputs``)."""
+
+  spec: models.ModelSpec  # The configured model's, or the workdir's description when it holds checkpoints.
+  params: Any  # The configured start's parameters; None when the run is to resume from the workdir.
+  batches: Any  # data.Batches or data.PackedBatches over the training corpus.
+  heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
+  dev_sets: dict[str, evaluate.PairSet]  # evaluate.load_dev_sets: STS-B dev (and SICK-R dev).
+  complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``_complementary``).
+
+
+def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh) -> _Inputs:
+  """Checks the workdir and loads the model, corpus and dev sets; writes nothing.
+
+  So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the
+  run with the workdir exactly as it was, and the corrected command then starts cleanly.
+  """
+  resumable = _check_workdir(config, workdir, restart)
+  spec, params = _start_model(config, workdir, resume=resumable)
+  batches, heldout = _batches(config, spec)
+  dev_sets = evaluate.load_dev_sets(config.data.data_dir or None, sickr=config.eval.get("sickr_dev", True))
+  complementary = _complementary(config, NamedSharding(mesh, PartitionSpec()))
+  return _Inputs(spec, params, batches, heldout, dev_sets, complementary)
+
+
+def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) -> tuple[models.ModelSpec, Any]:
+  """``(spec, initial params)``: the configured start, or the workdir's description when resuming (params None).
+
+  Reads only; ``_save_start`` writes the description and config of a fresh start.
+  """
   dtype = models.DTYPES[config.model.dtype]
   model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
   if resume:
@@ -135,10 +188,13 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool, 
         revision=config.model.get("revision") or None)
     if spec.mlm is not None and not spec.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
-  if primary:
-    models.save_description(spec, model_dir)
-    checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
   return spec, params
+
+
+def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str) -> None:
+  """Writes a fresh start's model description and resolved config into the workdir."""
+  models.save_description(spec, os.path.join(workdir, checkpoints.MODEL_DIR))
+  checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
 
 
 def _tokenizer(name: str):
@@ -303,9 +359,9 @@ class Evaluator:
   """Runs the evaluation during training: STS-B/SICK-R dev (+ its dynamics), held-out MLM; keeps the best."""
 
   def __init__(self, config, spec: models.ModelSpec, heldout: data_lib.Corpus | None, metrics_log: MetricsWriter,
-               best_manager, meta: dict):
+               best_manager, meta: dict, dev_sets: dict[str, evaluate.PairSet]):
     self.config = config
-    self.dev_sets = evaluate.load_dev_sets(data_lib.data_dir(config.data.data_dir or None))
+    self.dev_sets = dev_sets  # evaluate.load_dev_sets, read before the run wrote anything.
     self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
                                           attend_padding=objectives.get(config.method).attend_padding(config))
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
@@ -420,6 +476,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
 
   Returns a summary: steps, best evaluation and its step, first evaluation. ``restart`` deletes a previous run's
   checkpoints and logs first (without it, a workdir holding another run's config and no checkpoint is refused).
+  Every input (workdir state, model, corpus, dev sets) is read and checked before anything is written, so a
+  mistake leaves the workdir as it was.
 
   With several processes (``distributed.initialize_distributed`` first), every
   process runs this same call: each tokenizes only its rows of every global
@@ -436,25 +494,30 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
   if config.train.batch_size % mesh.size:
     raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                     f"{mesh.size} devices")
+  inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
   os.makedirs(workdir, exist_ok=True)
   lock = _lock(workdir) if primary else None
   try:
-    return _train(config, workdir, primary, mesh, restart)
+    return _train(config, workdir, primary, mesh, restart, inputs)
   finally:
     if lock is not None:
       lock.release()
 
 
-def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
-  """``train_and_evaluate`` once the config is valid and the workdir locked."""
+def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs) -> dict:
+  """``train_and_evaluate`` once the config and inputs are checked and the workdir locked."""
   started = time.time()
   if restart and primary:
     _clear(workdir)
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   resume_step = _resume_point(config, workdir, latest, best)
-  spec, params = _start_model(config, workdir, resume_step is not None, primary)
-  batches, heldout = _batches(config, spec)
+  spec, params, batches, heldout = inputs.spec, inputs.params, inputs.batches, inputs.heldout
+  if resume_step is None and params is None:  # Its checkpoints were all set aside: a fresh start after all.
+    spec, params = _start_model(config, workdir, resume=False)
+    batches, heldout = _batches(config, spec)
+  if resume_step is None and primary:
+    _save_start(config, spec, workdir)
   total_steps = _total_steps(config, batches)
   tx = step_lib.make_optimizer(config.train, total_steps)
   replicated = NamedSharding(mesh, PartitionSpec())
@@ -466,12 +529,12 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   state, meta, start_step = _initial_state(spec, params, tx, latest, resume_step, replicated, workdir)
   del params  # The train state owns the params from here on (its buffers are donated).
 
-  complementary, complementary_params = _complementary(config, replicated)
+  complementary, complementary_params = inputs.complementary
   train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
                        out_shardings=(replicated, replicated))
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
-  run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
+  run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta, inputs.dev_sets)
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
   step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step,
@@ -546,7 +609,12 @@ def main(argv: list[str]) -> None:
     print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
   if summary["best_metric"] is not None:
     print(f"best {cfg.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
-  print(f"evaluate it: python -m jaxcse.evaluate --model {workdir} --tasks sts")
+  evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
+  if data_lib.given_root(cfg.data.data_dir or None) is None:  # The full benchmark is not shipped: name its download.
+    print(f"evaluate it: {evaluate_it.replace('evaluate', 'data')} download senteval --data_dir DIR, then "
+          f"{evaluate_it} --model {workdir} --tasks sts --data_dir DIR")
+  else:
+    print(f"evaluate it: {evaluate_it} --model {workdir} --tasks sts")
 
 
 def _define_flags():
@@ -600,14 +668,57 @@ def shipped_configs() -> list[str]:
   return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
 
 
+_HELP = """\
+usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+
+Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
+pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
+again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
+
+  --config NAME          a config shipped with jaxcse, or a config file (FILE.py); shipped:
+{configs}
+  --config.FIELD=VALUE   override one field of the config, e.g. --config.train.max_steps=100 (the config file
+                         lists every field with a comment)
+
+example: {prog} --config quickstart --workdir workdirs/quickstart
+"""
+
+
+def print_help(full: bool) -> None:
+  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
+  from absl import flags
+
+  import textwrap
+
+  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25,
+                          subsequent_indent=" " * 25)
+  print(_HELP.format(prog=command_name("jaxcse.train"), configs=configs))
+  if full:
+    print("flags (all):" + flags.FLAGS.get_help())
+  else:
+    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("workdir")).strip().split("\n", 1)[1]
+    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
+
+
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
 
-  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...).
+  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
+  and ``--helpfull`` print the help (``print_help``) and exit 0, whatever else is on the line.
   """
   from absl import flags
 
   argv = list(argv)
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    if arg.split("=", 1)[0] in ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull"):
+      try:
+        print_help(full="helpfull" in arg)
+        sys.stdout.flush()
+      except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(0)
   for i, arg in enumerate(argv):
     if arg == "--config" and i + 1 < len(argv):
       argv[i + 1] = resolve_config(argv[i + 1])
@@ -623,7 +734,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
   except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
     message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} (python -m jaxcse.train --help lists the flags; shipped configs: "
+    print(f"error: {message} ({command_name('jaxcse.train')} --help lists the flags; shipped configs: "
           f"{', '.join(shipped_configs())})", file=sys.stderr)
     sys.exit(2)
   return rest
