@@ -196,7 +196,7 @@ def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[model
   checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
   a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
   """
-  if not objectives.get(config.method).needs_complementary:
+  if not objectives.get(config.method).needs_complementary(config):
     return None, None
   loaded = loading.load_model(config.dclr.complementary_model)
   spec = loaded.spec
@@ -205,6 +205,29 @@ def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[model
   # Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a
   # device array to other hosts' devices; from numpy, each process fills its own devices.
   return spec, jax.device_put(jax.device_get(loaded.params), replicated)
+
+
+def _augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, replicated
+                 ) -> tuple[models.ModelSpec | None, Any]:
+  """The frozen masked LM of ``config.augment.mlm`` (SimCSE's "MLM k%"): ``(spec, params replicated)``, or Nones.
+
+  ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
+  pretrained MLM head. An input of the step, like DCLR's complementary model: no gradient, not saved.
+  """
+  if not (config.get("augment") or {}).get("mlm", 0.0):
+    return None, None
+  name = config.augment.get("mlm_model") or config.model.name
+  mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), dtype=models.DTYPES[config.model.dtype],
+                                            with_mlm_head=True, mlm_head="tied",
+                                            revision=None if config.augment.get("mlm_model") else
+                                            config.model.get("revision") or None)
+  if not mlm_spec.mlm.pretrained:
+    raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
+                                    "from (set augment.mlm_model to a model that has one)")
+  if mlm_spec.tokenizer.get_vocab() != spec.tokenizer.get_vocab():
+    raise configuration.ConfigError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples "
+                                    "would be other tokens")
+  return mlm_spec, jax.device_put(jax.device_get(params), replicated)
 
 
 def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | None, params) -> None:
@@ -467,8 +490,9 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   del params  # The train state owns the params from here on (its buffers are donated).
 
   complementary, complementary_params = _complementary(config, replicated)
-  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
-                       out_shardings=(replicated, replicated))
+  augment_mlm, augment_params = _augment_mlm(config, spec, replicated)
+  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+                       donate_argnums=0, out_shardings=(replicated, replicated))
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
@@ -482,7 +506,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
                                       start=start_step):
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
-      state, metrics = train_step(state, batch, complementary_params)
+      state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)
       progress.update(1)
