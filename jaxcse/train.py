@@ -234,7 +234,8 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
   """With several processes, fail fast unless they run the same config, data, checkpoint and initial weights."""
   if jax.process_count() == 1:
     return
-  paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model")}
+  paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model"),
+           ("augment", "mlm_model")}
   # Paths may differ from host to host; what they point to is compared instead (corpus, initial params).
   portable = {k: v for k, v in flax.traverse_util.flatten_dict(config.to_dict()).items() if k not in paths}
   distributed.check_processes_agree(
