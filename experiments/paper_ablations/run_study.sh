@@ -19,6 +19,7 @@ GRID_LRS=${GRID_LRS:-"1e-4 3e-4 1e-3"}
 METHODS=${METHODS:-"simcse mixcse dclr"}
 MAIN_SEEDS=${MAIN_SEEDS:-"2 3"}       # Seed 1 of each method's main result is its lr_grid run.
 POOLER=avg                            # The raw-encoder study's pooler for every method (its [CLS] is untrained).
+EVAL_EVERY=${EVAL_EVERY:-125}         # STS-B dev evaluations (and checkpoints) of every run; smaller for smoke tests.
 W=${WORKDIRS:-workdirs/paper_ablations}
 OUT=${OUT:-experiments/paper_ablations}
 ABLATION_STEPS=${ABLATION_STEPS:-250}  # Every ablation row's budget: the same for all rows (16k sentences).
@@ -28,8 +29,8 @@ STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics report"}
 mkdir -p "$OUT/results" "$OUT/logs" "$OUT/runs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
-        --config.data.max_seq_len=32 --config.eval.every=125 --config.eval.at_end=False
-        --config.checkpoint.every=125 --config.model.pooler="$POOLER" --config.model.test_pooler="$POOLER"
+        --config.data.max_seq_len=32 --config.eval.every="$EVAL_EVERY" --config.eval.at_end=False
+        --config.checkpoint.every="$EVAL_EVERY" --config.model.pooler="$POOLER" --config.model.test_pooler="$POOLER"
         --config.model.mlp_only_train=False)
 
 # DCLR's complementary model, fixed for every DCLR run of the study: unsupervised SimCSE seed 1 at lr 3e-4 (the
@@ -66,10 +67,11 @@ run() {
 
 best_lr() {  # The grid's learning rate with the best selection metric (dev) for a method, seed 1.
   python - "$OUT/runs/lr_grid" "$1" <<'PY'
-import glob, json, re, sys
+import glob, json, os, re, sys
 runs = {}
 for path in glob.glob(f"{sys.argv[1]}/{sys.argv[2]}-lr*-seed1/summary.json"):
-  lr = re.search(r"-lr([^-]+)-seed1", path).group(1)
+  # The rate is everything between "-lr" and "-seed1": it may hold a "-" itself (3e-4).
+  lr = re.fullmatch(rf"{re.escape(sys.argv[2])}-lr(.+)-seed1", os.path.basename(os.path.dirname(path))).group(1)
   runs[lr] = json.load(open(path))["best_metric"]
 if not runs:
   sys.exit(f"no lr_grid runs of {sys.argv[2]} yet")
