@@ -49,7 +49,8 @@ def get_config():
   config.eval.at_end = False  # The official schedule evaluates every 125 steps only (3 epochs: 23,436 steps).
   config.dclr = ml_collections.ConfigDict()
   # Where the instance weights come from: complementary (the frozen model below), self (the trained model's own
-  # embeddings of the step, no gradient: the paper's "self instance weighting"), none (all 1: "w/o instance weighting").
+  # embeddings of the step, no gradient: the paper's "self instance weighting"), none (all 1: "w/o instance
+  # weighting").
   config.dclr.instance_weighting = "complementary"
   config.dclr.complementary_model = "princeton-nlp/unsup-simcse-bert-base-uncased"  # Frozen; workdir or HF.
   config.dclr.complementary_dropout = False  # True: run it with dropout on, a quirk of the released code.

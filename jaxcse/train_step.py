@@ -135,10 +135,11 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   def apply(batch, key, mlm_params):
     ids, mask = batch["input_ids"], batch["attention_mask"]
     second = 0 if ids.shape[1] == 1 else 1
-    logits_fn = None
-    if view.mlm:
-      logits_fn = lambda i, m: jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, i, m, train=False))
-    new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn)
+
+    def logits_fn(masked_ids, attention_mask):  # The frozen MLM, deterministic (no dropout).
+      return jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, masked_ids, attention_mask, train=False))
+
+    new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn if view.mlm else None)
     if second == 0:  # [sentence, its transformed copy].
       return {"input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
               "attention_mask": jnp.stack([mask[:, 0], new_mask], axis=1)}

@@ -19,7 +19,7 @@ GRID_LRS=${GRID_LRS:-"1e-4 3e-4 1e-3"}
 METHODS=${METHODS:-"simcse mixcse dclr"}
 MAIN_SEEDS=${MAIN_SEEDS:-"2 3"}       # Seed 1 of each method's main result is its lr_grid run.
 POOLER=avg                            # The raw-encoder study's pooler for every method (its [CLS] is untrained).
-EVAL_EVERY=${EVAL_EVERY:-125}         # STS-B dev evaluations (and checkpoints) of every run; smaller for smoke tests.
+EVAL_EVERY=${EVAL_EVERY:-125}         # Evaluations (and checkpoints) of every run; smaller for smoke tests.
 W=${WORKDIRS:-workdirs/paper_ablations}
 OUT=${OUT:-experiments/paper_ablations}
 ABLATION_STEPS=${ABLATION_STEPS:-250}  # Every ablation row's budget: the same for all rows (16k sentences).
@@ -91,7 +91,7 @@ ablate() {
   done
 }
 
-# dynamic ROW METHOD ARGS...: one run of the dynamics stage, seed 1, METHOD at its best rate: dynamics/ROW-lrLR-seed1.
+# dynamic ROW METHOD ARGS...: one run of the dynamics stage, seed 1, METHOD at its best rate (dynamics/ROW-lrLR-seed1).
 dynamic() {
   local row=$1 method=$2 lr
   shift 2

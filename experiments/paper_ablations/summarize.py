@@ -295,7 +295,8 @@ def lr_grid_table(runs: list[Run], best: dict[str, str]) -> list[str]:
 
 def main_table(runs: list[Run], best: dict[str, str]) -> list[str]:
   lines = ["### Main comparison: each method at its own best rate", "",
-           "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |", "|---|---:|---:|---:|---:|---:|"]
+           "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |",
+           "|---|---:|---:|---:|---:|---:|"]
   ours = []
   for method in METHODS:
     lr = best.get(method)
