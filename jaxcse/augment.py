@@ -24,8 +24,11 @@ may be left unchanged by a small ``k``; deletions always leave at least one word
 * ``mlm_replace``: choose ``round(k n)`` words the same way, set all their pieces to
   [MASK], and replace each masked piece by a sample from a masked-language model's
   prediction there (SimCSE: "use BERT-base to replace k% of words"); special tokens
-  are never sampled. The model is a function ``logits_fn(ids, mask) -> [rows, len,
-  vocab]`` (the step passes a frozen MLM).
+  are never sampled, nor ``##`` pieces at a word's first piece (so a replaced word
+  stays a word of its own). The model is a function ``logits_fn(ids, mask) ->
+  [rows, len, vocab]`` (the step passes a frozen MLM).
+
+Punctuation marks are pieces of their own in BERT's vocabulary, so they count as words.
 """
 
 from __future__ import annotations
@@ -154,9 +157,14 @@ def mlm_replace(key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: fl
   chosen = _choose_words(k_choose, num_words, share_of_words(fraction, num_words), ids.shape[1])
   replaced = content & _of_word(chosen, word)
   logits = logits_fn(jnp.where(replaced, pieces.mask_id, ids), mask).astype(jnp.float32)
-  # Special tokens, and ids past the tokenizer's vocabulary (a model's padded embedding rows), are never sampled.
-  banned = jnp.arange(logits.shape[-1]) >= pieces.continuation.shape[0]
-  banned = banned.at[jnp.asarray(pieces.special_ids)].set(True)
+  vocab = logits.shape[-1]
+  # Never sampled: special tokens, ids past the tokenizer's vocabulary (a model's padded embedding rows), and
+  # '##' pieces at the first piece of a word (which would glue the replacement to the word before it).
+  banned = (jnp.arange(vocab) >= pieces.continuation.shape[0]).at[jnp.asarray(pieces.special_ids)].set(True)
+  continuation = jnp.zeros(vocab, bool).at[:pieces.continuation.shape[0]].set(
+      jnp.asarray(pieces.continuation[:vocab]))
+  first_piece = content & (word != jnp.pad(word[:, :-1], ((0, 0), (1, 0)), constant_values=-1))
+  banned = banned | (first_piece[..., None] & continuation)
   sampled = jax.random.categorical(k_sample, jnp.where(banned, -jnp.inf, logits), axis=-1).astype(ids.dtype)
   return jnp.where(replaced, sampled, ids), mask
 

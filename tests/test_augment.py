@@ -86,9 +86,11 @@ def test_golden_outputs(name):
 
 
 def _peaked_logits(ids, mask):
-  """A fake MLM: [CLS] is its favourite (banned: must never be sampled), then token 9, far ahead of the rest."""
+  """A fake MLM: [CLS] is its favourite (never sampled), then the piece ##x (not at a word's first piece), then
+  token 9, all far ahead of the rest: a replaced word of k pieces becomes 9 ##x ... ##x."""
   del mask
-  return 50.0 * jax.nn.one_hot(jnp.full(ids.shape, CLS), 12) + 30.0 * jax.nn.one_hot(jnp.full(ids.shape, 9), 12)
+  return sum(value * jax.nn.one_hot(jnp.full(ids.shape, token), 12) for token, value in ((CLS, 50.0), (10, 40.0),
+                                                                                        (9, 30.0)))
 
 
 def test_mlm_replace_golden_and_what_the_model_sees():
@@ -99,9 +101,9 @@ def test_mlm_replace_golden_and_what_the_model_sees():
     return _peaked_logits(ids, mask)
 
   ids, mask = augment.mlm_replace(jax.random.key(2), IDS, MASK_ROWS, fraction=0.5, pieces=PIECES, logits_fn=logits_fn)
-  # Row 0: 2 of 4 words (a##x and c##y##x), every piece masked, then sampled as 9; the mask is unchanged.
+  # Row 0: 2 of 4 words (a##x and c##y##x), every piece masked, then sampled as 9 ##x ...; the mask is unchanged.
   np.testing.assert_array_equal(seen["ids"][0], [2, 4, 4, 6, 4, 4, 4, 8, 3, 0, 0])
-  np.testing.assert_array_equal(ids[0], [2, 9, 9, 6, 9, 9, 9, 8, 3, 0, 0])
+  np.testing.assert_array_equal(ids[0], [2, 9, 10, 6, 9, 10, 10, 8, 3, 0, 0])
   np.testing.assert_array_equal(np.asarray(ids[2])[[0, 10]], [CLS, SEP])
   assert int((np.asarray(seen["ids"][2]) == MASK).sum()) == 5  # round(0.5 x 9) = 5 one-piece words.
   np.testing.assert_array_equal(mask, MASK_ROWS)
@@ -144,7 +146,7 @@ def _reference(op, key, ids, mask, fraction):
         count = min(count, max(n - 1, 0))
       chosen = set(sorted(range(n), key=lambda j: score[r, j])[:count])
       if op == "mlm":
-        out.append(_row([[9] * len(x) if j in chosen else x for j, x in enumerate(w)], length))
+        out.append(_row([[9] + [10] * (len(x) - 1) if j in chosen else x for j, x in enumerate(w)], length))
       else:
         out.append(_row([x for j, x in enumerate(w) if j not in chosen], length))
   return np.array([o[0] for o in out]), np.array([o[1] for o in out])
@@ -189,6 +191,8 @@ def test_invariants(view):
     assert not np.isin(i[1:n - 1], PIECES.special_ids).any()
     before_words, words = _to_words(before_i, before_m), _to_words(i, m)
     assert (len(words) == 0) == (len(before_words) == 0)
+    if view.mlm and not (view.crop or view.word_deletion or view.delete_one_word):  # Replaced words stay words.
+      assert [len(w) for w in words] == [len(w) for w in before_words]
     if not view.mlm:  # Deletions keep the other words, in order.
       remaining = iter(before_words)
       assert all(any(w == b for b in remaining) for w in words)
