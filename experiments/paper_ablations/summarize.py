@@ -338,11 +338,12 @@ def plot_fig2(out: str, plots: str) -> str | None:
     if d is None:
       continue
     _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
-    points = [(r[plot.UNIFORMITY], r[plot.ALIGNMENT]) for r in evals if plot.UNIFORMITY in r and plot.ALIGNMENT in r]
-    results = os.path.join(out, "results", "dynamics", os.path.basename(d) + ".json")
-    avg = _load_json(results).get("summary", {}).get("Avg") if os.path.exists(results) else None
-    if points:
-      curves.append((f"{label} (STS avg {avg:.2f})" if avg is not None else label, points))
+    rows = [r for r in evals if plot.UNIFORMITY in r and plot.ALIGNMENT in r]
+    if rows:
+      # The last evaluation's STS-B dev: the kept checkpoint of these runs may be step 0 (they evaluate at start).
+      last = f" (STS-B dev at step {rows[-1]['step']}: {rows[-1][plot.STSB_DEV] * 100:.1f})" \
+          if plot.STSB_DEV in rows[-1] else ""
+      curves.append((label + last, [(r[plot.UNIFORMITY], r[plot.ALIGNMENT]) for r in rows]))
   if not curves:
     return None
   fig = _figure(figsize=(6.8, 5.2))
