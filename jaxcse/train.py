@@ -144,6 +144,7 @@ class _Inputs:
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, evaluate.PairSet]  # evaluate.load_dev_sets: STS-B dev (and SICK-R dev).
   complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``_complementary``).
+  augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``_augment_mlm``).
 
 
 def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh) -> _Inputs:
@@ -156,8 +157,10 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   spec, params = _start_model(config, workdir, resume=resumable)
   batches, heldout = _batches(config, spec)
   dev_sets = evaluate.load_dev_sets(config.data.data_dir or None, sickr=config.eval.get("sickr_dev", True))
-  complementary = _complementary(config, NamedSharding(mesh, PartitionSpec()))
-  return _Inputs(spec, params, batches, heldout, dev_sets, complementary)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  complementary = _complementary(config, replicated)
+  augment_mlm = _augment_mlm(config, spec, replicated)
+  return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm)
 
 
 def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) -> tuple[models.ModelSpec, Any]:
@@ -252,7 +255,7 @@ def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[model
   checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
   a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
   """
-  if not objectives.get(config.method).needs_complementary:
+  if not objectives.get(config.method).needs_complementary(config):
     return None, None
   loaded = loading.load_model(config.dclr.complementary_model)
   spec = loaded.spec
@@ -263,11 +266,35 @@ def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[model
   return spec, jax.device_put(jax.device_get(loaded.params), replicated)
 
 
+def _augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, replicated
+                 ) -> tuple[models.ModelSpec | None, Any]:
+  """The frozen masked LM of ``config.augment.mlm`` (SimCSE's "MLM k%"): ``(spec, params replicated)``, or Nones.
+
+  ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
+  pretrained MLM head. An input of the step, like DCLR's complementary model: no gradient, not saved.
+  """
+  if not (config.get("augment") or {}).get("mlm", 0.0):
+    return None, None
+  name = config.augment.get("mlm_model") or config.model.name
+  mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), dtype=models.DTYPES[config.model.dtype],
+                                            with_mlm_head=True, mlm_head="tied",
+                                            revision=None if config.augment.get("mlm_model") else
+                                            config.model.get("revision") or None)
+  if not mlm_spec.mlm.pretrained:
+    raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
+                                    "from (set augment.mlm_model to a model that has one)")
+  if mlm_spec.tokenizer.get_vocab() != spec.tokenizer.get_vocab():
+    raise configuration.ConfigError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples "
+                                    "would be other tokens")
+  return mlm_spec, jax.device_put(jax.device_get(params), replicated)
+
+
 def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | None, params) -> None:
   """With several processes, fail fast unless they run the same config, data, checkpoint and initial weights."""
   if jax.process_count() == 1:
     return
-  paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model")}
+  paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model"),
+           ("augment", "mlm_model")}
   # Paths may differ from host to host; what they point to is compared instead (corpus, initial params).
   portable = {k: v for k, v in flax.traverse_util.flatten_dict(config.to_dict()).items() if k not in paths}
   distributed.check_processes_agree(
@@ -530,8 +557,9 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
   del params  # The train state owns the params from here on (its buffers are donated).
 
   complementary, complementary_params = inputs.complementary
-  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
-                       out_shardings=(replicated, replicated))
+  augment_mlm, augment_params = inputs.augment_mlm
+  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+                       donate_argnums=0, out_shardings=(replicated, replicated))
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta, inputs.dev_sets)
@@ -545,7 +573,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
                                       start=start_step):
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
-      state, metrics = train_step(state, batch, complementary_params)
+      state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)
       progress.update(1)
