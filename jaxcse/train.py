@@ -126,9 +126,9 @@ def _resume_point(config, workdir: str, latest, best) -> int | None:
     with open(saved_config) as f:
       changed, unknown = _result_changes(config, json.load(f))
     if changed:
-      raise WorkdirError(f"{workdir} holds another run: its config.json differs in {', '.join(changed)}, which change "
-                         "the result; rerun with its values to resume it, or pass --restart to start it over (deletes "
-                         "its checkpoints and metrics)")
+      raise WorkdirError(f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
+                         "change the result): rerun with its values to resume it, or pass --restart to start it over "
+                         "(deletes its checkpoints and metrics)")
     if unknown:
       log.warning("%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
                   "version wrote it; resuming", workdir, ", ".join(unknown))

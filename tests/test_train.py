@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -195,18 +196,21 @@ def test_mask_tokens_follows_bert_masking():
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, small_data_dir, fresh_workdir):
-  # An absurd learning rate: Adam moves every weight by ~1e38 in step 1, and step 2's forward overflows.
+  # An absurd learning rate after one warmup step at rate 0 (a good checkpoint 1): Adam moves every weight by ~1e38
+  # in step 2; the weights are finite but the forward pass overflows, so state 2 is not good (nor saved).
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.learning_rate": 1e38, "train.max_grad_norm": 0.0, "checkpoint.every": 1, "eval.every": 10_000,
-      "eval.at_end": False})
-  with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss .* at step (\d+)") as info:
+      "train.learning_rate": 1e38, "train.warmup_steps": 2, "train.max_grad_norm": 0.0, "checkpoint.every": 1,
+      "eval.every": 10_000, "eval.at_end": False})
+  with pytest.raises(train.NonFiniteLossError, match=r"(?:non-finite loss .* at step|after step) (\d+)") as info:
     train.train_and_evaluate(config, fresh_workdir)
-  bad_step = int(info.value.args[0].split("at step ")[1].split(";")[0])
+  bad_step = int(re.search(r"(?:at step|after step) (\d+)", info.value.args[0]).group(1))
   mngr = checkpoints.manager(os.path.join(fresh_workdir, checkpoints.LATEST_DIR))
   # Checkpoint n holds the state after n steps; the last one kept is the state the bad step started from.
   assert bad_step >= 2 and mngr.latest_step() == bad_step - 1
   params = _final_params(fresh_workdir)
   assert all(np.isfinite(v).all() for v in params.values())
+  loaded = loading.load_model(fresh_workdir, checkpoint="latest")  # Its outputs are finite too (else refused).
+  assert loaded.step == bad_step - 1
 
 
 def test_bad_corpus_is_a_clear_error(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):
