@@ -631,7 +631,7 @@ def main(argv: list[str]) -> None:
   except USER_ERRORS as e:
     sys.exit(report(e))
   except KeyboardInterrupt as e:  # Ctrl-C: one line, no traceback; 130 is the shell's code for SIGINT.
-    print(e if isinstance(e, Interrupted) else "interrupted before the first step; rerun the same command to resume",
+    print(e if isinstance(e, Interrupted) else "interrupted; rerun the same command to resume",
           file=sys.stderr)
     sys.exit(130)
   if jax.process_index() != 0:

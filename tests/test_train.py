@@ -163,17 +163,32 @@ def test_every_config_file_runs_a_few_steps(config_name, tiny_model_dir, small_d
   assert spec.pooling == objectives.pooling_of(config)  # The poolers the method and config ask for, saved.
 
 
-def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir):
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"mlm.enabled": True, "train.max_steps": 3})
-  train.train_and_evaluate(config, fresh_workdir)
+class _Crash(RuntimeError):
+  """Stands for a crash of the training process."""
+
+
+def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir, monkeypatch):
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"mlm.enabled": True, "train.max_steps": 4})
+  iterate = data_lib.Batches.iterate
+
+  def crash_after_step_3(self, start_step, end_step, *rest, **kwargs):  # After the checkpoint at 3 (every 3).
+    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
+      if step == 3:
+        raise _Crash(step)
+      yield batch
+
+  monkeypatch.setattr(data_lib.Batches, "iterate", crash_after_step_3)
+  with pytest.raises(_Crash):
+    train.train_and_evaluate(config, fresh_workdir)
+  monkeypatch.undo()
   records = [r for r in _metrics(fresh_workdir) if "loss" in r]
   last = records[-1]
   assert last["loss"] == pytest.approx(last["contrastive_loss"] + 0.1 * last["mlm_loss"], rel=1e-4)
   assert last["mlm_loss"] > 5.0  # A fresh head over 30522 tokens starts near log(30522) = 10.3.
   params = _final_params(fresh_workdir)
   assert any(k.startswith("mlm_head/") for k in params)
-  # Resuming rebuilds the head from the saved description.
-  config.train.max_steps = 4
+  # Resuming (with the same config: another max_steps would be another run) rebuilds the head from the saved
+  # description.
   assert train.train_and_evaluate(config, fresh_workdir)["steps"] == 4
 
 
