@@ -112,26 +112,34 @@ def _result_changes(config, saved: dict) -> tuple[list[str], list[str]]:
   return changed, unknown
 
 
-def _resume_point(config, workdir: str, latest, best) -> int | None:
-  """The step to resume from (the newest good latest checkpoint), or None for a fresh start; removes stale state.
+def _check_same_run(config, workdir: str) -> None:
+  """Refuses a workdir whose config.json differs from ``config`` in a field that changes the result.
 
-  A workdir whose config.json differs from ``config`` in a field that changes the result (any but
-  ``RESUMABLE_CHANGES``) is refused before anything in it changes: ``--restart`` starts it over. Checkpoints that
-  are incomplete or corrupt, latest or best, are set aside with a warning. Best checkpoints newer than the resume
-  point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run evaluates those
-  steps again with the same config, so the best checkpoint served is always the one this run reports.
+  Any field but ``RESUMABLE_CHANGES`` counts; ``--restart`` starts such a workdir over. Called before anything in
+  the workdir changes. A field on one side only (another jaxcse version) is a warning.
   """
   saved_config = os.path.join(workdir, "config.json")
-  if os.path.exists(saved_config):
-    with open(saved_config) as f:
-      changed, unknown = _result_changes(config, json.load(f))
-    if changed:
-      raise WorkdirError(f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
-                         "change the result): rerun with its values to resume it, or pass --restart to start it over "
-                         "(deletes its checkpoints and metrics)")
-    if unknown:
-      log.warning("%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
-                  "version wrote it; resuming", workdir, ", ".join(unknown))
+  if not os.path.exists(saved_config):
+    return
+  with open(saved_config) as f:
+    changed, unknown = _result_changes(config, json.load(f))
+  if changed:
+    raise WorkdirError(f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
+                       "change the result): rerun with its values to resume it, or pass --restart to start it over "
+                       "(deletes its checkpoints and metrics)")
+  if unknown:
+    log.warning("%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
+                "version wrote it; resuming", workdir, ", ".join(unknown))
+
+
+def _resume_point(workdir: str, latest, best) -> int | None:
+  """The step to resume from (the newest good latest checkpoint), or None for a fresh start; removes stale state.
+
+  Checkpoints that are incomplete or corrupt, latest or best, are set aside with a warning. Best checkpoints newer
+  than the resume point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run
+  (``_check_same_run``: with the same config) evaluates those steps again, so the best checkpoint served is always
+  the one this run reports.
+  """
   resume_step = None
   for step in sorted(latest.all_steps(), reverse=True):
     problem = checkpoints.verify(latest, step)
@@ -521,6 +529,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   started = time.time()
   if restart and primary:
     _clear(workdir)
+  _check_same_run(config, workdir)
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   try:
@@ -533,7 +542,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
 
 def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float) -> dict:
   """``_train`` with the checkpoint managers open."""
-  resume_step = _resume_point(config, workdir, latest, best)
+  resume_step = _resume_point(workdir, latest, best)
   spec, params = _start_model(config, workdir, resume_step is not None, primary)
   batches, heldout = _batches(config, spec)
   total_steps = _total_steps(config, batches)

@@ -294,8 +294,13 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   metrics_before = open(os.path.join(workdir, "metrics.jsonl")).read()
   changed = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
       **SCHEDULE, "train.max_steps": 5, "train.learning_rate": 1e-4, "checkpoint.every": 100})
+  made = []
+  manager = checkpoints.manager
+  monkeypatch.setattr(checkpoints, "manager", lambda *a, **k: made.append(manager(*a, **k)) or made[-1])
   with pytest.raises(train.WorkdirError) as info:
     train.train_and_evaluate(changed, workdir)
+  monkeypatch.undo()
+  assert not made  # Refused before orbax touched the workdir (it creates folders, removes temporary ones).
   message = str(info.value)
   assert "train.learning_rate (0.003 there, 0.0001 here)" in message and "train.max_steps (9 there, 5 here)" in message
   assert "checkpoint.every" not in message and "--restart" in message and "\n" not in message
@@ -451,22 +456,18 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_d
   _assert_same_params(_params(workdir), _params(ref_dir))
 
 
-def test_a_refused_run_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
   """An orbax manager left open at interpreter shutdown printed "cannot schedule new futures after interpreter
-  shutdown" tracebacks after a refusal."""
+  shutdown" tracebacks after a run ended in an error."""
   import orbax.checkpoint as ocp
 
-  workdir = str(tmp_path / "w")
-  _interrupt_at(monkeypatch, 3)  # Killed before any latest checkpoint: only best ones exist.
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
-  monkeypatch.undo()
   made, closed = [], []
   manager, close = checkpoints.manager, ocp.CheckpointManager.close
   monkeypatch.setattr(checkpoints, "manager", lambda *a, **k: made.append(manager(*a, **k)) or made[-1])
   monkeypatch.setattr(ocp.CheckpointManager, "close", lambda self: (closed.append(self), close(self))[1])
-  with pytest.raises(train.WorkdirError, match="holds another run"):
-    train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **{**SCHEDULE, "seed": 1}), workdir)
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{**SCHEDULE, "data.train": "corpora/missing.txt"})
+  with pytest.raises(train.data_lib.DataError, match="missing.txt"):  # Stops after the managers were made.
+    train.train_and_evaluate(config, str(tmp_path / "w"))
   assert len(made) == 2 and all(any(m is c for c in closed) for m in made)
 
 
