@@ -474,7 +474,7 @@ def read_jsonl(path: str) -> list[dict]:
   """
   with open(path, "rb") as f:
     lines = f.read().split(b"\n")
-  last = len(lines) - 1 if lines[-1] else len(lines) - 2  # The index of the last non-empty piece.
+  last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)  # The last line with anything on it.
   records = []
   for i, raw in enumerate(lines):
     if not raw.strip():
