@@ -15,6 +15,7 @@ Several hosts run the same command, one process each (or one per GPU), with
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -50,6 +51,10 @@ class WorkdirError(JaxcseError, RuntimeError):
   """The workdir cannot be used as asked (another process trains in it, or it holds another run)."""
 
 
+class Interrupted(KeyboardInterrupt):
+  """Ctrl-C (SIGINT) while training; the message says at which step, and how to resume."""
+
+
 # --------------------------------------------------------------------------
 # The workdir: one process at a time, resume from the newest good checkpoint, nothing stale.
 
@@ -77,13 +82,63 @@ def _clear(workdir: str) -> None:
       os.remove(os.path.join(workdir, name))
 
 
-def _resume_point(config, workdir: str, latest, best) -> int | None:
+# Config fields that cannot change a run's result (its parameters, its evaluations, which checkpoint is best, what
+# its model description says): a run may be resumed with other values for them. Every other field must equal the
+# workdir's config.json. A prefix ending in "." covers a whole section.
+RESUMABLE_CHANGES = (
+    "train.log_every",  # How often metrics.jsonl gets a line.
+    "eval.batch_size",  # Sentences per forward pass of an evaluation: the same sentences and embeddings.
+    "checkpoint.every",  # When the latest state is saved: a resumed run retraces the same steps.
+    "log.",  # Logging only (log.tensorboard).
+)
+
+
+def _result_changes(config, saved: dict) -> tuple[list[str], list[str]]:
+  """``(changed, unknown)`` fields of ``config`` against a workdir's saved config (``config.json``).
+
+  ``changed``: fields on both sides, not in ``RESUMABLE_CHANGES``, whose values differ, as ``name (a there, b here)``.
+  ``unknown``: fields on one side only (a newer or older jaxcse added or removed them), as names.
+  """
+  here = flax.traverse_util.flatten_dict(json.loads(json.dumps(config.to_dict(), default=str)), sep=".")
+  there = flax.traverse_util.flatten_dict(saved, sep=".")
+  changed, unknown = [], []
+  for name in sorted(set(here) | set(there)):
+    if name.startswith(RESUMABLE_CHANGES) or here.get(name) == there.get(name):
+      continue
+    if name in here and name in there:
+      changed.append(f"{name} ({there[name]!r} there, {here[name]!r} here)")
+    else:
+      unknown.append(name)
+  return changed, unknown
+
+
+def _check_same_run(config, workdir: str) -> None:
+  """Refuses a workdir whose config.json differs from ``config`` in a field that changes the result.
+
+  Any field but ``RESUMABLE_CHANGES`` counts; ``--restart`` starts such a workdir over. Called before anything in
+  the workdir changes. A field on one side only (another jaxcse version) is a warning.
+  """
+  saved_config = os.path.join(workdir, "config.json")
+  if not os.path.exists(saved_config):
+    return
+  with open(saved_config) as f:
+    changed, unknown = _result_changes(config, json.load(f))
+  if changed:
+    raise WorkdirError(f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
+                       "change the result): rerun with its values to resume it, or pass --restart to start it over "
+                       "(deletes its checkpoints and metrics)")
+  if unknown:
+    log.warning("%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
+                "version wrote it; resuming", workdir, ", ".join(unknown))
+
+
+def _resume_point(workdir: str, latest, best) -> int | None:
   """The step to resume from (the newest good latest checkpoint), or None for a fresh start; removes stale state.
 
-  Checkpoints that are incomplete or corrupt are set aside with a warning. Best checkpoints newer than the resume
-  point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run recomputes them, so
-  the best checkpoint served is always the one this run reports. A fresh start on a workdir that holds another
-  run's config is refused: ``--restart`` starts it over.
+  Checkpoints that are incomplete or corrupt, latest or best, are set aside with a warning. Best checkpoints newer
+  than the resume point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run
+  (``_check_same_run``: with the same config) evaluates those steps again, so the best checkpoint served is always
+  the one this run reports.
   """
   resume_step = None
   for step in sorted(latest.all_steps(), reverse=True):
@@ -92,16 +147,14 @@ def _resume_point(config, workdir: str, latest, best) -> int | None:
       resume_step = step
       break
     checkpoints.set_aside(latest, step, problem)
-  saved_config = os.path.join(workdir, "config.json")
-  if resume_step is None and os.path.exists(saved_config):
-    saved = json.load(open(saved_config))
-    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
-      raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
-                         "to resume: use another workdir, or pass --restart to start it over (deletes its "
-                         "checkpoints and metrics)")
   stale = checkpoints.delete_after(best, resume_step)
   if stale:
-    log.info("%s: deleted best checkpoints %s, newer than the resume point; the run recomputes them", workdir, stale)
+    log.info("%s: deleted best checkpoints %s, saved after the resume point (%s); the run evaluates those steps "
+             "again", workdir, stale, "none" if resume_step is None else f"step {resume_step}")
+  for step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
+    problem = checkpoints.verify(best, step)
+    if problem:
+      checkpoints.set_aside(best, step, problem)
   return resume_step
 
 
@@ -109,24 +162,25 @@ def _check_workdir(config, workdir: str, restart: bool) -> bool:
   """Checks, reading only, that a run can use ``workdir``; returns whether it holds checkpoints to resume from.
 
   Raises ``errors.OutputError`` if the path is not a folder or cannot be created or written, ``WorkdirError`` if
-  it holds another run's config and no checkpoint (the refusal ``_resume_point`` makes, made here before anything
-  is written).
+  its config.json is unreadable, or holds another run: any difference when there is no checkpoint to resume, a
+  difference that changes the result (``_check_same_run``) when there is; never with ``restart``.
   """
   errors.check_output(workdir, folder=True)
   latest = os.path.join(workdir, checkpoints.LATEST_DIR)
   has_checkpoints = os.path.isdir(latest) and any(
       name.isdigit() and os.path.isdir(os.path.join(latest, name)) for name in os.listdir(latest))
   saved_config = os.path.join(workdir, "config.json")
-  if not restart and not has_checkpoints and os.path.isfile(saved_config):
+  if not restart and os.path.isfile(saved_config):
     try:
       with open(saved_config) as f:
         saved = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
       raise WorkdirError(f"{saved_config}: unreadable ({e}); pass --restart to start the workdir over") from None
-    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
+    if not has_checkpoints and saved != json.loads(json.dumps(config.to_dict(), default=str)):
       raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
                          "to resume: use another workdir, or pass --restart to start it over (deletes its "
                          "checkpoints and metrics)")
+    _check_same_run(config, workdir)
   return has_checkpoints and not restart
 
 
@@ -172,10 +226,7 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) 
   model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
   if resume:
     spec = models.from_description(model_dir, dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing)
-    saved = json.load(open(os.path.join(workdir, "config.json")))
-    if saved != json.loads(json.dumps(config.to_dict(), default=str)):
-      log.warning("resuming %s with a config that differs from the saved config.json", workdir)
-    return spec, None
+    return spec, None  # _resume_point checked that config.json holds this run.
   pooling = objectives.pooling_of(config)
   with_mlm_head = objectives.get(config.method).masked_lm or config.mlm.enabled
   if config.model.get("init", "pretrained") == "random":
@@ -313,7 +364,9 @@ class MetricsWriter:
   """Appends one JSON object per line to ``metrics.jsonl`` (and, if asked, TensorBoard scalars).
 
   A resumed run drops the lines past its checkpoint (and TensorBoard's events past it: ``purge_step``), so
-  nothing is logged twice. Only process 0 writes (``enabled``); the others compute the same records.
+  nothing is logged twice. Only process 0 writes (``enabled``); the others compute the same records. Every line
+  is appended whole or not at all (``checkpoints.append_line``); a torn last line (a write cut short) is dropped
+  with a warning on resume.
   """
 
   def __init__(self, path: str, resume_step: int | None, enabled: bool = True, tensorboard_dir: str | None = None):
@@ -322,11 +375,8 @@ class MetricsWriter:
     if enabled and os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
       kept = []
       if resume_step is not None:  # A fresh start keeps nothing.
-        with open(path) as f:
-          kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-      with open(path + ".tmp", "w") as f:
-        f.writelines(kept)
-      os.replace(path + ".tmp", path)
+        kept = [r for r in checkpoints.read_jsonl(path) if r.get("step", 0) <= resume_step]
+      checkpoints.write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in kept))
     self.tensorboard = None
     if enabled and tensorboard_dir:
       from tensorboardX import SummaryWriter
@@ -336,8 +386,7 @@ class MetricsWriter:
   def write(self, record: dict) -> None:
     if not self.enabled:
       return
-    with open(self.path, "a") as f:
-      f.write(json.dumps(record) + "\n")
+    checkpoints.append_line(self.path, json.dumps(record))
     if self.tensorboard is not None:
       for key, value in record.items():
         if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -395,7 +444,12 @@ class Evaluator:
     self.select = evaluate.SELECTION_METRICS[config.eval.metric]
     self.metrics_log, self.best, self.meta = metrics_log, best_manager, meta
 
-  def __call__(self, step: int, params) -> float:
+  def __call__(self, step: int, params, *, log_record: bool = True) -> float:
+    """Evaluates ``params`` as of ``step``; saves them as the best checkpoint if they are; returns the metric.
+
+    ``log_record=False`` (a re-evaluation of a resume point) leaves metrics.jsonl alone: its lines are the run's
+    scheduled evaluations.
+    """
     t0 = time.time()
     scores, table = evaluate.dev_scores_and_embeddings(lambda s: self.embedder(s, params), self.dev_sets)
     # The training dynamics of the MixCSE paper (Fig. 4b) and Wang & Isola's map, from the same embeddings.
@@ -405,7 +459,8 @@ class Evaluator:
     metric = self.select(scores)
     record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
               **{f"eval/{k}": v for k, v in dynamics.items()}, "eval/seconds": round(time.time() - t0, 2)}
-    self.metrics_log.write(record)
+    if log_record:
+      self.metrics_log.write(record)
     log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
     if self.meta["first_eval"] is None:
       self.meta["first_eval"] = {"step": step, **scores}
@@ -426,8 +481,34 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
 
 
 def _last_good(latest) -> str:
-  good = latest.latest_step()
+  good = checkpoints.newest_committed(latest)
   return "none" if good is None else f"step {good}"
+
+
+def _best_lost(best, meta: dict, resume_step: int | None, workdir: str) -> bool:
+  """After a resume: whether the best checkpoint the run recorded is gone (set aside as damaged, or deleted).
+
+  If it is, ``meta``'s best becomes the newest intact best checkpoint at or before the resume point (its metric
+  read from it), or none; the caller then evaluates the resume point again, so that the run keeps serving the
+  best of what it still has. Best checkpoints newer than the resume point are deleted (stale).
+  """
+  if resume_step is None:
+    return False
+  checkpoints.delete_after(best, resume_step)  # The resume point may be older than _resume_point chose.
+  if meta["best_step"] is None or meta["best_step"] in best.all_steps():
+    return False
+  lost = meta["best_step"]
+  meta["best_metric"] = meta["best_step"] = None
+  for step in sorted(best.all_steps(), reverse=True):
+    try:
+      meta["best_metric"], meta["best_step"] = checkpoints.restore_meta(best, step)["metric"], step
+      break
+    except checkpoints.CheckpointError as e:
+      checkpoints.set_aside(best, step, str(e).split(": ", 1)[-1])
+  log.warning("%s: the best checkpoint of this run, step %d, is gone (set aside or deleted); the best is now %s, "
+              "and the resume point, step %d, is evaluated again", workdir, lost,
+              "none" if meta["best_step"] is None else f"step {meta['best_step']}", resume_step)
+  return True
 
 
 # --------------------------------------------------------------------------
@@ -486,12 +567,11 @@ def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int 
     return jax.jit(fresh_state, out_shardings=replicated)(params), meta, 0
   abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
-  try:
-    restored = checkpoints.restore(latest, resume_step, params=abstract.params, opt_state=abstract.opt_state)
-  except checkpoints.CheckpointError as e:  # Unreadable although it looked complete: set aside; start again.
-    checkpoints.set_aside(latest, resume_step, str(e).split(": ", 1)[-1])
-    raise WorkdirError(f"{e}; it was set aside: run the same command again to resume from the previous "
-                       "checkpoint") from None
+  # Unreadable although its files match their record (it was verified): set aside, fall back to an older one.
+  resume_step, restored = checkpoints.restore_newest(latest, params=abstract.params, opt_state=abstract.opt_state)
+  if resume_step is None:  # A fresh start needs the configured model's weights, which a resuming run did not load.
+    raise WorkdirError(f"{workdir}: no latest checkpoint could be read (each was set aside); run the same command "
+                       "again to start from the beginning")
   state = step_lib.TrainState(step=jax.device_put(jnp.int32(resume_step), replicated),
                               params=restored["params"], opt_state=restored["opt_state"])
   log.info("resumed %s at step %d", workdir, resume_step)
@@ -538,7 +618,17 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
     _clear(workdir)
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
-  resume_step = _resume_point(config, workdir, latest, best)
+  try:
+    return _train_with(config, workdir, primary, mesh, latest, best, started, inputs)
+  finally:  # On every path, a refusal too: orbax's threads would print tracebacks at interpreter shutdown.
+    for mngr in (latest, best):
+      with contextlib.suppress(Exception):  # Never hide the error that ends the run.
+        mngr.close()
+
+
+def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs) -> dict:
+  """``_train`` with the checkpoint managers open."""
+  resume_step = _resume_point(workdir, latest, best)
   spec, params, batches, heldout = inputs.spec, inputs.params, inputs.batches, inputs.heldout
   if resume_step is None and params is None:  # Its checkpoints were all set aside: a fresh start after all.
     spec, params = _start_model(config, workdir, resume=False)
@@ -554,6 +644,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
   _agree_across_processes(config, batches.corpus, resume_step, params)
   state, meta, start_step = _initial_state(spec, params, tx, latest, resume_step, replicated, workdir)
+  resume_step = start_step or None  # An unreadable checkpoint may have made it an older one.
   del params  # The train state owns the params from here on (its buffers are donated).
 
   complementary, complementary_params = inputs.complementary
@@ -565,6 +656,9 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta, inputs.dev_sets)
   if start_step == 0 and config.eval.at_start:
     run_eval(0, state.params)
+  if _best_lost(best, meta, resume_step, workdir):
+    run_eval(start_step, state.params, log_record=False)
+  probe = checkpoints.output_probe(spec)
   step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step,
                      step_lib.make_schedule(config.train, total_steps))
   progress = Progress(total_steps, initial=start_step, unit="step", desc="train", enabled=primary)
@@ -585,17 +679,23 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
       if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
         raise NonFiniteLossError(f"non-finite parameters after step {done}; stopped. The last good checkpoint is "
                                  f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
+      if (evaluate_now or save_now) and (problem := probe(state.params)):  # Finite weights may still overflow.
+        raise NonFiniteLossError(f"after step {done} the model's {problem.removeprefix('its ')} (its parameters "
+                                 f"overflow); stopped. The last good checkpoint is {_last_good(latest)} in "
+                                 f"{os.path.join(workdir, checkpoints.LATEST_DIR)}")
       if evaluate_now:
         run_eval(done, state.params)
       if save_now:
         checkpoints.save(latest, done, meta=copy.deepcopy(meta), params=state.params, opt_state=state.opt_state)
     step_log.settle()
+  except KeyboardInterrupt:
+    good = checkpoints.newest_committed(latest)
+    raise Interrupted(f"interrupted at step {progress.done}; rerun the same command to resume (" +
+                      ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})")
+                      ) from None
   finally:
     progress.close()
     metrics_log.close()
-    for mngr in (latest, best):
-      mngr.wait_until_finished()
-      mngr.close()
 
   summary = {"steps": total_steps, "best_step": meta["best_step"], "best_metric": meta["best_metric"],
              "first_eval": meta["first_eval"], "workdir": workdir}
@@ -630,6 +730,10 @@ def main(argv: list[str]) -> None:
     summary = train_and_evaluate(cfg, workdir, restart=flags.FLAGS.restart)
   except USER_ERRORS as e:
     sys.exit(report(e))
+  except KeyboardInterrupt as e:  # Ctrl-C: one line, no traceback; 130 is the shell's code for SIGINT.
+    print(e if isinstance(e, Interrupted) else "interrupted; rerun the same command to resume",
+          file=sys.stderr)
+    sys.exit(130)
   if jax.process_index() != 0:
     return
   first = summary["first_eval"]
@@ -756,8 +860,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     rest = flags.FLAGS(argv)
     flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
   except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
+    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e  # AttributeError(KeyError("'x'")).
+    missing = str(inner.args[0] if inner.args else inner).strip("'\"")
     fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
-    print(f"error: unknown config field {e.args[0] if e.args else e!r} in {', '.join(fields)} (the config file lists every field)",
+    named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
+    print(f"error: unknown config field {missing!r} in {', '.join(named)} (the config file lists every field)",
           file=sys.stderr)
     sys.exit(2)
   except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
