@@ -28,16 +28,16 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.eval.metric not in evaluate.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
                       f"{', '.join(evaluate.SELECTION_METRICS)}")
-  if config.eval.metric == "stsb_sickr_dev" and not config.eval.get("sickr_dev", True):
+  if config.eval.metric == "stsb_sickr_dev" and not config.eval.sickr_dev:
     raise ConfigError("eval.metric=stsb_sickr_dev needs eval.sickr_dev=True (it averages STS-B and SICK-R dev)")
-  if config.mlm.get("head", "tied") not in models.MLM_HEADS:
+  if config.mlm.head not in models.MLM_HEADS:
     raise ConfigError(f"mlm.head must be one of {', '.join(models.MLM_HEADS)}, not {config.mlm.head!r}")
   if config.model.dtype not in models.DTYPES:
     raise ConfigError(f"model.dtype must be one of {', '.join(models.DTYPES)}, not {config.model.dtype!r}")
-  init = config.model.get("init", "pretrained")
+  init = config.model.init
   if init not in ("pretrained", "random"):
     raise ConfigError(f"model.init must be pretrained or random, not {init!r}")
-  if init == "random" and not (config.model.get("tokenizer") and config.model.get("architecture")):
+  if init == "random" and not (config.model.tokenizer and config.model.get("architecture")):
     raise ConfigError("model.init=random needs model.tokenizer (a tokenizer folder) and model.architecture")
   if init == "pretrained" and not config.model.name:
     raise ConfigError("model.name is empty: give a Hugging Face folder or hub id (or model.init=random)")
@@ -57,18 +57,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if chunk < 0 or (chunk and config.train.batch_size % chunk):
     raise ConfigError(f"train.grad_cache_chunk={chunk} must be 0 (off) or divide train.batch_size="
                       f"{config.train.batch_size}")
-  heldout = config.data.get("heldout_fraction", 0.0)
+  heldout = config.data.heldout_fraction
   if not 0.0 <= heldout < 1.0:
     raise ConfigError(f"data.heldout_fraction must be in [0, 1), not {heldout}")
   if config.eval.metric == "heldout_mlm_accuracy" and not (heldout > 0 and objective.masked_lm):
     raise ConfigError("eval.metric=heldout_mlm_accuracy needs method mlm and data.heldout_fraction > 0")
-  if config.get("log", {}).get("tensorboard", False):
+  if config.log.tensorboard:
     try:
       import tensorboardX  # noqa: F401
     except ImportError:
       raise ConfigError('log.tensorboard needs tensorboardX: pip install "jaxcse[tensorboard]"') from None
   _check_augment(config, objective)
-  if config.data.get("pack", False) and not objective.masked_lm:
+  if config.data.pack and not objective.masked_lm:
     raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
                       "needs one sentence per example)")
 
@@ -77,26 +77,24 @@ AUGMENT_FRACTIONS = ("crop", "word_deletion", "mlm")
 
 
 def _check_augment(config: ml_collections.ConfigDict, objective: objectives.Objective) -> None:
-  """``config.augment``: SimCSE's ablations of the positive pair (absent in configs older than it: all off)."""
-  augment = config.get("augment")
-  if augment is None:
-    return
+  """``config.augment``: SimCSE's ablations of the positive pair."""
+  augment = config.augment
   active = []
   for name in AUGMENT_FRACTIONS:
-    value = augment.get(name, 0.0)
+    value = augment[name]
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
       raise ConfigError(f"augment.{name} must be a share of the words in [0, 1) (0 = off), not {value!r}")
     if value:
       active.append(f"augment.{name}")
-  if augment.get("delete_one_word", False):
+  if augment.delete_one_word:
     active.append("augment.delete_one_word")
-  same_mask = augment.get("same_dropout_mask", False)
+  same_mask = augment.same_dropout_mask
   if (active or same_mask) and objective.masked_lm:
     raise ConfigError(f"{', '.join(active + ['augment.same_dropout_mask'] * same_mask)}: method {config.method} has "
                       "no views to augment (these are ablations of a contrastive method's positive pairs)")
   if same_mask and active:
     raise ConfigError(f"augment.same_dropout_mask makes the two views identical; it cannot be combined with "
                       f"{', '.join(active)}, which change the second view")
-  if augment.get("mlm", 0.0) and not (augment.get("mlm_model") or config.model.name):
+  if augment.mlm and not (augment.mlm_model or config.model.name):
     raise ConfigError("augment.mlm needs a masked LM to sample replacements: set augment.mlm_model (model.name is "
                       "empty)")

@@ -105,7 +105,7 @@ def unregister(name: str) -> None:
 
 def _model_pooling(config: ml_collections.ConfigDict) -> models.PoolerSpec:
   return models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None,
-                           config.model.get("dev_pooler") or None)
+                           config.model.dev_pooler or None)
 
 
 def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
@@ -161,7 +161,7 @@ DCLR_NOISE_NEGATIVES = ("ascent", "random", "none")
 
 
 def _dclr_weighting(config) -> str:
-  return config.dclr.get("instance_weighting", "complementary")
+  return config.dclr.instance_weighting
 
 
 def _dclr(config, z, rng, complementary):
@@ -176,11 +176,11 @@ def _dclr(config, z, rng, complementary):
   z1, z2 = z[:, 0], z[:, 1]
   temperature = config.loss.temperature
   noise = None
-  if d.get("noise_negatives", "ascent") != "none":
+  if d.noise_negatives != "none":
     num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
     noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
                                       dtype=jnp.promote_types(z1.dtype, jnp.float32))
-    if d.get("noise_negatives", "ascent") == "ascent":
+    if d.noise_negatives == "ascent":
       noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
                                           step_size=d.ascent_step_size)
   weights = None
@@ -198,7 +198,7 @@ def _check_mixcse(config):
 
 
 def _dclr_as_released(config) -> bool:
-  return bool(config.dclr.get("as_released", False))
+  return bool(config.dclr.as_released)
 
 
 def _dclr_pooling(config) -> models.PoolerSpec:
@@ -211,7 +211,7 @@ def _dclr_pooling(config) -> models.PoolerSpec:
 
 def _check_dclr(config):
   d = config.dclr
-  weighting, noise = _dclr_weighting(config), d.get("noise_negatives", "ascent")
+  weighting, noise = _dclr_weighting(config), d.noise_negatives
   if weighting not in DCLR_INSTANCE_WEIGHTING:
     raise ValueError(f"dclr.instance_weighting must be one of {', '.join(DCLR_INSTANCE_WEIGHTING)}, not {weighting!r}")
   if noise not in DCLR_NOISE_NEGATIVES:

@@ -210,7 +210,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   resumable = _check_workdir(config, workdir, restart)
   spec, params = _start_model(config, workdir, resume=resumable)
   batches, heldout = _batches(config, spec)
-  dev_sets = evaluate.load_dev_sets(config.data.data_dir or None, sickr=config.eval.get("sickr_dev", True))
+  dev_sets = evaluate.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _complementary(config, replicated)
   augment_mlm = _augment_mlm(config, spec, replicated)
@@ -229,7 +229,7 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) 
     return spec, None  # _resume_point checked that config.json holds this run.
   pooling = objectives.pooling_of(config)
   with_mlm_head = objectives.get(config.method).masked_lm or config.mlm.enabled
-  if config.model.get("init", "pretrained") == "random":
+  if config.model.init == "random":
     spec, params = models.build_random(
         _architecture(config), _tokenizer(config.model.tokenizer), pooling, seed=config.seed, dtype=dtype,
         gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
@@ -238,8 +238,8 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) 
     spec, params = models.load_pretrained(
         config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
         gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
-        mlm_head=config.mlm.get("head", "tied") if config.mlm.enabled else "tied",
-        revision=config.model.get("revision") or None)
+        mlm_head=config.mlm.head if config.mlm.enabled else "tied",
+        revision=config.model.revision or None)
     if spec.mlm is not None and not spec.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
   return spec, params
@@ -273,12 +273,12 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
   """``(train batches, held-out corpus or None)`` for the configured corpus."""
   corpus = data_lib.load_corpus(config.data.train, root=config.data.data_dir or None,
                                 skip_empty_lines=config.data.skip_empty_lines,
-                                tfds_text_feature=config.data.get("tfds_text_feature", "text"),
-                                tfds_data_dir=config.data.get("tfds_data_dir") or None)
+                                tfds_text_feature=config.data.tfds_text_feature,
+                                tfds_data_dir=config.data.tfds_data_dir or None)
   heldout = None
-  if config.data.get("heldout_fraction", 0.0) > 0:
+  if config.data.heldout_fraction > 0:
     corpus, heldout = data_lib.split_heldout(corpus, config.data.heldout_fraction)
-  if config.data.get("pack", False):
+  if config.data.pack:
     batches = data_lib.PackedBatches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
                                      max_seq_len=config.data.max_seq_len, seed=config.seed)
   else:
@@ -289,7 +289,7 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
 
 
 def _tensorboard(config) -> bool:
-  return bool(config.get("log", {}).get("tensorboard", False))
+  return bool(config.log.tensorboard)
 
 
 def _total_steps(config, batches) -> int:
@@ -324,13 +324,13 @@ def _augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, repl
   ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
   pretrained MLM head. An input of the step, like DCLR's complementary model: no gradient, not saved.
   """
-  if not (config.get("augment") or {}).get("mlm", 0.0):
+  if not config.augment.mlm:
     return None, None
-  name = config.augment.get("mlm_model") or config.model.name
+  name = config.augment.mlm_model or config.model.name
   mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), dtype=models.DTYPES[config.model.dtype],
                                             with_mlm_head=True, mlm_head="tied",
-                                            revision=None if config.augment.get("mlm_model") else
-                                            config.model.get("revision") or None)
+                                            revision=None if config.augment.mlm_model else
+                                            config.model.revision or None)
   if not mlm_spec.mlm.pretrained:
     raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
                                     "from (set augment.mlm_model to a model that has one)")
@@ -407,7 +407,7 @@ class HeldoutMLM:
     self.batches = [batches.batch(i)["input_ids"][:, 0] for i in range(batches.steps_per_epoch)]
     self.masks = [batches.batch(i)["attention_mask"][:, 0] for i in range(batches.steps_per_epoch)]
     tok = spec.tokenizer
-    num_predictions = config.mlm.get("max_predictions", 0) or mlm.max_predictions(config.data.max_seq_len,
+    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
                                                                                   config.mlm.probability)
     masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
                    special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability,

@@ -56,7 +56,7 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
                       weight_decay=cfg.weight_decay, mask=decay_mask)
   if cfg.max_grad_norm <= 0:
     return adamw
-  world = cfg.get("official_world_size", 1)
+  world = cfg.official_world_size
   # A multi-GPU reference run clips the per-GPU mean, i.e. the full gradient / world (see configs/simcse_sup.py).
   scale = [optax.scale(1.0 / world)] if world > 1 else []
   return optax.chain(*scale, optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
@@ -123,9 +123,9 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   (``augment.SecondView``, fixed shapes). Everything the step computes from the batch (the views, DCLR's
   complementary model, the MLM term) then sees the transformed view.
   """
-  settings = config.get("augment") or {}
-  view = augment.SecondView(crop=settings.get("crop", 0.0), word_deletion=settings.get("word_deletion", 0.0),
-                            delete_one_word=settings.get("delete_one_word", False), mlm=settings.get("mlm", 0.0))
+  settings = config.augment
+  view = augment.SecondView(crop=settings.crop, word_deletion=settings.word_deletion,
+                            delete_one_word=settings.delete_one_word, mlm=settings.mlm)
   if not view.active:
     return None
   if view.mlm and augment_mlm is None:
@@ -164,7 +164,7 @@ def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective)
                  special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability)
 
   if objective.masked_lm:
-    num_predictions = config.mlm.get("max_predictions", 0) or mlm.max_predictions(config.data.max_seq_len,
+    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
                                                                                   config.mlm.probability)
 
     def prepare(batch, key):
@@ -224,7 +224,7 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   module = spec.module_for(spec.pooling.pooler, attend_padding=attend_padding)
   chunk = config.train.grad_cache_chunk
   tokens = _token_term(config, spec, objective)
-  same_dropout_mask = bool((config.get("augment") or {}).get("same_dropout_mask", False))
+  same_dropout_mask = bool(config.augment.same_dropout_mask)
   second_view = _second_view(config, spec, augment_mlm)
 
   if complementary is not None:

@@ -52,8 +52,7 @@ def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **over
   """A config file of configs/ on the tiny model and corpus: batch 8, length 16, a few steps."""
   import importlib
 
-  sys.path.insert(0, REPO)
-  config = importlib.import_module(f"configs.{config_name}").get_config()
+  config = importlib.import_module(f"jaxcse.configs.{config_name}").get_config()
   config.model.name = model_dir
   config.data.data_dir = data_dir
   config.data.train = "corpora/small_nli.csv" if config.data.train.endswith(".csv") else "corpora/small.txt"

@@ -185,7 +185,7 @@ def test_switch_errors_are_caught_before_the_workdir_is_touched(tiny_model_dir, 
 def test_augment_switches_on_method_mlm_are_refused():
   import importlib
 
-  config = importlib.import_module("configs.pretrain_mlm").get_config()
+  config = importlib.import_module("jaxcse.configs.pretrain_mlm").get_config()
   config.augment.crop = 0.1
   with pytest.raises(configuration.ConfigError, match="method mlm has no views to augment"):
     configuration.validate(config)
@@ -198,7 +198,7 @@ def test_augment_switches_on_method_mlm_are_refused():
 def _dclr_config(**dclr):
   import importlib
 
-  config = importlib.import_module("configs.dclr").get_config()
+  config = importlib.import_module("jaxcse.configs.dclr").get_config()
   config.loss.temperature = 1.0  # O(1) logits: every term of the loss visible in float64.
   for key, value in dclr.items():
     config.dclr[key] = value

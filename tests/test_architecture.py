@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -60,10 +61,25 @@ def test_every_shipped_config_is_valid():
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
     import importlib
 
-    config = importlib.import_module(f"configs.{name}").get_config()
+    config = importlib.import_module(f"jaxcse.configs.{name}").get_config()
     if name.startswith("dclr"):
       assert config.dclr.complementary_model
     configuration.validate(config)
+
+
+def test_each_config_file_is_one_module():
+  """configs/ is jaxcse.configs (a link ships it); a second name would load every config file twice."""
+  import importlib
+
+  sys.path.insert(0, helpers.REPO)
+  try:
+    with pytest.raises(ImportError, match="import the configs as jaxcse.configs"):
+      importlib.import_module("configs.base")
+  finally:
+    sys.path.remove(helpers.REPO)
+    for name in [m for m in sys.modules if m == "configs" or m.startswith("configs.")]:
+      del sys.modules[name]
+  assert importlib.import_module("jaxcse.configs.mixcse").base is importlib.import_module("jaxcse.configs.base")
 
 
 def _imports(path: str) -> set[str]:

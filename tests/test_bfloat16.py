@@ -180,7 +180,7 @@ def _main(argv=None) -> None:
   args = parser.parse_args(argv)
   import importlib
 
-  config = importlib.import_module(f"configs.{args.config}").get_config()
+  config = importlib.import_module(f"jaxcse.configs.{args.config}").get_config()
   config.model.name = args.model
   config.data.data_dir = args.data_dir
   config.data.train = "corpora/wiki_offline.txt"

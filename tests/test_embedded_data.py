@@ -112,14 +112,14 @@ def test_a_damaged_shipped_file_is_an_error(tmp_path, monkeypatch):
 
 def test_quickstart_configs_need_no_data_root():
   for name in ("quickstart", "quickstart_minilm"):
-    config = __import__(f"configs.{name}", fromlist=["get_config"]).get_config()
+    config = __import__(f"jaxcse.configs.{name}", fromlist=["get_config"]).get_config()
     assert config.data.train == CORPUS and not config.data.data_dir and not config.eval.sickr_dev
     data.resolve(config.data.train)
     evaluate.load_dev_sets(sickr=config.eval.sickr_dev)
 
 
 def test_a_metric_needing_sickr_dev_needs_it_scored():
-  config = __import__("configs.dclr", fromlist=["get_config"]).get_config()
+  config = __import__("jaxcse.configs.dclr", fromlist=["get_config"]).get_config()
   config.eval.sickr_dev = False
   with pytest.raises(configuration.ConfigError, match="eval.metric=stsb_sickr_dev needs eval.sickr_dev=True"):
     configuration.validate(config)
