@@ -20,4 +20,9 @@ from jaxcse.configs import dclr
 def get_config():
   config = dclr.get_config()
   config.dclr.as_released = True
+  # (b), (c): the released code's poolers (dclr.as_released refuses others).
+  config.model.pooler = "bert_pooler_mlp"  # Train on BERT's pooler layer (dense + tanh on [CLS]) + a fresh MLP.
+  config.model.mlp_only_train = False
+  config.model.dev_pooler = "bert_pooler"  # Select checkpoints on the pooler layer's output (no MLP).
+  config.model.test_pooler = "cls_before_pooler"  # Test on [CLS] without the MLP.
   return config

@@ -27,7 +27,6 @@ finite and the model's outputs on a fixed probe batch are finite
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -41,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from jaxcse import models, poolers, tokenization
+from jaxcse import files, models, poolers, tokenization
 from jaxcse.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
@@ -75,17 +74,13 @@ def _step_dir(mngr: ocp.CheckpointManager, step: int) -> str:
 def _file_digests(folder: str) -> dict[str, str]:
   """sha256 of every file under ``folder`` (but the checksum record itself), by relative path."""
   digests = {}
-  for root, _, files in os.walk(folder):
-    for name in sorted(files):
+  for root, _, names in os.walk(folder):
+    for name in sorted(names):
       path = os.path.join(root, name)
       rel = os.path.relpath(path, folder)
       if rel == CHECKSUMS:
         continue
-      digest = hashlib.sha256()
-      with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-          digest.update(block)
-      digests[rel] = digest.hexdigest()
+      digests[rel] = files.file_sha256(path)
   return digests
 
 
@@ -177,7 +172,7 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
   if jax.process_index() == 0:
     record = os.path.join(path, CHECKSUMS)
     try:
-      write_json(record, _file_digests(path))
+      files.write_json(record, _file_digests(path))
     except OSError as e:
       with contextlib.suppress(Exception):  # Uncommitted: it would only be set aside later (and it takes space).
         mngr.delete(step)
@@ -409,87 +404,3 @@ def restore_for_inference(directory: str, steps: list[int], restore_fn: Callable
   finally:
     mngr.close()
   raise CheckpointError("; ".join(problems))
-
-
-def write_json(path: str, obj: Any) -> None:
-  """Writes JSON atomically (a temporary file renamed over ``path``): never a half-written file.
-
-  Raises:
-    OSError: naming ``path`` (a full disk, a missing permission); ``path`` is then as it was.
-  """
-  text = json.dumps(obj, indent=2, default=lambda o: o.tolist() if isinstance(o, jnp.ndarray) else str(o))
-  write_text_atomically(path, text)
-
-
-def write_text_atomically(path: str, text: str) -> None:
-  """Writes ``text`` to a temporary file renamed over ``path``: ``path`` is the whole new text or as it was.
-
-  Raises:
-    OSError: naming ``path`` (a full disk, a missing permission).
-  """
-  tmp = path + ".tmp"
-  try:
-    with open(tmp, "w") as f:
-      f.write(text)
-    os.replace(tmp, path)
-  except BaseException as e:
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    if isinstance(e, OSError) and e.filename is None:  # A write's error names no file: say which.
-      raise OSError(e.errno, e.strerror or str(e), path) from None
-    raise
-
-
-def append_line(path: str, line: str) -> None:
-  """Appends ``line`` (one line, no newline) and a newline to ``path``: the whole line or, on an error, nothing.
-
-  A failed write (a full disk) may leave part of the line; the file is cut back to its length before the call.
-
-  Raises:
-    OSError: naming ``path``.
-  """
-  data = (line + "\n").encode()
-  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-  try:
-    start = os.lseek(fd, 0, os.SEEK_END)
-    try:
-      view = memoryview(data)
-      while view:
-        view = view[os.write(fd, view):]
-    except OSError as e:
-      os.ftruncate(fd, start)
-      raise OSError(e.errno, e.strerror, path) from None
-  finally:
-    os.close(fd)
-
-
-def read_jsonl(path: str) -> list[dict]:
-  """The records of a JSON-lines file that ``append_line`` wrote; a torn last line is dropped with a warning.
-
-  A last line that is not a whole JSON object is what a write cut short leaves (a kill, a full disk with an
-  older jaxcse); any other line that does not parse is damage that jaxcse did not make.
-
-  Raises:
-    JaxcseError: a line other than the last is not a JSON object (the message names the file and line).
-  """
-  with open(path, "rb") as f:
-    lines = f.read().split(b"\n")
-  last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)  # The last line with anything on it.
-  records = []
-  for i, raw in enumerate(lines):
-    if not raw.strip():
-      continue
-    try:
-      record = json.loads(raw)
-      if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
-    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
-      if i == last:
-        text = raw.decode("utf-8", "replace")
-        log.warning("%s:%d: dropped a torn last line (a write was cut short): %s", path, i + 1,
-                    text if len(text) <= 80 else text[:77] + "...")
-        continue
-      raise JaxcseError(f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
-                        "was changed by something else") from None
-    records.append(record)
-  return records

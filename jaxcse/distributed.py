@@ -8,8 +8,6 @@ batch is split along ``data``.
 from __future__ import annotations
 
 import logging
-import zlib
-from typing import Any
 
 import jax
 import numpy as np
@@ -74,11 +72,3 @@ def check_processes_agree(**values: int) -> None:
       raise RuntimeError(f"the {jax.process_count()} processes disagree on {name} ({seen} by process index): every "
                          "host must run the same code and config, with the same data and model files, and one "
                          "workdir on storage that all hosts share")
-
-
-def fingerprint(params: Any) -> int:
-  """crc32 of a pytree's array bytes, in tree order."""
-  crc = 0
-  for leaf in jax.tree.leaves(params):
-    crc = zlib.crc32(np.asarray(leaf).tobytes(), crc)
-  return crc

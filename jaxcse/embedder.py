@@ -6,7 +6,7 @@ and under ``encode.Encoder`` (params loaded once).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
@@ -75,6 +75,18 @@ class Embedder:
       raise EmbeddingError(f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
                            f"of {len(out)} sentences (its parameters are NaN or overflow)")
     return out
+
+
+def embed_each_once(embed: Callable[[list[str]], np.ndarray], sentences: Iterable[str]) -> dict[str, np.ndarray]:
+  """``{sentence: vector}``, each distinct sentence of ``sentences`` embedded once (in sorted order)."""
+  unique = sorted(set(sentences))
+  return dict(zip(unique, embed(unique)))
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+  """Rows scaled to unit length, ``[n, dim]`` (or one ``[dim]`` vector); a zero row stays zero (eps 1e-12, as
+  sentence-transformers' Normalize and torch's F.normalize)."""
+  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
 def _row_bucket(rows: int) -> int:

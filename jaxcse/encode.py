@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import hashlib
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers, provenance
-from jaxcse import errors
+from jaxcse import errors, files
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
@@ -111,10 +110,6 @@ def _chunks(rows: Iterable[str], size: int) -> Iterator[list[str]]:
 # The Python API.
 
 
-def _normalize(x: np.ndarray) -> np.ndarray:
-  return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
-
-
 class Encoder:
   """The user's sentence encoder: a model's spec and params bound together; embeddings, similarities, search.
 
@@ -142,13 +137,9 @@ class Encoder:
 
   @property
   def fingerprint(self) -> str:
-    """sha256 (first 16 hex digits) of the parameters this encoder embeds with, in tree order: its identity."""
+    """``models.params_fingerprint`` of the parameters this encoder embeds with: its identity."""
     if self._fingerprint is None:
-      digest = hashlib.sha256()
-      for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(self.params)):
-        digest.update(jax.tree_util.keystr(path).encode())
-        digest.update(np.ascontiguousarray(leaf).tobytes())
-      self._fingerprint = digest.hexdigest()[:16]
+      self._fingerprint = models.params_fingerprint(self.params)
     return self._fingerprint
 
   @property
@@ -199,12 +190,12 @@ class Encoder:
         parts.append(self.embed(chunk, batch_size=batch_size))
         bar.update(len(chunk))
     out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
-    return _normalize(out) if normalize_embeddings else out
+    return embedder_lib.normalize_rows(out) if normalize_embeddings else out
 
   def similarity(self, a: str | Sequence[str] | np.ndarray, b: str | Sequence[str] | np.ndarray) -> np.ndarray:
     """Cosine similarities ``[len(a), len(b)]`` between sentences or embeddings."""
-    ea = _normalize(np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a)))
-    eb = _normalize(np.atleast_2d(b if isinstance(b, np.ndarray) else self.encode([b] if isinstance(b, str) else b)))
+    ea = embedder_lib.normalize_rows(np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a)))
+    eb = embedder_lib.normalize_rows(np.atleast_2d(b if isinstance(b, np.ndarray) else self.encode([b] if isinstance(b, str) else b)))
     return ea @ eb.T
 
   def build_index(self, corpus: Sequence[str] | np.ndarray, *, backend: str = "jax") -> None:
@@ -215,7 +206,7 @@ class Encoder:
     stays there between queries. ``backend="faiss"``: exact inner-product
     search with FAISS (``IndexFlatIP``; ``pip install faiss-cpu``).
     """
-    vectors = _normalize(np.asarray(corpus if isinstance(corpus, np.ndarray) else self.encode(corpus), np.float32))
+    vectors = embedder_lib.normalize_rows(np.asarray(corpus if isinstance(corpus, np.ndarray) else self.encode(corpus), np.float32))
     self._faiss = None
     if backend == "faiss":
       try:
@@ -236,7 +227,7 @@ class Encoder:
     if self._index is None:
       raise RuntimeError("call build_index first")
     q = queries if isinstance(queries, np.ndarray) else self.encode([queries] if isinstance(queries, str) else queries)
-    q = _normalize(np.atleast_2d(np.asarray(q, np.float32)))
+    q = embedder_lib.normalize_rows(np.atleast_2d(np.asarray(q, np.float32)))
     k = min(top_k, len(self._index))
     if self._faiss is not None:
       scores, ids = self._faiss.search(q, k)
@@ -321,10 +312,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
       out[start : start + len(chunk)] = vectors.astype(dtype)
       start += len(chunk)
       out.flush()
-      tmp = state_path + ".tmp"
-      with open(tmp, "w") as f:
-        json.dump({"job": job, "rows_done": start}, f)
-      os.replace(tmp, state_path)
+      files.write_json(state_path, {"job": job, "rows_done": start})
       bar.update(len(chunk))
   except BaseException as e:
     del out
@@ -345,9 +333,8 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   sidecar["input"] = job["input"]
   sidecar["provenance"] = provenance.provenance(model=model_name, checkpoint_step=encoder.step,
                                                 revision=encoder.spec.revision,
-                                                data={os.path.basename(input_path): provenance.file_sha256(input_path)})
-  with open(os.path.splitext(output_path)[0] + ".json", "w") as f:
-    json.dump(sidecar, f, indent=2)
+                                                data={os.path.basename(input_path): files.file_sha256(input_path)})
+  files.write_json(os.path.splitext(output_path)[0] + ".json", sidecar)
   return sidecar
 
 

@@ -33,7 +33,7 @@ import scipy.stats
 
 from jaxcse import data as data_lib
 from jaxcse import transfer as transfer_lib
-from jaxcse import errors, provenance
+from jaxcse import embedder as embedder_lib, errors, files, provenance
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
@@ -66,16 +66,6 @@ class PairSet:
     return len(self.gold)
 
 
-def _read_lines(path: str) -> list[str]:
-  try:
-    with open(path, encoding="utf-8") as f:
-      return f.read().splitlines()
-  except FileNotFoundError:
-    raise data_lib.DataError(f"{path}: missing evaluation file (is the data root laid out as senteval/downstream/...?)") from None
-  except UnicodeDecodeError as e:
-    raise data_lib.DataError(f"{path}: not valid UTF-8 ({e.reason} at byte {e.start})") from None
-
-
 def _senteval_text(s: str) -> str:
   return " ".join(s.split())
 
@@ -87,7 +77,7 @@ def load_sts_year(root: str, year: str) -> dict[str, PairSet]:
   for name in STS_YEARS[year]:
     input_path = os.path.join(folder, f"STS.input.{name}.txt")
     gold_path = os.path.join(folder, f"STS.gs.{name}.txt")
-    pairs, gold = _read_lines(input_path), _read_lines(gold_path)
+    pairs, gold = data_lib.read_senteval_lines(input_path), data_lib.read_senteval_lines(gold_path)
     if len(pairs) != len(gold):
       raise data_lib.DataError(f"{input_path}: {len(pairs)} lines but {gold_path} has {len(gold)}")
     s1, s2, g = [], [], []
@@ -110,7 +100,7 @@ def load_sts_year(root: str, year: str) -> dict[str, PairSet]:
 def _load_tsv_pairs(path: str, *, skip_header: bool, cols: tuple[int, int, int]) -> PairSet:
   """Rows of a tab-separated file; ``cols`` = (sentence 1, sentence 2, score) column indices."""
   s1, s2, g = [], [], []
-  lines = _read_lines(path)
+  lines = data_lib.read_senteval_lines(path)
   for lineno, line in enumerate(lines, start=1):
     if skip_header and lineno == 1:
       continue
@@ -178,9 +168,7 @@ def correlations(scores: np.ndarray, gold: np.ndarray) -> dict[str, float]:
 
 def embed_unique(embed: Embed, pair_sets: Sequence[PairSet]) -> dict[str, np.ndarray]:
   """Embeds every distinct sentence of ``pair_sets`` once."""
-  unique = sorted({s for ps in pair_sets for s in (*ps.sent1, *ps.sent2)})
-  vectors = embed(unique)
-  return dict(zip(unique, vectors))
+  return embedder_lib.embed_each_once(embed, (s for ps in pair_sets for s in (*ps.sent1, *ps.sent2)))
 
 
 def score_pairs(table: dict[str, np.ndarray], pairs: PairSet) -> np.ndarray:
@@ -220,10 +208,10 @@ def _normalize_rows(x: np.ndarray) -> np.ndarray:
   x = np.asarray(x, np.float64)
   if x.ndim != 2:
     raise ValueError(f"expected embeddings of shape [n, dim], got {x.shape}")
-  norms = np.linalg.norm(x, axis=1, keepdims=True)
+  norms = np.linalg.norm(x, axis=1)
   if np.any(norms == 0) or not np.all(np.isfinite(norms)):
     raise ValueError("embeddings must be finite and non-zero to be normalised")
-  return x / norms
+  return embedder_lib.normalize_rows(x)
 
 
 def alignment(x: np.ndarray, y: np.ndarray, *, alpha: float = 2) -> float:
@@ -294,7 +282,7 @@ def largest_angle_deg(x: np.ndarray) -> float:
   x = np.asarray(x, np.float64)
   if x.ndim != 2 or len(x) < 2:
     raise ValueError(f"need [n >= 2, hidden] embeddings, got {x.shape}")
-  unit = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+  unit = embedder_lib.normalize_rows(x)
   cos = unit @ unit.T  # [n, n]
   np.fill_diagonal(cos, np.inf)  # A row with itself is not a pair.
   return float(np.degrees(np.arccos(np.clip(cos.min(), -1.0, 1.0))))
@@ -344,14 +332,10 @@ def summarize(results: dict) -> dict[str, float]:
   return summary
 
 
-def dev_scores(embed: Embed, dev_sets: dict[str, PairSet]) -> dict[str, float]:
-  """Spearman (not x100) on each dev set; used for model selection during training."""
-  return dev_scores_and_embeddings(embed, dev_sets)[0]
-
-
 def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
                               ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-  """``dev_scores`` and the embeddings they were computed from: ``{sentence: [hidden] vector}``, each once."""
+  """Spearman (not x100) on each dev set, as model selection during training uses them, and the embeddings they
+  were computed from: ``{sentence: [hidden] vector}``, each once."""
   table = embed_unique(embed, list(dev_sets.values()))
   scores = {name: correlations(score_pairs(table, ps), ps.gold)["spearman"] for name, ps in dev_sets.items()}
   return scores, table
@@ -510,9 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record["provenance"] = provenance.provenance(
         model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=_workdir_config(args.model),
         data=provenance.data_digests(folders, root=downstream), wall_seconds=wall)
-    from jaxcse import checkpoints
-
-    checkpoints.write_json(args.output, record)
+    files.write_json(args.output, record)
   return 0
 
 

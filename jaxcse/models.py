@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Any, NamedTuple
@@ -170,8 +171,8 @@ class ModelSpec:
 
   Immutable; params live apart (``load_pretrained`` and ``loading.load_model``
   return them beside the spec). ``module_for(pooler)`` builds the Flax module
-  that embeds with a pooler; ``train_module``/``test_module`` give SimCSE's
-  train/test pair (they differ only with ``mlp_only_train``). The tokenizer is
+  that embeds with a pooler; ``train_module`` is the module of the training
+  pooler. The tokenizer is
   a Hugging Face object: treat it as read-only.
   """
 
@@ -196,10 +197,6 @@ class ModelSpec:
   @property
   def train_module(self) -> SentenceEncoder:
     return self.module_for(self.pooling.pooler)
-
-  @property
-  def test_module(self) -> SentenceEncoder:
-    return self.module_for(self.pooling.test_pooler)
 
   def position_ids(self, input_ids: jax.Array) -> jax.Array:
     return _position_ids(input_ids, self.module_for("avg").position_padding_idx)
@@ -364,12 +361,19 @@ def _fresh_mlm_head(spec: ModelSpec, seed: int) -> dict:
   return {k: v for k, v in full["params"].items() if k != spec.mlm.prefix}
 
 
-def init_params(spec: ModelSpec, seed: int, backbone_params: Any = None) -> dict:
-  """Random params for ``spec.train_module`` (+ MLM head); ``backbone_params`` replace the backbone's when given."""
+def params_fingerprint(params: Any) -> str:
+  """sha256 (first 16 hex digits) of a params pytree's paths and array bytes, in tree order: its identity."""
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_leaves_with_path(jax.device_get(params)):
+    digest.update(jax.tree_util.keystr(path).encode())
+    digest.update(np.ascontiguousarray(leaf).tobytes())
+  return digest.hexdigest()[:16]
+
+
+def init_params(spec: ModelSpec, seed: int) -> dict:
+  """Random params for ``spec.train_module`` (+ MLM head)."""
   dummy = jnp.ones((1, 4), jnp.int32)
   params = spec.train_module.init(jax.random.key(seed), dummy, dummy)["params"]
-  if backbone_params is not None:
-    params = {**params, "backbone": backbone_params}
   if spec.mlm is not None:
     full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
     params["mlm_head"] = {k: v for k, v in full.items() if k != spec.mlm.prefix}

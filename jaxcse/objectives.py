@@ -64,8 +64,6 @@ class Objective:
       the same batch (DCLR's instance weighting); ``config.dclr.complementary_model`` names it.
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
-    pooling: the poolers the method trains, selects and tests with, when it sets them itself (DCLR as
-      released); None: ``config.model``'s.
     attend_padding: whether the encoder attends to padding (a released code that passes no attention mask),
       for the trained model, the complementary model and the evaluations during training.
     complementary_dropout: whether the complementary model runs with dropout on.
@@ -78,7 +76,6 @@ class Objective:
   needs_complementary: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
-  pooling: Callable[[ml_collections.ConfigDict], models.PoolerSpec] | None = None
   attend_padding: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   complementary_dropout: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   doc: str = ""
@@ -103,15 +100,10 @@ def unregister(name: str) -> None:
   _REGISTRY.pop(name, None)
 
 
-def _model_pooling(config: ml_collections.ConfigDict) -> models.PoolerSpec:
+def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
+  """The run's poolers, as ``config.model`` names them (every method: a method never replaces them)."""
   return models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None,
                            config.model.dev_pooler or None)
-
-
-def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
-  """The run's poolers: the method's own if it sets them, else ``config.model``'s."""
-  objective = get(config.method)
-  return objective.pooling(config) if objective.pooling is not None else _model_pooling(config)
 
 
 def names() -> tuple[str, ...]:
@@ -201,17 +193,20 @@ def _dclr_as_released(config) -> bool:
   return bool(config.dclr.as_released)
 
 
-def _dclr_pooling(config) -> models.PoolerSpec:
-  """DCLR's released code: trains on BERT's pooler layer + a fresh MLP, selects on the pooler layer, tests on [CLS]."""
-  if _dclr_as_released(config):
-    return models.PoolerSpec("bert_pooler_mlp", test_pooler_override="cls_before_pooler",
-                             dev_pooler_override="bert_pooler")
-  return _model_pooling(config)
+# DCLR's released code trains on BERT's pooler layer + a fresh MLP, selects on the pooler layer and tests on [CLS]:
+# configs/dclr_as_released.py sets these model fields, and dclr.as_released refuses any other choice.
+DCLR_RELEASED_POOLING = {"pooler": "bert_pooler_mlp", "mlp_only_train": False, "test_pooler": "cls_before_pooler",
+                         "dev_pooler": "bert_pooler"}
 
 
 def _check_dclr(config):
   d = config.dclr
   weighting, noise = _dclr_weighting(config), d.noise_negatives
+  if d.as_released and (differ := [f"model.{k}={config.model[k]!r}" for k, v in DCLR_RELEASED_POOLING.items()
+                                   if config.model[k] != v]):
+    raise ValueError(f"dclr.as_released pools as the released code ("
+                     f"{', '.join(f'model.{k}={v!r}' for k, v in DCLR_RELEASED_POOLING.items())}), not "
+                     f"{', '.join(differ)}: use configs/dclr_as_released.py, or drop dclr.as_released")
   if weighting not in DCLR_INSTANCE_WEIGHTING:
     raise ValueError(f"dclr.instance_weighting must be one of {', '.join(DCLR_INSTANCE_WEIGHTING)}, not {weighting!r}")
   if noise not in DCLR_NOISE_NEGATIVES:
@@ -241,7 +236,7 @@ register(Objective("simcse", loss=_simcse,
 register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
                    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
 register(Objective("dclr", loss=_dclr, needs_complementary=lambda config: _dclr_weighting(config) == "complementary",
-                   check_config=_check_dclr, pooling=_dclr_pooling,
+                   check_config=_check_dclr,
                    attend_padding=_dclr_as_released,
                    complementary_dropout=lambda config: config.dclr.complementary_dropout or _dclr_as_released(config),
                    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))

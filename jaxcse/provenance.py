@@ -7,7 +7,6 @@ carries ``provenance(...)`` under the key ``"provenance"``, so a number can be t
 from __future__ import annotations
 
 import datetime
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -15,6 +14,8 @@ import subprocess
 import sys
 from collections.abc import Iterable
 from typing import Any
+
+from jaxcse import files
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "tokenizers", "numpy")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -43,22 +44,14 @@ def git_commit() -> str | None:
   return commit.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def file_sha256(path: str) -> str:
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
-
-
 def data_digests(paths: Iterable[str], root: str | None = None) -> dict[str, str]:
   """sha256 of every file of ``paths`` (files, or folders walked), keyed by path relative to ``root``."""
   out = {}
   for path in paths:
-    files = [path] if os.path.isfile(path) else sorted(
+    found = [path] if os.path.isfile(path) else sorted(
         os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
-    for file in files:
-      out[os.path.relpath(file, root) if root else file] = file_sha256(file)
+    for file in found:
+      out[os.path.relpath(file, root) if root else file] = files.file_sha256(file)
   return dict(sorted(out.items()))
 
 

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from jaxcse import files
+
 # Module class names in the spelling sentence-transformers has used since 2.x (5.x maps them to its new
 # module paths; tested with 5.7.0). Dense and WeightedLayerPooling weights are model.safetensors.
 _ST_TRANSFORMER = "sentence_transformers.models.Transformer"
@@ -64,9 +66,7 @@ def layer_weights(pooler: str, num_layers: int) -> tuple[int, np.ndarray]:
 
 def _write_json(path: str, obj: Any) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(obj, f, indent=2)
-    f.write("\n")
+  files.write_json(path, obj)
 
 
 def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_seq_len: int,

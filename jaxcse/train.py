@@ -36,7 +36,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
-from jaxcse import errors, hub, loading, mlm, models, objectives, provenance, train_step as step_lib
+from jaxcse import errors, files, hub, loading, mlm, models, objectives, provenance, train_step as step_lib
 from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, report
 from jaxcse.progress import Progress
 
@@ -248,7 +248,7 @@ def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) 
 def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str) -> None:
   """Writes a fresh start's model description and resolved config into the workdir."""
   models.save_description(spec, os.path.join(workdir, checkpoints.MODEL_DIR))
-  checkpoints.write_json(os.path.join(workdir, "config.json"), config.to_dict())
+  files.write_json(os.path.join(workdir, "config.json"), config.to_dict())
 
 
 def _tokenizer(name: str):
@@ -352,7 +352,7 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
       config=zlib.crc32(json.dumps(sorted(portable.items()), default=str).encode()),
       corpus=zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
       resume_step=0 if resume_step is None else resume_step + 1,
-      initial_params=distributed.fingerprint(params) if resume_step is None else 0,
+      initial_params=int(models.params_fingerprint(params)[:8], 16) if resume_step is None else 0,
   )
 
 
@@ -365,7 +365,7 @@ class MetricsWriter:
 
   A resumed run drops the lines past its checkpoint (and TensorBoard's events past it: ``purge_step``), so
   nothing is logged twice. Only process 0 writes (``enabled``); the others compute the same records. Every line
-  is appended whole or not at all (``checkpoints.append_line``); a torn last line (a write cut short) is dropped
+  is appended whole or not at all (``files.append_line``); a torn last line (a write cut short) is dropped
   with a warning on resume.
   """
 
@@ -375,8 +375,8 @@ class MetricsWriter:
     if enabled and os.path.exists(path):  # Lines written after the checkpoint we resume from would be written again.
       kept = []
       if resume_step is not None:  # A fresh start keeps nothing.
-        kept = [r for r in checkpoints.read_jsonl(path) if r.get("step", 0) <= resume_step]
-      checkpoints.write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in kept))
+        kept = [r for r in files.read_jsonl(path) if r.get("step", 0) <= resume_step]
+      files.write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in kept))
     self.tensorboard = None
     if enabled and tensorboard_dir:
       from tensorboardX import SummaryWriter
@@ -386,7 +386,7 @@ class MetricsWriter:
   def write(self, record: dict) -> None:
     if not self.enabled:
       return
-    checkpoints.append_line(self.path, json.dumps(record))
+    files.append_line(self.path, json.dumps(record))
     if self.tensorboard is not None:
       for key, value in record.items():
         if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -705,7 +705,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
     record = {**summary, "provenance": provenance.provenance(
         config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
         data=provenance.data_digests([corpus]) if corpus else None, wall_seconds=time.time() - started)}
-    checkpoints.write_json(os.path.join(workdir, "summary.json"), record)
+    files.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
 
 

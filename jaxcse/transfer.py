@@ -48,7 +48,7 @@ import optax
 import sklearn.metrics
 import sklearn.model_selection
 
-from jaxcse import data as data_lib
+from jaxcse import data as data_lib, embedder as embedder_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -106,16 +106,6 @@ class TransferTask:
 # Loading, as SentEval's binary.py, sst.py, trec.py and mrpc.py.
 
 
-def _read_lines(path: str, encoding: str) -> list[str]:
-  try:
-    with open(path, encoding=encoding) as f:
-      return f.read().splitlines()
-  except FileNotFoundError:
-    raise data_lib.DataError(f"{path}: missing transfer-task file (is the data root laid out as senteval/downstream/...?)") from None
-  except UnicodeDecodeError as e:
-    raise data_lib.DataError(f"{path}: not valid {encoding} ({e.reason} at byte {e.start})") from None
-
-
 def _tokens(text: str) -> list[str]:
   # An empty line stays an (empty) sentence, as in SentEval: CR's custrev.pos has one, and dropping it would
   # change the task's size and every fold.
@@ -140,7 +130,7 @@ def _load_binary(folder: str, positive: str, negative: str) -> Split:
   tokens, labels = [], []
   for filename, label in ((positive, 1), (negative, 0)):
     path = os.path.join(folder, filename)
-    for lineno, line in enumerate(_read_lines(path, "latin-1"), start=1):
+    for lineno, line in enumerate(data_lib.read_senteval_lines(path, "latin-1"), start=1):
       tokens.append(_tokens(line))
       labels.append(label)
   return _sorted_split(tokens, labels)
@@ -148,7 +138,7 @@ def _load_binary(folder: str, positive: str, negative: str) -> Split:
 
 def _load_sst2(path: str) -> Split:
   tokens, labels = [], []
-  for lineno, line in enumerate(_read_lines(path, "utf-8"), start=1):
+  for lineno, line in enumerate(data_lib.read_senteval_lines(path, "utf-8"), start=1):
     fields = line.strip().split("\t")
     if len(fields) != 2 or fields[1] not in ("0", "1"):
       raise data_lib.DataError(f"{path}:{lineno}: expected 'sentence<TAB>0|1', got {line[:80]!r}")
@@ -159,7 +149,7 @@ def _load_sst2(path: str) -> Split:
 
 def _load_trec(path: str) -> Split:
   tokens, labels = [], []
-  for lineno, line in enumerate(_read_lines(path, "latin-1"), start=1):
+  for lineno, line in enumerate(data_lib.read_senteval_lines(path, "latin-1"), start=1):
     target, _, rest = line.strip().partition(":")
     if target not in TREC_CLASSES or " " not in rest:
       raise data_lib.DataError(f"{path}:{lineno}: expected 'COARSE:fine question' with COARSE in {TREC_CLASSES}, "
@@ -171,7 +161,7 @@ def _load_trec(path: str) -> Split:
 
 def _load_mrpc(path: str) -> Split:
   tokens_a, tokens_b, labels = [], [], []
-  for lineno, line in enumerate(_read_lines(path, "utf-8"), start=1):
+  for lineno, line in enumerate(data_lib.read_senteval_lines(path, "utf-8"), start=1):
     if lineno == 1:
       continue  # Header: Quality, #1 ID, #2 ID, #1 String, #2 String.
     fields = line.strip().split("\t")
@@ -534,8 +524,7 @@ def evaluate_transfer(embed: Embed, root: str, tasks: Sequence[str] = TRANSFER_T
   if mode not in MODES:
     raise ValueError(f"unknown transfer mode {mode!r}; choose from {sorted(MODES)}")
   loaded = [load_transfer_task(root, name) for name in tasks]
-  unique = sorted({s for task in loaded for s in task_sentences(task)})
-  table = dict(zip(unique, embed(unique)))
+  table = embedder_lib.embed_each_once(embed, (s for task in loaded for s in task_sentences(task)))
   results = {}
   for task in loaded:
     if progress is not None:

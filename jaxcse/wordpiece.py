@@ -16,7 +16,6 @@ with the corpus's and the vocabulary's sha256.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import shutil
@@ -25,7 +24,7 @@ import tempfile
 from collections.abc import Sequence
 
 from jaxcse import data as data_lib
-from jaxcse import errors
+from jaxcse import errors, files
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -78,14 +77,14 @@ def _write_tokenizer(tokenizer, out_dir: str, corpus_path: str, data_dir: str | 
   record = {
       "trainer": "tokenizers.BertWordPieceTokenizer.train_from_iterator",
       "corpus": os.path.basename(resolved),
-      "corpus_sha256": data_lib.file_sha256(resolved) if os.path.isfile(resolved) else None,
+      "corpus_sha256": files.file_sha256(resolved) if os.path.isfile(resolved) else None,
       "sentences": sentences,
       "heldout_fraction": heldout_fraction,
       "vocab_size": fast.vocab_size,
       "lowercase": lowercase,
       "min_frequency": 2,
       "limit_alphabet": 1000,
-      "vocab_sha256": hashlib.sha256(open(os.path.join(out_dir, "vocab.txt"), "rb").read()).hexdigest(),
+      "vocab_sha256": files.file_sha256(os.path.join(out_dir, "vocab.txt")),
   }
   with open(os.path.join(out_dir, "wordpiece.json"), "w") as f:
     json.dump(record, f, indent=2)

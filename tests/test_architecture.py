@@ -127,6 +127,6 @@ def test_no_import_cycle_and_no_torch_in_the_package():
     visit(m, [])
   for m, found in imports.items():
     roots = {name.split(".")[0] for name in found}
-    assert not roots & {"torch", "senteval", "sentence_transformers", "benchmarks"} - ({"benchmarks"} if m == "jaxcse.bench" else set()), \
+    assert not roots & {"torch", "senteval", "sentence_transformers", "benchmarks"}, \
         f"{m} imports {roots & {'torch', 'senteval', 'sentence_transformers'}}: baselines belong in benchmarks/"
     assert "/work/" not in open(modules[m]).read(), f"{m} holds a machine-specific path"

@@ -1,4 +1,4 @@
-"""Smoke tests of ``python -m jaxcse.bench``: every benchmark runs on tiny shapes and ends with its ratio line."""
+"""Smoke tests of ``python -m benchmarks.bench``: every benchmark runs on tiny shapes and ends with its ratio line."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _keep_memory_env(monkeypatch):
 
 
 def run_bench(capsys, *argv: str) -> list[str]:
-  from jaxcse import bench
+  from benchmarks import bench
 
   assert bench.main(list(argv)) == 0
   lines = capsys.readouterr().out.strip().splitlines()
@@ -40,13 +40,13 @@ def test_package_and_bench_import_without_torch():
           "    if name.split('.')[0] in ('torch', 'sentence_transformers'):\n"
           "      raise ImportError(f'{name} is blocked')\n"
           "sys.meta_path.insert(0, Block())\n"
-          "import jaxcse.bench, jaxcse.train, jaxcse.evaluate, jaxcse.encode\n"
+          "import benchmarks.bench, jaxcse.train, jaxcse.evaluate, jaxcse.encode\n"
           "assert 'torch' not in sys.modules\n")
   subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
 def test_train_step_flops_counts_the_dense_layers():
-  from jaxcse import bench
+  from benchmarks import bench
 
   shape = bench.SHAPES["minilm"]
   # 6 layers x (4 H^2 + 2 H I) = 10.6M matmul params; 2 FLOPs per param per token, x3 for the backward pass.
@@ -123,7 +123,7 @@ def test_evaluate_tiny_against_senteval(capsys, tiny_torch_model_dir, real_data_
 
 
 def test_cuda_branch_picks_bfloat16_autocast_or_float16_with_a_grad_scaler():
-  from jaxcse import bench
+  from benchmarks import bench
 
   baselines = bench._baselines()
   bf16 = baselines.choose_torch_setup("gpu", cuda_available=True, bf16_supported=True, device_name="NVIDIA H100")
@@ -144,7 +144,7 @@ def test_this_machine_takes_the_cpu_branch():
   pytest.importorskip("torch")
   import jax
 
-  from jaxcse import bench
+  from benchmarks import bench
 
   baselines = bench._baselines()
   if jax.default_backend() != "cpu" or baselines.torch_device_facts()["cuda_available"]:
@@ -165,7 +165,7 @@ def test_this_machine_takes_the_cpu_branch():
     ("NVIDIA L40S", None), ("NVIDIA A10", None), ("NVIDIA H100 NVL", None), ("cpu", None), ("TPU v7x", None),
 ])
 def test_known_peak_matches_device_kinds(kind, name):
-  from jaxcse import bench
+  from benchmarks import bench
 
   found = bench.known_peak(kind)
   assert (found[0] if found else None) == name
@@ -175,7 +175,7 @@ def test_known_peak_matches_device_kinds(kind, name):
 
 
 def test_mfu_of_bert_base_batch_64_length_32():
-  from jaxcse import bench
+  from benchmarks import bench
 
   flops = bench.train_step_flops(bench.SHAPES["base"], rows=2 * 64, length=32)
   # 6 x (12 layers x 7,077,888 matmul params) x 4,096 tokens = 2.088 TFLOP, plus attention scores and the MLP head.
@@ -190,7 +190,7 @@ def test_mfu_of_bert_base_batch_64_length_32():
 
 
 def test_find_max_batch_doubles_then_bisects():
-  from jaxcse import bench
+  from benchmarks import bench
 
   result = bench.find_max_batch(lambda b: b <= 100, start=8, cap=65536, granularity=8)
   assert (result.largest, result.failed) == (96, 104)
@@ -209,7 +209,7 @@ def test_find_max_batch_doubles_then_bisects():
 
 
 def test_fits_in_memory_catches_out_of_memory_only():
-  from jaxcse import bench
+  from benchmarks import bench
 
   released = []
 
@@ -234,14 +234,14 @@ def test_fits_in_memory_catches_out_of_memory_only():
 
 def _fits():
   """A step that fits, as the bench's step builders return it."""
-  from jaxcse import bench
+  from benchmarks import bench
 
   return bench.Side(run=lambda: None, loss=lambda: 0.0, release=lambda: None, peak_bytes=lambda: None)
 
 
 def test_find_max_batch_tiny_with_an_injected_out_of_memory(capsys, monkeypatch):
   pytest.importorskip("torch")
-  from jaxcse import bench
+  from benchmarks import bench
 
   baselines = bench._baselines()
   built = []
@@ -277,7 +277,7 @@ def test_find_max_batch_tiny_with_an_injected_out_of_memory(capsys, monkeypatch)
 
 
 def test_a_failing_torch_compile_side_is_reported_and_left_out(capsys):
-  from jaxcse import bench
+  from benchmarks import bench
 
   def side(loss):
     return bench.Side(lambda: None, lambda: loss, lambda: None, lambda: 123)

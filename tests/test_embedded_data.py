@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from jaxcse import configuration, evaluate
-from jaxcse import data
+from jaxcse import data, files
 from jaxcse.data import DataError, downloads, manifest, root
 from tests import helpers
 from tests.conftest import SHARED_DATA
@@ -35,7 +35,7 @@ def _files(folder: str) -> list[str]:
 def test_every_shipped_file_is_pinned_and_matches():
   assert _files(data.EMBEDDED_ROOT) == sorted(manifest.EMBEDDED_SHA256)
   for relpath, digest in manifest.EMBEDDED_SHA256.items():
-    assert manifest.file_sha256(os.path.join(data.EMBEDDED_ROOT, relpath)) == digest, relpath
+    assert files.file_sha256(os.path.join(data.EMBEDDED_ROOT, relpath)) == digest, relpath
 
 
 def test_shipped_stsb_dev_is_the_downloaded_file():

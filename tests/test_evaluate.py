@@ -66,7 +66,7 @@ def test_summary_rounds_each_task_then_averages_the_rounded_numbers():
 
 
 def test_missing_and_malformed_files_name_the_file_and_line(toy_root):
-  with pytest.raises(data_lib.DataError, match="STS.input.FNWN.txt: missing evaluation file"):
+  with pytest.raises(data_lib.DataError, match="STS.input.FNWN.txt: missing SentEval file"):
     evaluate.load_sts_year(toy_root, "STS13")
   bad = os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.input.MSRvid.txt")
   _write(bad, "1 0\t1 2\n2 1 no tab here\n0 1\t1 3\n")

@@ -70,7 +70,7 @@ def test_encoder_cls_mlp_and_padding_invariance(tiny_model_dir):
   assert set(params) == {"backbone", "mlp"}
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a short one", "a somewhat longer sentence here"], 12)
   with_mlp = spec.train_module.apply({"params": params}, ids, mask)
-  without = spec.test_module.apply({"params": params}, ids, mask)
+  without = spec.module_for(spec.pooling.test_pooler).apply({"params": params}, ids, mask)
   dense = params["mlp"]
   np.testing.assert_allclose(with_mlp, jnp.tanh(without @ dense["kernel"] + dense["bias"]), rtol=1e-5, atol=1e-6)
   # Extra padding changes nothing (the attention mask hides it).
@@ -94,7 +94,7 @@ def test_embedder_matches_direct_apply_in_input_order(tiny_model_dir):
   assert out.shape == (7, 32) and out.dtype == np.float32
   for i, s in enumerate(sentences):
     ids, mask = tokenization.tokenize_padded(spec.tokenizer, [s], 128)
-    direct = spec.test_module.apply({"params": params}, ids, mask)
+    direct = spec.module_for(spec.pooling.test_pooler).apply({"params": params}, ids, mask)
     np.testing.assert_allclose(out[i], direct[0], rtol=1e-4, atol=1e-5, err_msg=s)
 
 
@@ -146,10 +146,10 @@ def test_roberta_positions_follow_padding_idx():
                          intermediate_size=32, max_position_embeddings=40, pad_token_id=1)
   hf = FlaxRobertaModel(config, seed=0)
   spec = models.ModelSpec(config, None, hf.module, models.PoolerSpec("avg"))
-  params = models.init_params(spec, 0, backbone_params=hf.params)
+  params = {**models.init_params(spec, 0), "backbone": hf.params}
   ids = jnp.array([[0, 5, 6, 2, 1, 1]])
   mask = (ids != 1).astype(jnp.int32)
-  ours = spec.test_module.apply({"params": params}, ids, mask)
+  ours = spec.module_for(spec.pooling.test_pooler).apply({"params": params}, ids, mask)
   ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state  # HF computes RoBERTa positions itself.
   np.testing.assert_allclose(ours[0], (ref[0, :4]).mean(axis=0), rtol=1e-5, atol=1e-6)
   assert spec.max_positions == 38

@@ -6,7 +6,7 @@ import io
 import json
 import os
 
-from jaxcse import progress, provenance, train
+from jaxcse import files, progress, train
 from tests import helpers
 
 
@@ -36,7 +36,7 @@ def test_training_records_provenance_learning_rate_and_tensorboard(tiny_model_di
   record = summary["provenance"]
   assert record["config"]["train"]["max_steps"] == 4 and record["libraries"]["jax"] and record["devices"]["count"]
   assert record["data_sha256"] == {os.path.join(small_data_dir, "corpora", "small.txt"):
-                                   provenance.file_sha256(os.path.join(small_data_dir, "corpora", "small.txt"))}
+                                   files.file_sha256(os.path.join(small_data_dir, "corpora", "small.txt"))}
   lrs = [json.loads(line)["learning_rate"] for line in open(os.path.join(fresh_workdir, "metrics.jsonl"))
          if "loss" in line]
   assert lrs == sorted(lrs, reverse=True) and lrs[0] <= config.train.learning_rate  # Linear decay.

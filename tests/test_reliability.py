@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, embedder, encode, evaluate, export_hf, loading, train
+from jaxcse import checkpoints, embedder, encode, files, evaluate, export_hf, loading, train
 from tests import helpers
 from tests.test_fault_tolerance import (SCHEDULE, Interrupted, _assert_same_params, _damage, _interrupt_at,
                                         _largest_file, _params, _steps, _tmpfs, reference)  # noqa: F401 (a fixture)
@@ -184,7 +184,7 @@ def test_a_disk_that_fills_while_logging_needs_no_hand_edit(tiny_model_dir, smal
 
 def test_append_line_is_whole_or_absent(tmp_path, monkeypatch):
   path = str(tmp_path / "log.jsonl")
-  checkpoints.append_line(path, '{"step": 1}')
+  files.append_line(path, '{"step": 1}')
   real_write = os.write
   calls = []
 
@@ -196,7 +196,7 @@ def test_append_line_is_whole_or_absent(tmp_path, monkeypatch):
 
   monkeypatch.setattr(os, "write", half_then_full)
   with pytest.raises(OSError) as info:
-    checkpoints.append_line(path, '{"step": 2, "loss": 1.5}')
+    files.append_line(path, '{"step": 2, "loss": 1.5}')
   monkeypatch.undo()
   assert len(calls) == 2 and info.value.filename == path and info.value.errno == errno.ENOSPC
   assert open(path).read() == '{"step": 1}\n'
@@ -207,7 +207,7 @@ def test_a_damaged_line_inside_metrics_is_an_error_naming_the_line(tmp_path):
   with open(path, "w") as f:
     f.write('{"step": 1}\n{"step": 2, "lo\n{"step": 3}\n')
   with pytest.raises(checkpoints.JaxcseError, match=r"metrics.jsonl:2: not a JSON object"):
-    checkpoints.read_jsonl(path)
+    files.read_jsonl(path)
 
 
 # --------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_chec
   # Damage that the record vouches for (a record written over the damaged files): only orbax can tell.
   step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
   _damage(_largest_file(step8, "params"), "truncate")
-  checkpoints.write_json(os.path.join(step8, checkpoints.CHECKSUMS), checkpoints._file_digests(step8))
+  files.write_json(os.path.join(step8, checkpoints.CHECKSUMS), checkpoints._file_digests(step8))
   train.train_and_evaluate(config, workdir)  # One run: no "run the same command again".
   assert len(_warnings_naming(caplog, "checkpoints/latest/8 is not usable (cannot be read")) == 1
   _assert_same_params(_params(workdir), _params(ref_dir))

@@ -57,7 +57,7 @@ def test_bad_line_names_file_and_line(tmp_path):
   write_text(str(tmp_path / "senteval/downstream/TREC/TREC_10.label"), "NUM:date When ?\n")
   with pytest.raises(data_lib.DataError, match=r"train_5500.label:2: expected 'COARSE:fine question'"):
     transfer.load_transfer_task(str(tmp_path), "TREC")
-  with pytest.raises(data_lib.DataError, match=r"MR.*missing transfer-task file"):
+  with pytest.raises(data_lib.DataError, match=r"MR.*missing SentEval file"):
     transfer.load_transfer_task(str(tmp_path), "MR")
 
 

@@ -2,8 +2,8 @@
 
 Both probes (jaxcse.transfer and SentEval) then read the same vectors, so only the probe differs.
 
-  JAXCSE_DATA_DIR=/work/shared/data nice -n 10 python experiments/transfer_check/embed_cache.py \
-      --model all-MiniLM-L6-v2 --pooler avg --out /work/transfer_cache/minilm_avg.npz
+  JAXCSE_DATA_DIR=../shared/data nice -n 10 python experiments/transfer_check/embed_cache.py \
+      --model all-MiniLM-L6-v2 --pooler avg --out transfer_cache/minilm_avg.npz
 
 The npz holds ``sentences`` (str array [n]) and ``embeddings`` (float32 [n, dim]), sentences already
 whitespace-joined as SentEval's batcher joins its tokens.

@@ -1,7 +1,7 @@
 """jaxcse.transfer on the embeddings cached by embed_cache.py (the ones SentEval's probe also reads).
 
-  JAXCSE_DATA_DIR=/work/shared/data nice -n 10 python experiments/transfer_check/run_jaxcse_transfer.py \
-      --cache /work/transfer_cache/minilm_avg.npz --mode test --seed 1111 --out jaxcse_test_seed1111.json
+  JAXCSE_DATA_DIR=../shared/data nice -n 10 python experiments/transfer_check/run_jaxcse_transfer.py \
+      --cache transfer_cache/minilm_avg.npz --mode test --seed 1111 --out jaxcse_test_seed1111.json
 
 Writes a jaxcse.evaluate-shaped JSON ("tasks", "summary" with MR..MRPC and Avg_transfer) plus wall seconds per task.
 """

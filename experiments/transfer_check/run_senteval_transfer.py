@@ -6,8 +6,8 @@ SimCSE's batcher joins them), so the encoder is identical and only the probe dif
 Run with the SentEval venv (torch CPU, scikit-learn); SentEval's classifier calls .cuda() unconditionally,
 so on a CPU-only torch those calls are made no-ops here (nothing else is changed):
 
-  SIMCSE_DIR=/work/ref_senteval/SimCSE nice -n 10 /work/ref_senteval/venv/bin/python \
-      experiments/transfer_check/run_senteval_transfer.py --cache /work/transfer_cache/minilm_avg.npz \
+  SIMCSE_DIR=PATH/TO/SimCSE JAXCSE_DATA_DIR=PATH/TO/data nice -n 10 SENTEVAL_VENV/bin/python \
+      experiments/transfer_check/run_senteval_transfer.py --cache transfer_cache/minilm_avg.npz \
       --mode dev --seed 1111 --tasks MR,CR,SUBJ,MPQA,SST2,TREC,MRPC --out senteval_dev_seed1111.json
 """
 import argparse
@@ -21,11 +21,13 @@ import numpy as np
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.environ.get("SIMCSE_DIR", "/work/ref_senteval/SimCSE"), "SentEval"))
+if not os.environ.get("SIMCSE_DIR") or not os.environ.get("JAXCSE_DATA_DIR"):
+  sys.exit("set SIMCSE_DIR (a clone of princeton-nlp/SimCSE, for its SentEval) and JAXCSE_DATA_DIR (the data root)")
+sys.path.insert(0, os.path.join(os.environ["SIMCSE_DIR"], "SentEval"))
 import senteval  # noqa: E402
 from senteval.tools import classifier as senteval_classifier  # noqa: E402
 
-DATA_ROOT = os.path.join(os.environ.get("JAXCSE_DATA_DIR", "/work/shared/data"), "senteval")
+DATA_ROOT = os.path.join(os.environ["JAXCSE_DATA_DIR"], "senteval")
 
 # SentEval calls inspect.getargspec, removed in Python 3.11; getfullargspec's first field is the same list.
 import inspect  # noqa: E402

@@ -40,6 +40,17 @@ class Corpus:
     return len(self.columns["sent0"])
 
 
+def read_senteval_lines(path: str, encoding: str = "utf-8") -> list[str]:
+  """The lines of a SentEval task file (STS or transfer), as SentEval reads them."""
+  try:
+    with open(path, encoding=encoding) as f:
+      return f.read().splitlines()
+  except FileNotFoundError:
+    raise DataError(f"{path}: missing SentEval file (is the data root laid out as senteval/downstream/...?)") from None
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}: not valid {encoding} ({e.reason} at byte {e.start})") from None
+
+
 def read_text_lines(path: str, *, skip_empty_lines: bool = True) -> Corpus:
   """Reads one sentence per line (``\\n`` or ``\\r\\n`` endings; a last line without one counts)."""
   try:

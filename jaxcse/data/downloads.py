@@ -24,7 +24,8 @@ import huggingface_hub.constants
 import huggingface_hub.errors
 import requests
 
-from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH, file_sha256  # noqa: F401 (re-exported)
+from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
+from jaxcse.files import file_sha256
 from jaxcse.data.root import DATA_DIR_ENV
 from jaxcse import errors
 from jaxcse.errors import JaxcseError

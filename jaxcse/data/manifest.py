@@ -6,7 +6,6 @@ Hugging Face dataset) and the quickstart data root shipped inside the package (`
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -18,18 +17,6 @@ with open(MANIFEST_PATH) as _f:
 # The embedded data root and the pinned sha256 of each of its files, by path relative to it ("/"-separated).
 EMBEDDED_ROOT = os.path.join(_HERE, MANIFEST["embedded"]["folder"])
 EMBEDDED_SHA256: dict[str, str] = MANIFEST["embedded"]["files"]
-
-_CHUNK_BYTES = 1 << 20
-
-
-def file_sha256(path: str) -> str:
-  """Hex sha256 of a file, read in chunks."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
-
 
 def download_providing(relpath: str) -> str | None:
   """The ``jaxcse-data download NAME`` that puts ``relpath`` (relative to a data root) in place, or None."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 
+from jaxcse import files
 from jaxcse.data import manifest
 from jaxcse.errors import JaxcseError
 
@@ -64,7 +65,7 @@ def embedded_file(relpath: str) -> str | None:
   if key not in _embedded_checked:
     if not os.path.isfile(path):
       raise DataError(f"{path}: missing from jaxcse's installed quickstart data; reinstall jaxcse")
-    actual, expected = manifest.file_sha256(path), manifest.EMBEDDED_SHA256[key]
+    actual, expected = files.file_sha256(path), manifest.EMBEDDED_SHA256[key]
     if actual != expected:
       raise DataError(f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
                       "installed quickstart data is damaged: reinstall jaxcse")

@@ -1,10 +1,10 @@
 r"""Benchmarks of jaxcse against the PyTorch originals, each measured in one run.
 
-  python -m jaxcse.bench train    [--shape tiny|minilm|base] [--batch_size 64] [--max_seq_len 32] [--profile]
-  python -m jaxcse.bench train    --find_max_batch [--shape base] [--max_batch_cap N] [--grad_cache_chunk C]
-  python -m jaxcse.bench pretrain [--shape mini] [--batch_size 128] [--max_seq_len 128] [--dtype D]
-  python -m jaxcse.bench encode   [--model all-MiniLM-L6-v2] [--input FILE] [--limit 2048] [--batch_size 64]
-  python -m jaxcse.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] --senteval_dir /path/to/SimCSE
+  python -m benchmarks.bench train    [--shape tiny|minilm|base] [--batch_size 64] [--max_seq_len 32] [--profile]
+  python -m benchmarks.bench train    --find_max_batch [--shape base] [--max_batch_cap N] [--grad_cache_chunk C]
+  python -m benchmarks.bench pretrain [--shape mini] [--batch_size 128] [--max_seq_len 128] [--dtype D]
+  python -m benchmarks.bench encode   [--model all-MiniLM-L6-v2] [--input FILE] [--limit 2048] [--batch_size 64]
+  python -m benchmarks.bench evaluate [--model all-MiniLM-L6-v2] [--tasks sts] --senteval_dir /path/to/SimCSE
 
 Every benchmark runs jaxcse and its baseline in the same process, on the same
 device, inputs and threads, excludes warm-up (compilation, first calls) from
@@ -38,10 +38,11 @@ which torch cannot use, jaxcse runs alone and the last line says so.
   ``evaluation.py`` drives it (its batcher: a PyTorch ``AutoModel``, padding
   to the longest sentence of a batch, the same pooler), same model.
 
-The baselines (PyTorch, sentence-transformers, SentEval) live in the
-repository's ``benchmarks/baselines.py``, outside the package; this module
-imports them lazily, so run it from a checkout with the ``torch`` extra
-installed (``pip install -e ".[torch]"``).
+The benchmarks live beside their baselines (PyTorch, sentence-transformers,
+SentEval: ``benchmarks/baselines.py``), outside the package, as flax and
+MaxText keep theirs: run them from the root of a checkout with the ``torch``
+extra installed (``pip install -e ".[torch]"``). The library never imports
+this folder; the baselines are imported only when one runs.
 """
 
 from __future__ import annotations
@@ -66,13 +67,11 @@ from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate,
 
 
 def _baselines():
-  """``benchmarks.baselines`` of the repository checkout (torch, sentence-transformers, SentEval)."""
+  """``benchmarks.baselines`` (torch, sentence-transformers, SentEval), imported only when a baseline runs."""
   try:
     from benchmarks import baselines
   except ImportError as e:
-    raise SystemExit("error: the baselines are in the repository's benchmarks/ folder: run `python -m jaxcse.bench` "
-                     f"from the root of a jaxcse checkout, with torch installed (pip install -e \".[torch]\"): {e}"
-                     ) from None
+    raise SystemExit(f"error: the baselines need torch: pip install -e \".[torch]\" ({e})") from None
   return baselines
 
 
@@ -814,7 +813,7 @@ def bench_evaluate(args) -> str:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.bench"), description=__doc__.split("\n\n")[0],
+  parser = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0],
                                    epilog="Each benchmark's flags: BENCHMARK --help (e.g. train --help).")
   sub = parser.add_subparsers(dest="benchmark", required=True)
 
