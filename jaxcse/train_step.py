@@ -11,6 +11,7 @@ gradient, no optimizer state, never saved.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax
@@ -148,15 +149,23 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   return apply
 
 
-def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective):
-  """The masked-LM term, or None: ``(prepare, chunk_sum, weight)``.
+class TokenTerm(NamedTuple):
+  """The step's masked-LM term (MLM pretraining, or SimCSE's auxiliary MLM loss).
 
-  ``prepare(batch, key) -> (targets, count)`` masks the whole batch once (the
-  same tokens whatever the chunking); ``chunk_sum(params, targets, key)``
-  returns the summed cross-entropy over the rows it is given and its summed
-  correct predictions. Pretraining (``objective.masked_lm``) predicts at the
-  masked positions only; SimCSE's auxiliary loss at every position.
+  Pretraining (``objective.masked_lm``) predicts at the masked positions only; SimCSE's auxiliary loss at every
+  position.
   """
+
+  # (batch, key) -> (targets, count): masks the whole batch once (the same tokens whatever the chunking); count is
+  # the number of predicted tokens (at least 1).
+  prepare: Callable[[dict, jax.Array], tuple[Any, jax.Array]]
+  # (params, targets of some rows, dropout key) -> (summed cross-entropy, summed correct predictions) over those rows.
+  chunk_sum: Callable[[Any, Any, jax.Array], tuple[jax.Array, jax.Array]]
+  weight: float  # Of the mean token cross-entropy in the step's loss.
+
+
+def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective) -> TokenTerm | None:
+  """The masked-LM term of ``config``'s step, or None."""
   if not (objective.masked_lm or config.mlm.enabled):
     return None
   tok = spec.tokenizer
@@ -177,7 +186,7 @@ def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective)
       logits = models.mlm_logits_at(spec, params, masked, mask, positions, train=True, rng=key)
       return mlm.cross_entropy_sums(logits, labels, weights)
 
-    return prepare, chunk_sum, 1.0
+    return TokenTerm(prepare, chunk_sum, 1.0)
 
   def prepare(batch, key):
     ids, mask, b, _ = flat_views(batch)
@@ -191,7 +200,15 @@ def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective)
     logits = models.mlm_logits(spec, params, masked, mask, train=True, rng=key)
     return mlm.cross_entropy_sums(logits, jnp.where(labels >= 0, labels, 0), labels >= 0)
 
-  return prepare, chunk_sum, config.mlm.weight
+  return TokenTerm(prepare, chunk_sum, config.mlm.weight)
+
+
+class _MaskedTokens(NamedTuple):
+  """A step's masked tokens (``TokenTerm.prepare``'s output) and the dropout key of their forward pass."""
+
+  targets: Any
+  count: jax.Array
+  dropout_key: jax.Array
 
 
 def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
@@ -252,37 +269,32 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     if tokens is not None:
       metrics["mlm_loss"] = token_sums[0] / count
       metrics["mlm_accuracy"] = token_sums[1] / count
-      loss = loss + tokens[2] * metrics["mlm_loss"]
+      loss = loss + tokens.weight * metrics["mlm_loss"]
     return loss, metrics
 
-  def plain_value_and_grad(params, batch, comp_params, keys: _Keys):
+  def plain_value_and_grad(params, batch, comp_params, keys: _Keys, masked):
     comp = None if complementary is None else embed_complementary(comp_params, batch, keys.complementary)
-    if tokens is not None:
-      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
-      targets, count = tokens[0](batch, k_mask)
 
     def loss_fn(params):
       sentence = None
       if objective.loss is not None:
         sentence = sentence_loss(embed_views(module, params, batch, keys.dropout, same_dropout_mask=same_dropout_mask),
                                  keys.method, comp)
-      sums = tokens[1](params, targets, k_mlm_drop) if tokens is not None else None
-      return metrics_of(sentence, sums, count if tokens is not None else None)
+      sums = tokens.chunk_sum(params, masked.targets, masked.dropout_key) if tokens is not None else None
+      return metrics_of(sentence, sums, masked.count if tokens is not None else None)
 
     return jax.value_and_grad(loss_fn, has_aux=True)(params)
 
-  def chunked_value_and_grad(params, batch, comp_params, keys: _Keys):
+  def chunked_value_and_grad(params, batch, comp_params, keys: _Keys, masked):
     rows = batch["input_ids"].shape[0]
     if rows % chunk:
       raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
     n = rows // chunk
     # Per-chunk inputs of both passes: the sentences and the dropout key (the replayed masks), and the MLM inputs.
     xs = {"batch": gradcache.to_chunks(batch, n), "drop": jax.random.split(keys.dropout, n)}
-    count = None
-    if tokens is not None:
-      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
-      targets, count = tokens[0](batch, k_mask)  # Masked on the whole batch: the same tokens as the plain step.
-      xs["mlm"], xs["mlm_drop"] = gradcache.to_chunks(targets, n), jax.random.split(k_mlm_drop, n)
+    count = masked.count if tokens is not None else None
+    if tokens is not None:  # Masked on the whole batch: the same tokens as the plain step.
+      xs["mlm"], xs["mlm_drop"] = gradcache.to_chunks(masked.targets, n), jax.random.split(masked.dropout_key, n)
     comp = None
     if complementary is not None:
       comp = gradcache.from_chunks(jax.lax.map(lambda a: embed_complementary(comp_params, a[0], a[1]),
@@ -293,8 +305,8 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
         embed=(lambda p, x: embed_views(module, p, x["batch"], x["drop"], same_dropout_mask=same_dropout_mask))
         if sentence else None,
         batch_loss=(lambda z: sentence_loss(z, keys.method, comp)) if sentence else None,
-        chunk_loss=(lambda p, x: tokens[1](p, x["mlm"], x["mlm_drop"])) if tokens is not None else None,
-        chunk_weight=(tokens[2] / count) if tokens is not None else 1.0,
+        chunk_loss=(lambda p, x: tokens.chunk_sum(p, x["mlm"], x["mlm_drop"])) if tokens is not None else None,
+        chunk_weight=(tokens.weight / count) if tokens is not None else 1.0,
         cache=cache_gradients)
     sums = (parts["chunk_sum"], parts["chunk_aux"]) if tokens is not None else None
     return metrics_of((parts["batch_loss"], parts["batch_aux"]) if sentence else None, sums, count), grads
@@ -305,8 +317,12 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     keys = _Keys(*jax.random.split(step_key, 4))
     if second_view is not None:
       batch = second_view(batch, jax.random.fold_in(step_key, _AUGMENT_KEY_TAG), augment_params)
+    masked = None
+    if tokens is not None:  # The MLM tokens, masked once for either gradient path.
+      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
+      masked = _MaskedTokens(*tokens.prepare(batch, k_mask), dropout_key=k_mlm_drop)
     value_and_grad = chunked_value_and_grad if chunk else plain_value_and_grad
-    (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys)
+    (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys, masked)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **extra}

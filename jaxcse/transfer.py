@@ -40,6 +40,7 @@ import dataclasses
 import functools
 import os
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -257,6 +258,94 @@ def _optimizer(name: str, l2: jax.Array) -> optax.GradientTransformation:
   raise ValueError(f"unknown optimizer {name!r}; choose adam or rmsprop")
 
 
+class _Problem(NamedTuple):
+  """One probe's data: the shared features and labels, its training rows and its validation rows."""
+
+  features: jax.Array  # [N, D] float32.
+  labels: jax.Array  # [N] int32.
+  rows: jax.Array  # [W] int32: its training rows, then padding (W: the widest problem's count).
+  n_rows: jax.Array  # (): how many of ``rows`` are real.
+  val: jax.Array  # [N] bool: its validation rows.
+
+
+class _ProbeState(NamedTuple):
+  """The loop state of one probe's training: SentEval's early stopping on validation accuracy."""
+
+  params: dict  # {"w": [D, C], "b": [C]}.
+  opt_state: Any
+  key: jax.Array  # Shuffles the next pass.
+  best_params: dict  # The params after the best validation round so far.
+  best_correct: jax.Array  # (): that round's correct validation rows (-1 before any round).
+  bad_rounds: jax.Array  # (): rounds without improvement so far (never reset, as SentEval).
+  stop: jax.Array  # (): bool, set by the round that stops training.
+  epoch: jax.Array  # (): passes trained.
+
+
+def _probe_loss(params: dict, x: jax.Array, y: jax.Array, valid: jax.Array) -> jax.Array:
+  """Mean cross-entropy over the batch's real rows (PyTorch's CrossEntropyLoss reduction)."""
+  ce = optax.softmax_cross_entropy_with_integer_labels(x @ params["w"] + params["b"], y)
+  return jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)
+
+
+def _train_pass(state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
+                ) -> _ProbeState:
+  """One pass over the problem's training rows in a fresh shuffle, ``config.batch_size`` rows per update."""
+  width = problem.rows.shape[0]
+  key, sub = jax.random.split(state.key)
+  # A uniform shuffle of the real rows, padding last: sort random keys, padding keyed +inf.
+  in_train = jnp.arange(width) < problem.n_rows
+  order = jnp.argsort(jnp.where(in_train, jax.random.uniform(sub, (width,)), jnp.inf))
+
+  def update(s, params_and_opt):
+    params, opt_state = params_and_opt
+    pos = s * config.batch_size + jnp.arange(config.batch_size)
+    valid = pos < problem.n_rows
+    batch = problem.rows[order[jnp.minimum(pos, width - 1)]]
+    grads = jax.grad(_probe_loss)(params, problem.features[batch], problem.labels[batch], valid)
+    updates, new_opt_state = opt.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    # The last pass of a problem with fewer rows than the widest one has empty steps: no update at all.
+    keep = jnp.any(valid)
+    return jax.tree.map(lambda a, b: jnp.where(keep, a, b), (new_params, new_opt_state), (params, opt_state))
+
+  params, opt_state = jax.lax.fori_loop(0, -(-width // config.batch_size), update, (state.params, state.opt_state))
+  return state._replace(params=params, opt_state=opt_state, key=key)
+
+
+def _validation_round(state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
+                      ) -> _ProbeState:
+  """``config.epoch_size`` passes, then SentEval's validation and early-stopping rule."""
+  state = jax.lax.fori_loop(0, config.epoch_size, lambda _, st: _train_pass(st, problem, opt, config), state)
+  pred = jnp.argmax(problem.features @ state.params["w"] + state.params["b"], axis=-1)
+  correct = jnp.sum((pred == problem.labels) & problem.val)
+  improved = correct > state.best_correct
+  # SentEval's rule: a round without improvement stops training once `tenacity` such rounds came before it; the
+  # count is never reset.
+  return state._replace(
+      best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), state.params, state.best_params),
+      best_correct=jnp.maximum(state.best_correct, correct),
+      bad_rounds=state.bad_rounds + (~improved).astype(jnp.int32),
+      stop=~improved & (state.bad_rounds >= config.tenacity),
+      epoch=state.epoch + config.epoch_size)
+
+
+def _fit_one(key: jax.Array, problem: _Problem, weight_decay: jax.Array, *, nclasses: int, config: ProbeConfig):
+  """One probe, trained until SentEval's early stopping: ``(best params, best correct count, rounds)``."""
+  dim = problem.features.shape[1]
+  init_key, key = jax.random.split(key)
+  # nn.Linear's default initialisation: U(-1/sqrt(D), 1/sqrt(D)) for weight and bias.
+  bound = 1.0 / np.sqrt(dim)
+  wkey, bkey = jax.random.split(init_key)
+  params = {"w": jax.random.uniform(wkey, (dim, nclasses), jnp.float32, -bound, bound),
+            "b": jax.random.uniform(bkey, (nclasses,), jnp.float32, -bound, bound)}
+  opt = _optimizer(config.optimizer, weight_decay)
+  start = _ProbeState(params=params, opt_state=opt.init(params), key=key, best_params=params,
+                      best_correct=jnp.int32(-1), bad_rounds=jnp.int32(0), stop=jnp.bool_(False), epoch=jnp.int32(0))
+  end = jax.lax.while_loop(lambda st: ~st.stop & (st.epoch <= config.max_epoch),
+                           lambda st: _validation_round(st, problem, opt, config), start)
+  return end.best_params, end.best_correct, end.epoch // config.epoch_size
+
+
 @functools.partial(jax.jit, static_argnames=("nclasses", "config"))
 def _fit_problems(features: jax.Array, labels: jax.Array, keys: jax.Array, train_rows: jax.Array, n_train: jax.Array,
                   val_mask: jax.Array, l2: jax.Array, *, nclasses: int, config: ProbeConfig):
@@ -271,69 +360,11 @@ def _fit_problems(features: jax.Array, labels: jax.Array, keys: jax.Array, train
     ``({"w": [P, D, C], "b": [P, C]}, best_correct [P], rounds [P])``: the parameters after the validation round
     with the most correct validation rows (the first such round), that count, and the rounds trained.
   """
-  dim = features.shape[1]
-  width = train_rows.shape[1]
-  steps_per_pass = -(-width // config.batch_size)
+  def fit(key, rows, n_rows, val, weight_decay):
+    return _fit_one(key, _Problem(features, labels, rows, n_rows, val), weight_decay, nclasses=nclasses,
+                    config=config)
 
-  def fit_one(key, rows, n_rows, val, weight_decay):
-    init_key, key = jax.random.split(key)
-    # nn.Linear's default initialisation: U(-1/sqrt(D), 1/sqrt(D)) for weight and bias.
-    bound = 1.0 / np.sqrt(dim)
-    wkey, bkey = jax.random.split(init_key)
-    params = {"w": jax.random.uniform(wkey, (dim, nclasses), jnp.float32, -bound, bound),
-              "b": jax.random.uniform(bkey, (nclasses,), jnp.float32, -bound, bound)}
-    opt = _optimizer(config.optimizer, weight_decay)
-    in_train = jnp.arange(width) < n_rows
-
-    def loss_fn(p, x, y, valid):
-      # Mean cross-entropy over the batch's real rows (PyTorch's CrossEntropyLoss reduction).
-      ce = optax.softmax_cross_entropy_with_integer_labels(x @ p["w"] + p["b"], y)
-      return jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)
-
-    def step(s, carry):
-      p, o, order = carry
-      pos = s * config.batch_size + jnp.arange(config.batch_size)
-      valid = pos < n_rows
-      batch = rows[order[jnp.minimum(pos, width - 1)]]
-      grads = jax.grad(loss_fn)(p, features[batch], labels[batch], valid)
-      updates, new_o = opt.update(grads, o, p)
-      new_p = optax.apply_updates(p, updates)
-      # The last pass of a problem with fewer rows than the widest one has empty steps: no update at all.
-      keep = jnp.any(valid)
-      return jax.tree.map(lambda a, b: jnp.where(keep, a, b), (new_p, new_o), (p, o)) + (order,)
-
-    def one_pass(_, carry):
-      p, o, k = carry
-      k, sub = jax.random.split(k)
-      # A uniform shuffle of the real rows, padding last: sort random keys, padding keyed +inf.
-      order = jnp.argsort(jnp.where(in_train, jax.random.uniform(sub, (width,)), jnp.inf))
-      p, o, _ = jax.lax.fori_loop(0, steps_per_pass, step, (p, o, order))
-      return p, o, k
-
-    def correct(p):
-      pred = jnp.argmax(features @ p["w"] + p["b"], axis=-1)
-      return jnp.sum((pred == labels) & val)
-
-    def round_(carry):
-      p, o, k, best_p, best, bad_rounds, stop, epoch = carry
-      p, o, k = jax.lax.fori_loop(0, config.epoch_size, one_pass, (p, o, k))
-      c = correct(p)
-      improved = c > best
-      best_p = jax.tree.map(lambda a, b: jnp.where(improved, a, b), p, best_p)
-      # SentEval's rule: a round without improvement stops training once `tenacity` such rounds came before it;
-      # the count is never reset.
-      stop = ~improved & (bad_rounds >= config.tenacity)
-      bad_rounds = bad_rounds + (~improved).astype(jnp.int32)
-      return p, o, k, best_p, jnp.maximum(best, c), bad_rounds, stop, epoch + config.epoch_size
-
-    def cond(carry):
-      return ~carry[6] & (carry[7] <= config.max_epoch)
-
-    carry = (params, opt.init(params), key, params, jnp.int32(-1), jnp.int32(0), jnp.bool_(False), jnp.int32(0))
-    _, _, _, best_p, best, _, _, epoch = jax.lax.while_loop(cond, round_, carry)
-    return best_p, best, epoch // config.epoch_size
-
-  return jax.vmap(fit_one)(keys, train_rows, n_train, val_mask, l2)
+  return jax.vmap(fit)(keys, train_rows, n_train, val_mask, l2)
 
 
 def fit_probes(features: np.ndarray, labels: np.ndarray, problems: Problems, *, nclasses: int, config: ProbeConfig,
