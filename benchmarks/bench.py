@@ -63,7 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, train_step
+from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, sts_data, train_step
 
 
 def _baselines():
@@ -769,7 +769,7 @@ def bench_evaluate(args) -> str:
   logging.getLogger().setLevel(logging.WARNING)  # SentEval logs every batch at INFO.
   root = data_lib.data_dir(args.data_dir)
   tasks = evaluate.expand_tasks(args.tasks)
-  tasks = [t for t in tasks if t in evaluate.STS_TASKS]
+  tasks = [t for t in tasks if t in sts_data.STS_TASKS]
   path = hub.resolve_model_path(args.model)
   baselines = _baselines()
   senteval_dir = baselines.senteval_checkout(args.senteval_dir)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from jaxcse import evaluate, models, objectives
+from jaxcse import models, objectives, sts_metrics
 from jaxcse.errors import JaxcseError
 
 
@@ -25,9 +25,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     objectives.pooling_of(config)
   except ValueError as e:
     raise ConfigError(str(e)) from None
-  if config.eval.metric not in evaluate.SELECTION_METRICS:
+  if config.eval.metric not in sts_metrics.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
-                      f"{', '.join(evaluate.SELECTION_METRICS)}")
+                      f"{', '.join(sts_metrics.SELECTION_METRICS)}")
   if config.eval.metric == "stsb_sickr_dev" and not config.eval.sickr_dev:
     raise ConfigError("eval.metric=stsb_sickr_dev needs eval.sickr_dev=True (it averages STS-B and SICK-R dev)")
   if config.mlm.head not in models.MLM_HEADS:

@@ -20,161 +20,25 @@ checkpoint, else its latest) or one of its checkpoint folders.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
-import scipy.spatial.distance
-import scipy.stats
 
 from jaxcse import data as data_lib
 from jaxcse import transfer as transfer_lib
-from jaxcse import embedder as embedder_lib, errors, files, provenance
+from jaxcse import errors, files, provenance
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
+from jaxcse.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task
+from jaxcse.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
+                                uniformity)
 
-Embed = Callable[[Sequence[str]], np.ndarray]
-
-# SentEval's subsets per year (STS13's SMT is not distributed).
-STS_YEARS = {
-    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    "STS13": ("FNWN", "headlines", "OnWN"),
-    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-}
-STS_TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 SUMMARY_NAMES = (*STS_TASKS, "Avg")
 ALIGN_UNIFORM = "align_uniform"
-# SimCSE's positive pairs for alignment: STS-B pairs with a gold score of at least 4 (out of 5).
-POSITIVE_MIN_SCORE = 4.0
-
-
-@dataclasses.dataclass
-class PairSet:
-  """Sentence pairs with gold similarity scores."""
-
-  sent1: list[str]
-  sent2: list[str]
-  gold: np.ndarray
-
-  def __len__(self) -> int:
-    return len(self.gold)
-
-
-def _senteval_text(s: str) -> str:
-  return " ".join(s.split())
-
-
-def load_sts_year(root: str, year: str) -> dict[str, PairSet]:
-  """STS12-16 subsets, each as SentEval loads it."""
-  folder = os.path.join(root, "senteval", "downstream", "STS", f"{year}-en-test")
-  subsets = {}
-  for name in STS_YEARS[year]:
-    input_path = os.path.join(folder, f"STS.input.{name}.txt")
-    gold_path = os.path.join(folder, f"STS.gs.{name}.txt")
-    pairs, gold = data_lib.read_senteval_lines(input_path), data_lib.read_senteval_lines(gold_path)
-    if len(pairs) != len(gold):
-      raise data_lib.DataError(f"{input_path}: {len(pairs)} lines but {gold_path} has {len(gold)}")
-    s1, s2, g = [], [], []
-    for lineno, (pair, score) in enumerate(zip(pairs, gold), start=1):
-      if score.strip() == "":
-        continue  # SentEval drops pairs without a gold score.
-      fields = pair.split("\t")
-      if len(fields) != 2:
-        raise data_lib.DataError(f"{input_path}:{lineno}: expected 2 tab-separated sentences, found {len(fields)} fields")
-      try:
-        g.append(float(score))
-      except ValueError:
-        raise data_lib.DataError(f"{gold_path}:{lineno}: gold score {score!r} is not a number") from None
-      s1.append(_senteval_text(fields[0]))
-      s2.append(_senteval_text(fields[1]))
-    subsets[name] = PairSet(s1, s2, np.asarray(g, np.float64))
-  return subsets
-
-
-def _load_tsv_pairs(path: str, *, skip_header: bool, cols: tuple[int, int, int]) -> PairSet:
-  """Rows of a tab-separated file; ``cols`` = (sentence 1, sentence 2, score) column indices."""
-  s1, s2, g = [], [], []
-  lines = data_lib.read_senteval_lines(path)
-  for lineno, line in enumerate(lines, start=1):
-    if skip_header and lineno == 1:
-      continue
-    fields = line.strip().split("\t")
-    if len(fields) <= max(cols):
-      raise data_lib.DataError(f"{path}:{lineno}: expected at least {max(cols) + 1} tab-separated fields, found {len(fields)}")
-    try:
-      g.append(float(fields[cols[2]]))
-    except ValueError:
-      raise data_lib.DataError(f"{path}:{lineno}: score {fields[cols[2]]!r} is not a number") from None
-    s1.append(_senteval_text(fields[cols[0]]))
-    s2.append(_senteval_text(fields[cols[1]]))
-  return PairSet(s1, s2, np.asarray(g, np.float64))
-
-
-STSB_COLUMNS = (5, 6, 4)  # STS-B's sentence 1, sentence 2 and score columns (no header).
-SICKR_COLUMNS = (1, 2, 3)  # SICK's sentence_A, sentence_B and relatedness_score columns (after a header).
-# The dev sets scored during training, as paths under a data root.
-STSB_DEV_FILE = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
-SICKR_DEV_FILE = "senteval/downstream/SICK/SICK_trial.txt"
-
-
-def load_stsb(root: str) -> dict[str, PairSet]:
-  """STS Benchmark: genre, file, year, id, score, sentence 1, sentence 2 (tab-separated)."""
-  folder = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
-  return {
-      split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=STSB_COLUMNS)
-      for split in ("dev", "test")
-  }
-
-
-def load_sickr(root: str) -> dict[str, PairSet]:
-  """SICK relatedness: pair_ID, sentence_A, sentence_B, relatedness_score, ... with a header."""
-  folder = os.path.join(root, "senteval", "downstream", "SICK")
-  files = {"dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
-  return {split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=SICKR_COLUMNS)
-          for split, f in files.items()}
-
-
-def load_task(root: str, task: str) -> dict[str, PairSet]:
-  if task in STS_YEARS:
-    return load_sts_year(root, task)
-  if task == "STSBenchmark":
-    return load_stsb(root)
-  if task == "SICKRelatedness":
-    return load_sickr(root)
-  raise ValueError(f"unknown task {task!r}; choose from {STS_TASKS}")
-
-
-def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
-  """Row-wise cosine similarity, as SentEval computes it (NaN-safe, in float64)."""
-  e1 = np.nan_to_num(e1.astype(np.float64))
-  e2 = np.nan_to_num(e2.astype(np.float64))
-  denom = np.linalg.norm(e1, axis=1) * np.linalg.norm(e2, axis=1)
-  return np.nan_to_num((e1 * e2).sum(axis=1) / denom)
-
-
-def correlations(scores: np.ndarray, gold: np.ndarray) -> dict[str, float]:
-  return {
-      "pearson": float(scipy.stats.pearsonr(scores, gold)[0]),
-      "spearman": float(scipy.stats.spearmanr(scores, gold)[0]),
-      "nsamples": int(len(gold)),
-  }
-
-
-def embed_unique(embed: Embed, pair_sets: Sequence[PairSet]) -> dict[str, np.ndarray]:
-  """Embeds every distinct sentence of ``pair_sets`` once."""
-  return embedder_lib.embed_each_once(embed, (s for ps in pair_sets for s in (*ps.sent1, *ps.sent2)))
-
-
-def score_pairs(table: dict[str, np.ndarray], pairs: PairSet) -> np.ndarray:
-  e1 = np.stack([table[s] for s in pairs.sent1])
-  e2 = np.stack([table[s] for s in pairs.sent2])
-  return cosine_scores(e1, e2)
 
 
 def evaluate_sts(embed: Embed, root: str, tasks: Sequence[str] = STS_TASKS) -> dict:
@@ -204,49 +68,6 @@ def evaluate_sts(embed: Embed, root: str, tasks: Sequence[str] = STS_TASKS) -> d
   return results
 
 
-def _normalize_rows(x: np.ndarray) -> np.ndarray:
-  x = np.asarray(x, np.float64)
-  if x.ndim != 2:
-    raise ValueError(f"expected embeddings of shape [n, dim], got {x.shape}")
-  norms = np.linalg.norm(x, axis=1)
-  if np.any(norms == 0) or not np.all(np.isfinite(norms)):
-    raise ValueError("embeddings must be finite and non-zero to be normalised")
-  return embedder_lib.normalize_rows(x)
-
-
-def alignment(x: np.ndarray, y: np.ndarray, *, alpha: float = 2) -> float:
-  """Wang & Isola's alignment: mean of ||f(x) - f(y)||^alpha over paired rows (lower is better).
-
-  Args:
-    x, y: ``[n, dim]`` embeddings; row i of ``x`` and of ``y`` form a positive pair. Rows are L2-normalised here.
-    alpha: the exponent (2, as SimCSE).
-
-  Returns:
-    A float in [0, 2^alpha].
-  """
-  x, y = _normalize_rows(x), _normalize_rows(y)
-  if x.shape != y.shape or len(x) == 0:
-    raise ValueError(f"alignment needs two non-empty arrays of the same shape, got {x.shape} and {y.shape}")
-  return float(np.mean(np.linalg.norm(x - y, axis=1) ** alpha))
-
-
-def uniformity(x: np.ndarray, *, t: float = 2) -> float:
-  """Wang & Isola's uniformity: log of the mean of exp(-t ||f(a) - f(b)||^2) over all pairs i < j (lower is better).
-
-  Args:
-    x: ``[n, dim]`` embeddings, n >= 2; rows are L2-normalised here.
-    t: the temperature (2, as SimCSE).
-
-  Returns:
-    A float in [-4t, 0]: 0 when all rows are equal.
-  """
-  x = _normalize_rows(x)
-  if len(x) < 2:
-    raise ValueError(f"uniformity needs at least 2 embeddings, got {len(x)}")
-  sq_dists = scipy.spatial.distance.pdist(x, "sqeuclidean")  # [n (n - 1) / 2], the pairs i < j.
-  return float(np.log(np.mean(np.exp(-t * sq_dists))))
-
-
 def evaluate_align_uniform(embed: Embed, root: str) -> dict:
   """Alignment and uniformity on STS-B test, as SimCSE measures them.
 
@@ -272,44 +93,6 @@ def evaluate_align_uniform(embed: Embed, root: str) -> dict:
   }
 
 
-def largest_angle_deg(x: np.ndarray) -> float:
-  """The largest angle between any two rows of ``[n, hidden]`` embeddings (n >= 2), in degrees.
-
-  The MixCSE paper's omega (Fig. 4b): the biggest angle between any two
-  sentences' embeddings of STS-B, taken as the opening of the spherical cap the
-  embeddings fill; contrastive training widens it.
-  """
-  x = np.asarray(x, np.float64)
-  if x.ndim != 2 or len(x) < 2:
-    raise ValueError(f"need [n >= 2, hidden] embeddings, got {x.shape}")
-  unit = embedder_lib.normalize_rows(x)
-  cos = unit @ unit.T  # [n, n]
-  np.fill_diagonal(cos, np.inf)  # A row with itself is not a pair.
-  return float(np.degrees(np.arccos(np.clip(cos.min(), -1.0, 1.0))))
-
-
-def dev_dynamics(table: dict[str, np.ndarray], stsb_dev: PairSet) -> dict[str, float]:
-  """Geometry of the STS-B dev embeddings the dev evaluation computed (no second encoding).
-
-  Returns ``omega_deg`` (``largest_angle_deg`` over its distinct sentences),
-  ``alignment`` over its pairs with gold score >= 4 and ``uniformity`` over its
-  distinct sentences (Wang & Isola, ``alignment``/``uniformity``, as
-  ``evaluate_align_uniform`` measures them on the test split).
-
-  Args:
-    table: ``{sentence: [hidden] vector}`` covering the STS-B dev sentences (other sentences are ignored).
-    stsb_dev: the STS-B dev pairs.
-  """
-  sentences = list(dict.fromkeys((*stsb_dev.sent1, *stsb_dev.sent2)))
-  everything = np.stack([table[s] for s in sentences])
-  positive = np.flatnonzero(stsb_dev.gold >= POSITIVE_MIN_SCORE)
-  dynamics = {"omega_deg": largest_angle_deg(everything), "uniformity": uniformity(everything)}
-  if len(positive):  # A cut-down dev set may have no such pair; then there is no alignment to report.
-    dynamics["alignment"] = alignment(np.stack([table[stsb_dev.sent1[i]] for i in positive]),
-                                               np.stack([table[stsb_dev.sent2[i]] for i in positive]))
-  return dynamics
-
-
 def summarize(results: dict) -> dict[str, float]:
   """The numbers SimCSE's evaluation.py prints: Spearman x100, 2 decimals, STS12-16 'all', test splits.
 
@@ -330,36 +113,6 @@ def summarize(results: dict) -> dict[str, float]:
   # Transfer accuracies (x100, 2 decimals) and Avg_transfer, the mean of the seven rounded values.
   summary.update(transfer_lib.summarize_transfer(results))
   return summary
-
-
-def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
-                              ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-  """Spearman (not x100) on each dev set, as model selection during training uses them, and the embeddings they
-  were computed from: ``{sentence: [hidden] vector}``, each once."""
-  table = embed_unique(embed, list(dev_sets.values()))
-  scores = {name: correlations(score_pairs(table, ps), ps.gold)["spearman"] for name, ps in dev_sets.items()}
-  return scores, table
-
-
-def load_dev_sets(root: str | None = None, *, sickr: bool = True) -> dict[str, PairSet]:
-  """The dev sets scored during training: STS-B dev (``stsb_dev``) and, if ``sickr``, SICK-R dev (``sickr_dev``).
-
-  Their files are looked up by ``data.data_file``: under ``root`` (None: ``$JAXCSE_DATA_DIR``), else in the
-  quickstart data shipped with jaxcse, which holds STS-B dev (not SICK-R).
-  """
-  sets = {"stsb_dev": _load_tsv_pairs(data_lib.data_file(STSB_DEV_FILE, root), skip_header=False, cols=STSB_COLUMNS)}
-  if sickr:
-    sets["sickr_dev"] = _load_tsv_pairs(data_lib.data_file(SICKR_DEV_FILE, root), skip_header=True,
-                                        cols=SICKR_COLUMNS)
-  return sets
-
-
-# Model selection during training (``config.eval.metric``): the number to maximise, from an evaluation's scores.
-SELECTION_METRICS: dict[str, Callable[[dict[str, float]], float]] = {
-    "stsb_dev": lambda scores: scores["stsb_dev"],  # SimCSE, MixCSE.
-    "stsb_sickr_dev": lambda scores: (scores["stsb_dev"] + scores["sickr_dev"]) / 2,  # DCLR.
-    "heldout_mlm_accuracy": lambda scores: scores["heldout_mlm_accuracy"],  # MLM pretraining.
-}
 
 
 def format_table(summary: dict[str, float], names: Sequence[str] = SUMMARY_NAMES) -> str:

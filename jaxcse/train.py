@@ -35,7 +35,8 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib, evaluate
+from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib
+from jaxcse import sts_data, sts_metrics
 from jaxcse import errors, files, hub, loading, mlm, models, objectives, provenance, train_step as step_lib
 from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, report
 from jaxcse.progress import Progress
@@ -196,7 +197,7 @@ class _Inputs:
   params: Any  # The configured start's parameters; None when the run is to resume from the workdir.
   batches: Any  # data.Batches or data.PackedBatches over the training corpus.
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
-  dev_sets: dict[str, evaluate.PairSet]  # evaluate.load_dev_sets: STS-B dev (and SICK-R dev).
+  dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
   complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``_complementary``).
   augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``_augment_mlm``).
 
@@ -210,7 +211,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   resumable = _check_workdir(config, workdir, restart)
   spec, params = _start_model(config, workdir, resume=resumable)
   batches, heldout = _batches(config, spec)
-  dev_sets = evaluate.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
+  dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _complementary(config, replicated)
   augment_mlm = _augment_mlm(config, spec, replicated)
@@ -435,13 +436,13 @@ class Evaluator:
   """Runs the evaluation during training: STS-B/SICK-R dev (+ its dynamics), held-out MLM; keeps the best."""
 
   def __init__(self, config, spec: models.ModelSpec, heldout: data_lib.Corpus | None, metrics_log: MetricsWriter,
-               best_manager, meta: dict, dev_sets: dict[str, evaluate.PairSet]):
+               best_manager, meta: dict, dev_sets: dict[str, sts_data.PairSet]):
     self.config = config
-    self.dev_sets = dev_sets  # evaluate.load_dev_sets, read before the run wrote anything.
+    self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
     self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
                                           attend_padding=objectives.get(config.method).attend_padding(config))
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
-    self.select = evaluate.SELECTION_METRICS[config.eval.metric]
+    self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]
     self.metrics_log, self.best, self.meta = metrics_log, best_manager, meta
 
   def __call__(self, step: int, params, *, log_record: bool = True) -> float:
@@ -451,9 +452,9 @@ class Evaluator:
     scheduled evaluations.
     """
     t0 = time.time()
-    scores, table = evaluate.dev_scores_and_embeddings(lambda s: self.embedder(s, params), self.dev_sets)
+    scores, table = sts_metrics.dev_scores_and_embeddings(lambda s: self.embedder(s, params), self.dev_sets)
     # The training dynamics of the MixCSE paper (Fig. 4b) and Wang & Isola's map, from the same embeddings.
-    dynamics = evaluate.dev_dynamics(table, self.dev_sets["stsb_dev"])
+    dynamics = sts_metrics.dev_dynamics(table, self.dev_sets["stsb_dev"])
     if self.heldout is not None:
       scores.update(self.heldout(params))
     metric = self.select(scores)

@@ -311,7 +311,7 @@ def _senteval_tar(real_root: str) -> bytes:
 
 
 def test_download_senteval_end_to_end_then_skip(server, tmp_path, real_data_dir):
-  from jaxcse import evaluate
+  from jaxcse import sts_data
 
   server.files["senteval.tar"] = _senteval_tar(real_data_dir)
   root = str(tmp_path / "data")
@@ -319,7 +319,7 @@ def test_download_senteval_end_to_end_then_skip(server, tmp_path, real_data_dir)
   downstream = os.path.join(root, "senteval", "downstream")
   assert os.path.isfile(os.path.join(downstream, "MR", "rt-polarity.pos"))
   assert not os.path.exists(os.path.join(root, "senteval", "senteval.tar"))  # Deleted once extracted and verified.
-  assert len(evaluate.load_stsb(root)["test"]) == 1379  # The layout the evaluation reads.
+  assert len(sts_data.load_stsb(root)["test"]) == 1379  # The layout the evaluation reads.
   requests = len(server.requests)
   assert downloads.download("senteval", root, endpoint=server.base) == [downstream]
   assert len(server.requests) == requests  # Already there and verified: nothing fetched.

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import evaluate, objectives, train
+from jaxcse import objectives, sts_data, sts_metrics, train
 from tests import helpers
 
 
@@ -53,21 +53,21 @@ def test_scores_on_toy_embeddings():
 def test_dev_dynamics_on_toy_embeddings():
   # Sentence "x y" embeds as the vector (x, y) (helpers.numeric_embed): angles 0, 45, 90, 135 degrees.
   a, b, c, d = "1 0", "1 1", "0 1", "-1 1"
-  stsb_dev = evaluate.PairSet([a, b, a], [b, c, d], np.array([4.5, 4.0, 3.0]))
-  sick = evaluate.PairSet(["-1 -1", "-1 -1"], [b, a], np.array([1.0, 2.0]))  # "-1 -1" is opposite to b: not STS-B.
-  scores, table = evaluate.dev_scores_and_embeddings(helpers.numeric_embed, {"stsb_dev": stsb_dev, "sickr_dev": sick})
+  stsb_dev = sts_data.PairSet([a, b, a], [b, c, d], np.array([4.5, 4.0, 3.0]))
+  sick = sts_data.PairSet(["-1 -1", "-1 -1"], [b, a], np.array([1.0, 2.0]))  # "-1 -1" is opposite to b: not STS-B.
+  scores, table = sts_metrics.dev_scores_and_embeddings(helpers.numeric_embed, {"stsb_dev": stsb_dev, "sickr_dev": sick})
   assert set(table) == {a, b, c, d, "-1 -1"}
   # Spearman of cosines (.71, .71, -.71), ranks (2.5, 2.5, 1), with gold ranks (3, 2, 1): sqrt(3) / 2.
   assert scores["stsb_dev"] == pytest.approx(math.sqrt(3) / 2)
-  dynamics = evaluate.dev_dynamics(table, stsb_dev)
+  dynamics = sts_metrics.dev_dynamics(table, stsb_dev)
   assert dynamics["omega_deg"] == pytest.approx(135.0, abs=1e-9)  # Between a and d.
   # Positives (gold >= 4): (a, b) and (b, c), both 45 degrees apart: ||u - v||^2 = 2 - sqrt(2).
   assert dynamics["alignment"] == pytest.approx(2 - math.sqrt(2), abs=1e-9)
   # Pairs of {a, b, c, d}: three at 45 degrees, two at 90, one at 135; ||u - v||^2 = 2 - 2 cos.
   sq = [2 - math.sqrt(2)] * 3 + [2.0] * 2 + [2 + math.sqrt(2)]
   assert dynamics["uniformity"] == pytest.approx(math.log(np.mean(np.exp(-2 * np.array(sq)))), abs=1e-9)
-  assert evaluate.largest_angle_deg(np.array([[1.0, 0.0], [2.0, 0.0]])) == pytest.approx(0.0, abs=1e-5)
-  assert evaluate.largest_angle_deg(np.array([[1.0, 0.0], [-3.0, 0.0]])) == pytest.approx(180.0)
+  assert sts_metrics.largest_angle_deg(np.array([[1.0, 0.0], [2.0, 0.0]])) == pytest.approx(0.0, abs=1e-5)
+  assert sts_metrics.largest_angle_deg(np.array([[1.0, 0.0], [-3.0, 0.0]])) == pytest.approx(180.0)
 
 
 def test_tiny_run_logs_dynamics(tiny_model_dir, small_data_dir, fresh_workdir):

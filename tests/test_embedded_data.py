@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from jaxcse import configuration, evaluate
+from jaxcse import configuration, sts_data
 from jaxcse import data, files
 from jaxcse.data import DataError, downloads, manifest, root
 from tests import helpers
@@ -16,7 +16,7 @@ from tests.conftest import SHARED_DATA
 
 REAL_ROOT = os.environ.get("JAXCSE_DATA_DIR") or SHARED_DATA  # Read before the fixture below unsets it.
 CORPUS = "corpora/wiki_offline_20k.txt"
-STSB_DEV = evaluate.STSB_DEV_FILE
+STSB_DEV = sts_data.STSB_DEV_FILE
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def test_shipped_stsb_dev_is_the_downloaded_file():
   # The same bytes as the senteval download's pinned member, so results on it equal results on a full data root.
   pinned = dict(downloads.DOWNLOADS["senteval"][0].verified_members)["STS/STSBenchmark/sts-dev.csv"]
   assert manifest.EMBEDDED_SHA256[STSB_DEV] == pinned
-  assert len(evaluate.load_dev_sets(sickr=False)["stsb_dev"]) == 1500
+  assert len(sts_data.load_dev_sets(sickr=False)["stsb_dev"]) == 1500
 
 
 def test_shipped_corpus_is_the_head_of_wiki_offline():
@@ -90,7 +90,7 @@ def test_other_files_name_the_download(tmp_path, monkeypatch):
                                       r"`jaxcse-data download wiki1m --data_dir DIR` fetches it"):
     data.resolve("corpora/wiki1m_for_simcse.txt")
   with pytest.raises(DataError, match=r"`jaxcse-data download senteval --data_dir DIR` fetches it"):
-    evaluate.load_dev_sets()  # SICK-R dev is not shipped.
+    sts_data.load_dev_sets()  # SICK-R dev is not shipped.
   with pytest.raises(DataError, match=r"no jaxcse-data download provides it"):
     data.resolve("corpora/mine.txt")
   (tmp_path / "r").mkdir()
@@ -115,7 +115,7 @@ def test_quickstart_configs_need_no_data_root():
     config = __import__(f"jaxcse.configs.{name}", fromlist=["get_config"]).get_config()
     assert config.data.train == CORPUS and not config.data.data_dir and not config.eval.sickr_dev
     data.resolve(config.data.train)
-    evaluate.load_dev_sets(sickr=config.eval.sickr_dev)
+    sts_data.load_dev_sets(sickr=config.eval.sickr_dev)
 
 
 def test_a_metric_needing_sickr_dev_needs_it_scored():

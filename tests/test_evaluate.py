@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jaxcse import data as data_lib, evaluate, hub
+from jaxcse import data as data_lib, evaluate, hub, sts_data
 from tests import helpers
 
 # reference.md §2 (and SentEval run on these files): pairs with a gold score.
@@ -35,7 +35,7 @@ def toy_root(tmp_path):
 
 
 def test_sts_year_on_toy_data_matches_hand_computed_correlations(toy_root):
-  loaded = evaluate.load_sts_year(toy_root, "STS12")
+  loaded = sts_data.load_sts_year(toy_root, "STS12")
   assert len(loaded["MSRpar"]) == 3  # The empty gold score dropped its pair.
   assert loaded["MSRpar"].sent1[0] == "1 0"
   results = evaluate.evaluate_sts(_numeric_embed, toy_root, ["STS12"])["STS12"]
@@ -48,14 +48,14 @@ def test_sts_year_on_toy_data_matches_hand_computed_correlations(toy_root):
   all_scores = [1, 0, -1] + cos * 4
   all_gold = [5, 0, 2.5] + [3, 4, 1] * 4
   assert results["all"]["spearman"]["all"] == pytest.approx(scipy.stats.spearmanr(all_scores, all_gold)[0])
-  per_subset = [results[n]["spearman"] for n in evaluate.STS_YEARS["STS12"]]
+  per_subset = [results[n]["spearman"] for n in sts_data.STS_YEARS["STS12"]]
   assert results["all"]["spearman"]["mean"] == pytest.approx(np.mean(per_subset))
   assert results["all"]["spearman"]["wmean"] == pytest.approx(np.average(per_subset, weights=[3] * 5))
   assert results["all"]["nsamples"] == 15
 
 
 def test_summary_rounds_each_task_then_averages_the_rounded_numbers():
-  results = {t: {"all": {"spearman": {"all": 0.123456}}} for t in evaluate.STS_YEARS}
+  results = {t: {"all": {"spearman": {"all": 0.123456}}} for t in sts_data.STS_YEARS}
   results["STSBenchmark"] = {"test": {"spearman": 0.5}}
   results["SICKRelatedness"] = {"test": {"spearman": 0.700049}}
   summary = evaluate.summarize(results)
@@ -67,19 +67,19 @@ def test_summary_rounds_each_task_then_averages_the_rounded_numbers():
 
 def test_missing_and_malformed_files_name_the_file_and_line(toy_root):
   with pytest.raises(data_lib.DataError, match="STS.input.FNWN.txt: missing SentEval file"):
-    evaluate.load_sts_year(toy_root, "STS13")
+    sts_data.load_sts_year(toy_root, "STS13")
   bad = os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.input.MSRvid.txt")
   _write(bad, "1 0\t1 2\n2 1 no tab here\n0 1\t1 3\n")
   with pytest.raises(data_lib.DataError, match=r"STS.input.MSRvid.txt:2: expected 2 tab-separated sentences"):
-    evaluate.load_sts_year(toy_root, "STS12")
+    sts_data.load_sts_year(toy_root, "STS12")
   gold = os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.gs.MSRpar.txt")
   _write(gold, "5\nfive\n\n2.5\n")
   with pytest.raises(data_lib.DataError, match=r"STS.gs.MSRpar.txt:2: gold score 'five'"):
-    evaluate.load_sts_year(toy_root, "STS12")
+    sts_data.load_sts_year(toy_root, "STS12")
 
 
 def test_task_names_expand():
-  assert evaluate.expand_tasks("sts") == list(evaluate.STS_TASKS)
+  assert evaluate.expand_tasks("sts") == list(sts_data.STS_TASKS)
   assert evaluate.expand_tasks("STS12,sts")[:2] == ["STS12", "STS13"]
   with pytest.raises(ValueError, match="unknown task"):
     evaluate.expand_tasks("STS17")
@@ -87,9 +87,9 @@ def test_task_names_expand():
 
 def test_pair_counts_on_the_real_data(real_data_dir):
   for year, n in EXPECTED_PAIRS.items():
-    assert sum(len(ps) for ps in evaluate.load_sts_year(real_data_dir, year).values()) == n, year
-  stsb = evaluate.load_stsb(real_data_dir)
-  sick = evaluate.load_sickr(real_data_dir)
+    assert sum(len(ps) for ps in sts_data.load_sts_year(real_data_dir, year).values()) == n, year
+  stsb = sts_data.load_stsb(real_data_dir)
+  sick = sts_data.load_sickr(real_data_dir)
   assert (len(stsb["dev"]), len(stsb["test"])) == (1500, 1379)
   assert (len(sick["dev"]), len(sick["test"])) == (500, 4927)
 

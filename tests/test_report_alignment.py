@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from jaxcse import evaluate, report
+from jaxcse import evaluate, report, sts_data, sts_metrics
 from tests import helpers
 
 # Three unit vectors in 2-d: a = (1, 0), b = (0, 1), c = (-1, 0).
@@ -25,47 +25,47 @@ _numeric_embed = helpers.numeric_embed
 def test_alignment_matches_hand_computed_values():
   x, y = np.array([A, A, A]), np.array([A, B, C])
   # ||a - a||^2 = 0, ||a - b||^2 = 1 + 1 = 2, ||a - c||^2 = 2^2 = 4: mean 6 / 3 = 2.
-  assert evaluate.alignment(x, y) == pytest.approx(2.0)
+  assert sts_metrics.alignment(x, y) == pytest.approx(2.0)
   # alpha = 1: the distances 0, sqrt(2), 2.
-  assert evaluate.alignment(x, y, alpha=1) == pytest.approx((0 + np.sqrt(2) + 2) / 3)
+  assert sts_metrics.alignment(x, y, alpha=1) == pytest.approx((0 + np.sqrt(2) + 2) / 3)
 
 
 def test_uniformity_matches_hand_computed_value():
   # Pairs i < j: ||a - b||^2 = 2, ||a - c||^2 = 4, ||b - c||^2 = 2; log mean exp(-2 d) = log((2 e^-4 + e^-8) / 3).
   expected = np.log((2 * np.exp(-4) + np.exp(-8)) / 3)
-  assert evaluate.uniformity(np.array([A, B, C])) == pytest.approx(expected)
+  assert sts_metrics.uniformity(np.array([A, B, C])) == pytest.approx(expected)
   # t = 1: log((2 e^-2 + e^-4) / 3).
-  assert evaluate.uniformity(np.array([A, B, C]), t=1) == pytest.approx(np.log((2 * np.exp(-2) + np.exp(-4)) / 3))
+  assert sts_metrics.uniformity(np.array([A, B, C]), t=1) == pytest.approx(np.log((2 * np.exp(-2) + np.exp(-4)) / 3))
 
 
 def test_both_normalise_rows_so_scaling_changes_nothing():
   x, y = np.array([A, A, A]), np.array([A, B, C])
   scale = np.array([[2.0], [0.5], [30.0]])
-  assert evaluate.alignment(x * scale, y * scale[::-1]) == pytest.approx(evaluate.alignment(x, y))
-  assert evaluate.uniformity(y * scale) == pytest.approx(evaluate.uniformity(y))
+  assert sts_metrics.alignment(x * scale, y * scale[::-1]) == pytest.approx(sts_metrics.alignment(x, y))
+  assert sts_metrics.uniformity(y * scale) == pytest.approx(sts_metrics.uniformity(y))
   rng = np.random.default_rng(0)
   z = rng.normal(size=(20, 8))
-  assert evaluate.uniformity(z * rng.uniform(0.1, 10, size=(20, 1))) == pytest.approx(evaluate.uniformity(z))
+  assert sts_metrics.uniformity(z * rng.uniform(0.1, 10, size=(20, 1))) == pytest.approx(sts_metrics.uniformity(z))
 
 
 def test_identical_pairs_align_perfectly_and_identical_vectors_are_not_uniform():
   z = np.random.default_rng(1).normal(size=(5, 4))
-  assert evaluate.alignment(z, z) == pytest.approx(0.0, abs=1e-12)
+  assert sts_metrics.alignment(z, z) == pytest.approx(0.0, abs=1e-12)
   # Every distance is 0: log(mean(exp(0))) = log(1) = 0, the worst possible uniformity.
   same = np.tile([[3.0, 4.0]], (6, 1))
-  assert evaluate.uniformity(same) == pytest.approx(0.0, abs=1e-12)
+  assert sts_metrics.uniformity(same) == pytest.approx(0.0, abs=1e-12)
   # Spreading the vectors lowers it: a tight cluster < 0, the three spread vectors lower still.
   cluster = np.array([[1.0, 0.0], [1.0, 0.1], [1.0, -0.1]])
-  assert evaluate.uniformity(np.array([A, B, C])) < evaluate.uniformity(cluster) < 0
+  assert sts_metrics.uniformity(np.array([A, B, C])) < sts_metrics.uniformity(cluster) < 0
 
 
 def test_bad_inputs_are_errors():
   with pytest.raises(ValueError, match="non-zero"):
-    evaluate.uniformity(np.array([A, [0.0, 0.0]]))
+    sts_metrics.uniformity(np.array([A, [0.0, 0.0]]))
   with pytest.raises(ValueError, match="at least 2"):
-    evaluate.uniformity(np.array([A]))
+    sts_metrics.uniformity(np.array([A]))
   with pytest.raises(ValueError, match="same shape"):
-    evaluate.alignment(np.array([A, B]), np.array([A]))
+    sts_metrics.alignment(np.array([A, B]), np.array([A]))
 
 
 # --- on STS-B files and through the CLI -------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def test_evaluate_align_uniform_on_toy_stsb(stsb_root):
 
 def test_expand_tasks_accepts_align_uniform():
   assert evaluate.expand_tasks("align_uniform") == ["align_uniform"]
-  assert evaluate.expand_tasks("sts,align_uniform") == [*evaluate.STS_TASKS, "align_uniform"]
+  assert evaluate.expand_tasks("sts,align_uniform") == [*sts_data.STS_TASKS, "align_uniform"]
   assert evaluate.expand_tasks("STSBenchmark, align_uniform,align_uniform") == ["STSBenchmark", "align_uniform"]
   with pytest.raises(ValueError, match="unknown task 'alignment'"):
     evaluate.expand_tasks("sts,alignment")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, evaluate, loading, mlm, models, train
+from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, evaluate, loading, mlm, models, sts_data, sts_metrics, train
 from jaxcse import objectives, tokenization, train_step
 from tests import helpers
 
@@ -54,7 +54,7 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   # (Another batch size rounds the embeddings differently, and a Spearman over 60 pairs moves by ~1e-4 when two
   # nearly tied cosines swap ranks.)
   embedder = embedder_lib.Embedder(loaded.spec, batch_size=config.eval.batch_size)
-  dev = evaluate.dev_scores_and_embeddings(lambda s: embedder(s, loaded.params), evaluate.load_dev_sets(small_data_dir))[0]
+  dev = sts_metrics.dev_scores_and_embeddings(lambda s: embedder(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
   assert dev["stsb_dev"] == best_record["eval/stsb_dev"]
   # The evaluation CLI takes the workdir too.
   out = os.path.join(fresh_workdir, "eval.json")
