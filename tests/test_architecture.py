@@ -130,3 +130,32 @@ def test_no_import_cycle_and_no_torch_in_the_package():
     assert not roots & {"torch", "senteval", "sentence_transformers", "benchmarks"}, \
         f"{m} imports {roots & {'torch', 'senteval', 'sentence_transformers'}}: baselines belong in benchmarks/"
     assert "/work/" not in open(modules[m]).read(), f"{m} holds a machine-specific path"
+
+
+# ARCHITECTURE.md's floors, top to bottom: a module imports only from its own floor or the ones below it.
+LAYERS = (
+    ("commands", {"jaxcse", "jaxcse.export_hf", "jaxcse.report", "jaxcse.plot", "jaxcse.wordpiece",
+                  "jaxcse.data.__main__"}),
+    ("loop", {"jaxcse.train", "jaxcse.configuration"}),
+    ("step", {"jaxcse.train_step", "jaxcse.objectives", "jaxcse.losses", "jaxcse.gradcache", "jaxcse.mlm",
+              "jaxcse.augment"}),
+    ("scale", {"jaxcse.distributed"}),
+    ("evaluation", {"jaxcse.evaluate", "jaxcse.transfer", "jaxcse.sts_data", "jaxcse.sts_metrics"}),
+    ("inference", {"jaxcse.embedder", "jaxcse.encode"}),
+    ("models", {"jaxcse.loading", "jaxcse.models", "jaxcse.poolers", "jaxcse.checkpoints", "jaxcse.st_format",
+                "jaxcse.hub"}),
+    ("data", {"jaxcse.data", "jaxcse.data.batching", "jaxcse.data.corpora", "jaxcse.data.downloads",
+              "jaxcse.data.manifest", "jaxcse.data.root", "jaxcse.tokenization"}),
+    ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance"}),
+)
+
+
+def test_every_module_imports_only_from_its_floor_or_below():
+  modules = _modules()
+  floor = {m: i for i, (_, members) in enumerate(LAYERS) for m in members}
+  assert set(modules) - set(floor) == set(), "modules on no floor of LAYERS (place them, and in ARCHITECTURE.md)"
+  for m, path in modules.items():
+    for dep in _imports(path):
+      if dep in modules and dep != m and dep != "jaxcse" and not m.startswith(dep + "."):
+        assert floor[dep] >= floor[m], (f"{m} ({LAYERS[floor[m]][0]}) imports {dep}, a floor above it "
+                                        f"({LAYERS[floor[dep]][0]})")
