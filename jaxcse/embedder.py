@@ -38,8 +38,7 @@ class Embedder:
     self.max_seq_len = min(max_seq_len or spec.max_positions, spec.max_positions)
     # attend_padding (DCLR's released dev evaluation, which passes no attention mask): every batch is cut at its
     # longest sentence, as a collator that pads to the longest would leave it.
-    module = spec.module_for(self.pooler, attend_padding=attend_padding)
-    self._apply = jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
+    self._apply = jit_embed(spec, self.pooler, attend_padding=attend_padding)
 
   def params_for_pooler(self, params: Any) -> dict:
     """Only what this pooler's module reads: training params may also hold an MLP or an MLM head."""
@@ -73,6 +72,15 @@ class Embedder:
       raise EmbeddingError(f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
                            f"of {len(out)} sentences (its parameters are NaN or overflow)")
     return out
+
+
+def jit_embed(spec: ModelSpec, pooler: str, *, attend_padding: bool = False):
+  """The jitted forward ``(params, ids [rows, len], mask [rows, len]) -> [rows, hidden]`` that an Embedder runs.
+
+  ``params`` are ``Embedder.params_for_pooler``'s. ``jaxcse.compile --inference`` lowers this same function.
+  """
+  module = spec.module_for(pooler, attend_padding=attend_padding)
+  return jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
 
 
 def _row_bucket(rows: int) -> int:

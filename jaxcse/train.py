@@ -467,8 +467,7 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool) -> dict:
   del params  # The train state owns the params from here on (its buffers are donated).
 
   complementary, complementary_params = _complementary(config, replicated)
-  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary), donate_argnums=0,
-                       out_shardings=(replicated, replicated))
+  train_step = step_lib.jit_train_step(config, spec, tx, complementary, mesh)
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta)
@@ -600,10 +599,11 @@ def shipped_configs() -> list[str]:
   return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
 
 
-def parse_flags(argv: list[str]) -> list[str]:
+def parse_flags(argv: list[str], command: str = "jaxcse.train") -> list[str]:
   """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
 
-  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...).
+  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``command``
+  names the module whose ``--help`` the message points to (``jaxcse.compile`` parses the same flags).
   """
   from absl import flags
 
@@ -615,7 +615,8 @@ def parse_flags(argv: list[str]) -> list[str]:
       argv[i] = "--config=" + resolve_config(arg[len("--config="):])
   try:
     rest = flags.FLAGS(argv)
-    flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
+    if flags.FLAGS.config is not None:  # None: not given (jaxcse.compile --list_targets needs none).
+      flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
   except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
     fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
     print(f"error: unknown config field {e.args[0] if e.args else e!r} in {', '.join(fields)} (the config file lists every field)",
@@ -623,7 +624,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
   except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
     message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} (python -m jaxcse.train --help lists the flags; shipped configs: "
+    print(f"error: {message} (python -m {command} --help lists the flags; shipped configs: "
           f"{', '.join(shipped_configs())})", file=sys.stderr)
     sys.exit(2)
   return rest

@@ -1,7 +1,10 @@
 """The pure train step: embed the views, apply the objective, take gradients, update. Jitted once by the loop.
 
 ``make_train_step(config, spec, tx, complementary)`` returns
-``(state, batch, complementary_params) -> (state, metrics)``. Dropout masks
+``(state, batch, complementary_params) -> (state, metrics)``;
+``jit_train_step(..., mesh)`` jits it as it runs: the one place both the
+trainer and ``jaxcse.compile`` (ahead of time, for TPUs and GPUs) get the
+jitted step from, so what is compiled is what trains. Dropout masks
 come from ``fold_in(key(seed), step)``, so a resumed run retraces the
 uninterrupted one exactly. ``complementary_params`` (DCLR's frozen model) is
 an input, not part of the state: no gradient, no optimizer state, never saved.
@@ -17,7 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse import gradcache, mlm, models, objectives
+from jaxcse import distributed, gradcache, mlm, models, objectives
 
 
 @flax.struct.dataclass
@@ -241,3 +244,17 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
+
+
+def jit_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
+                   complementary: models.ModelSpec | None, mesh: jax.sharding.Mesh):
+  """``make_train_step`` jitted as the trainer runs it on ``mesh`` (``distributed.make_mesh``'s 1-axis ``data``).
+
+  The train state and DCLR's complementary params are replicated on every device, the batch
+  (``{"input_ids", "attention_mask"}``, int32 ``[batch, columns, len]``) is split along its first axis, the metrics
+  come back replicated, and the state's buffers are donated (updated in place). ``jaxcse.compile`` lowers this same
+  object with abstract arguments for a TPU slice or GPU that is not present.
+  """
+  replicated, batch = distributed.data_shardings(mesh)
+  return jax.jit(make_train_step(config, spec, tx, complementary), in_shardings=(replicated, batch, replicated),
+                 out_shardings=(replicated, replicated), donate_argnums=0)
