@@ -581,38 +581,68 @@ def variant_config(config: ml_collections.ConfigDict, variant: str, chunk: int) 
   return config
 
 
-def find_max_batch(fits, granularity: int, start: int, *, limit: int = 1 << 20) -> tuple[int | None, list]:
-  """The largest multiple of ``granularity`` for which ``fits(batch)`` holds, assuming it holds below that.
+def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 20) -> tuple[int | None, list]:
+  """The largest multiple of ``granularity`` (up to ``limit``) whose program fits, assuming all smaller ones fit.
 
-  Doubles from ``start`` (rounded to the granularity) until a batch does not fit, then bisects between the last
-  fit and the first failure. ``fits(batch) -> bool`` compiles. Returns ``(largest or None, [(batch, fits)...])``.
+  ``measure(batch) -> (fits, (bytes needed, bytes usable) or None)`` compiles once; the bytes are per device,
+  None when the compiler refused the program without saying how much it needs. Memory grows about linearly with
+  the batch, so the search solves ``needed(batch) = usable`` by the Illinois variant of regula falsi (the line
+  through the bracket's two ends, one end's excess halved when the other end moved twice running), falling back
+  to the bracket's middle where a number is missing. The bracket comes from ``start``: the line through the two
+  largest fitting batches, else doubling. Ends when the largest fitting and the smallest failing batch are one
+  granularity apart. Returns ``(largest, [(batch, fits), ...])``; largest None when not one granularity fits.
   """
-  tried = []
+  tried, excess = [], {}  # excess[batch] = needed - usable (< 0 fits).
 
   def probe(batch):
-    ok = fits(batch)
+    ok, used = measure(batch)
     tried.append((batch, ok))
+    if used is not None:
+      excess[batch] = used[0] - used[1]
     return ok
 
-  batch = max(granularity, start // granularity * granularity)
-  if not probe(batch):
-    low, high = 0, batch
-  else:
-    low = batch
-    while True:
-      high = low * 2
-      if high > limit:
-        return low, tried
-      if not probe(high):
-        break
-      low = high
-  while high - low > granularity:
-    mid = (low + high) // 2 // granularity * granularity
-    if probe(mid):
-      low = mid
+  def on_grid(x):
+    return int(x) // granularity * granularity
+
+  low = max(granularity, on_grid(start))
+  while not probe(low):  # The config's own batch may not fit: halve until one does.
+    if low == granularity:
+      return None, tried
+    low = max(granularity, on_grid(low // 2))
+  high = None
+  while high is None:  # Bracket: where the line through the two largest fits reaches the limit, else double.
+    fits = sorted(b for b in excess if excess[b] < 0)[-2:]
+    candidate = low * 2
+    if len(fits) == 2 and excess[fits[1]] > excess[fits[0]]:
+      (b1, b2), (e1, e2) = fits, (excess[fits[0]], excess[fits[1]])
+      candidate = max(on_grid(b2 - e2 * (b2 - b1) / (e2 - e1)) + granularity, low + granularity)
+    candidate = min(candidate, limit)
+    if candidate <= low:
+      return low, tried
+    if probe(candidate):
+      low = candidate
     else:
-      high = mid
-  return (low or None), tried
+      high = candidate
+  weight = {"low": 1.0, "high": 1.0}  # Illinois: the factor on an end's excess that has not moved lately.
+  moved = []
+  while high - low > granularity:
+    guess = None
+    if low in excess and high in excess:
+      e_low, e_high = excess[low] * weight["low"], excess[high] * weight["high"]
+      guess = on_grid(low - e_low * (high - low) / (e_high - e_low))
+    if guess is None or not low < guess < high:
+      guess = on_grid((low + high) // 2)
+    guess = min(max(guess, low + granularity), high - granularity)
+    side = "low" if probe(guess) else "high"
+    if side == "low":
+      low = guess
+    else:
+      high = guess
+    weight[side] = 1.0
+    if moved[-1:] == [side]:  # The same end twice running: halve the other end's pull.
+      weight["high" if side == "low" else "low"] /= 2
+    moved.append(side)
+  return low, tried
 
 
 def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, variant: str, *, devices=None,
@@ -630,20 +660,22 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
   if "grad_cache" in variant:
     granularity = granularity * chunk // math.gcd(granularity, chunk)
 
-  def fits(batch):
+  def measure(batch):
     config.train.batch_size = batch
     try:
       report = compile_train_step(config, target, devices=devices, batch_size=batch, columns=columns,
                                   cache_dir=cache_dir)
     except OutOfMemory:
-      ok = False
+      ok, used = False, None
     else:
-      ok = report["fits"]
+      memory = report["memory_bytes"]
+      ok, used = report["fits"], (memory["total"], memory["device_limit"])
     if log is not None:
-      log(f"  {variant}: batch {batch} {'fits' if ok else 'does not fit'}")
-    return ok
+      log(f"  {variant}: batch {batch} {'fits' if ok else 'does not fit'}"
+          + (f" ({used[0] / 2**30:.2f} of {used[1] / 2**30:.2f} GiB)" if used else " (the compiler ran out of memory)"))
+    return ok, used
 
-  largest, tried = find_max_batch(fits, granularity, start or config.train.batch_size)
+  largest, tried = find_max_batch(measure, granularity, start or config.train.batch_size)
   return {"variant": variant, "max_batch_size": largest, "granularity": granularity,
           "grad_cache_chunk": chunk if "grad_cache" in variant else 0, "tried": tried}
 

@@ -244,22 +244,31 @@ def test_a_cached_hub_snapshot_is_read_without_the_network(tiny_model_dir, monke
 # Pure parts: the search, the analysis.
 
 
-def test_find_max_batch_bisects_to_the_exact_limit():
+@pytest.mark.parametrize("memory", ["linear", "quadratic", "compiler_refuses"])
+def test_find_max_batch_finds_the_exact_limit_in_few_compilations(memory):
+  # A fake compiler: per-device bytes of a batch b; "compiler_refuses" reports no bytes past the limit (as
+  # libtpu's out-of-memory error), "quadratic" adds the similarity matrix's b^2 term.
   from jaxcse import aot
 
-  for limit in (8, 1000, 1008, 4096, 12344):
+  usable = 16 * 2**30
+  for per_row in (1e6, 3.3e6, 2.9e7):
+    def used(b):
+      return 2e9 + per_row * b + (5e3 * b * b if memory == "quadratic" else 0)
+
+    exact = max(b for b in range(8, 1 << 16, 8) if used(b) <= usable)
     seen = []
 
-    def fits(batch):
+    def measure(batch):
       seen.append(batch)
-      return batch <= limit
+      fits = used(batch) <= usable
+      return fits, (used(batch), usable) if fits or memory != "compiler_refuses" else None
 
-    largest, tried = aot.find_max_batch(fits, granularity=8, start=64)
-    assert largest == limit // 8 * 8
-    assert [b for b, _ in tried] == seen and all(b % 8 == 0 for b in seen)
-    # Doubling then bisection: about 2 log2(limit / granularity) compilations, never a linear scan.
-    assert len(seen) <= 2 * math.ceil(math.log2(max(limit, 64) / 8)) + 2
-  assert aot.find_max_batch(lambda b: False, granularity=8, start=64)[0] is None
+    largest, tried = aot.find_max_batch(measure, granularity=8, start=64)
+    assert largest == exact, (memory, per_row)
+    assert [b for b, _ in tried] == seen and all(b % 8 == 0 for b in seen) and len(set(seen)) == len(seen)
+    # Bisection alone would take log2(exact / 8) + log2(8) compilations; the line through measured points fewer.
+    assert len(seen) <= math.ceil(math.log2(exact / 8)) + 4, (memory, per_row, seen)
+  assert aot.find_max_batch(lambda b: (False, None), granularity=8, start=64)[0] is None
 
 
 def test_collectives_are_counted_by_kind_once_per_async_pair():

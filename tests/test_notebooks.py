@@ -3,7 +3,9 @@
 Each notebook is executed with nbclient in a kernel of this test's own Python
 (the venv running pytest), with ``JAXCSE_NOTEBOOK_SMOKE=1``: a tiny random
 BERT, a few steps, STS-B only. The TPU notebook runs on 2 simulated CPU
-devices, so its mesh and global batch are those of a 2-core machine.
+devices, so its mesh and the split of its global batch are those of a 2-device machine. That its real
+configs fit today's Colab and Kaggle TPUs is checked by compiling them for v5e-1 and v5e-8
+(tests/test_compile_accelerators.py).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def test_tpu_notebook_on_two_devices(kernel, tmp_path, monkeypatch):
                     monkeypatch)
   out = text_output(nb)
   assert "2 cpu devices; mesh axes {'data': 2}" in out
-  assert "global batch 8 = 4 per core x 2 cores" in out
+  assert "global batch 8 = 4 per device x 2 devices" in out
   assert "rows 0:4, shape (4, 1, 32)" in out and "rows 4:8, shape (4, 1, 32)" in out
   assert "trained 2 steps of global batch 8 on 2 devices" in out
   assert os.path.isfile(os.path.join(workdir, "sts.json"))
