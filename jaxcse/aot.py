@@ -390,8 +390,8 @@ def compiler_versions(target: targets_lib.Target) -> dict[str, str]:
   """The versions that decide what the target's compiler produces."""
   import importlib.metadata
 
-  packages = ["jax", "jaxlib"] + {"tpu": ["libtpu"], "gpu": ["jax-cuda12-plugin", "jax-cuda12-pjrt"]}.get(
-      target.platform, [])
+  packages = ["jax", "jaxlib"] + {"tpu": ["libtpu"], "gpu": ["jax-cuda12-plugin", "jax-cuda12-pjrt",
+                                                           "nvidia-cuda-nvcc-cu12"]}.get(target.platform, [])
   versions = {}
   for package in packages:
     try:

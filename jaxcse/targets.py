@@ -196,7 +196,10 @@ def gpu_device_memory(config_file: str) -> int:
 # libtpu looks for the TPU it runs on (the GCE metadata server, the worker hostnames) when its plugin starts,
 # and prints warnings when there is none. The values a one-host TPU VM would have keep it quiet; they change
 # nothing in what it compiles for a topology it is given (checked: the same program whatever the type set).
-_LIBTPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost"}
+# libtpu also takes /tmp/libtpu_lockfile, so that one process at a time drives a machine's TPU: compiling drives
+# none, and two compilations (or one beside a training run on a TPU VM) may load it together.
+_LIBTPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost",
+               "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def devices(target: Target) -> list:
