@@ -516,7 +516,7 @@ def analyse(facts: Facts, target: targets_lib.Target, *, batch_size: int, num_de
   bytes_accessed = facts.cost.get("bytes accessed")
   seconds, bound = roofline_seconds(flops, memory.argument + memory.output, target)
   xla_seconds, _ = roofline_seconds(flops, bytes_accessed, target)
-  report = {
+  return {
       "target": target.name,
       "device": target.peaks.name if target.peaks else "cpu",
       "num_devices": num_devices,
@@ -541,9 +541,6 @@ def analyse(facts: Facts, target: targets_lib.Target, *, batch_size: int, num_de
       "fingerprint": facts.fingerprint,
       "compiler_versions": compiler_versions(target),
   }
-  if "optimal_seconds" in facts.cost:  # libtpu's own estimate of the step's time.
-    report["tpu_optimal_seconds"] = facts.cost["optimal_seconds"]
-  return report
 
 
 def compile_train_step(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
@@ -685,12 +682,14 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
 
 
 def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
-                    max_len: int | None = None, rows: int | None = None, cache_dir: str | None = None) -> list[dict]:
+                    max_len: int | None = None, lengths: list[int] | None = None, rows: int | None = None,
+                    cache_dir: str | None = None) -> list[dict]:
   """Compiles the evaluation forward (``embedder.jit_embed``, as the trainer's Evaluator runs it) at each length.
 
   The Evaluator embeds STS-B/SICK-R dev with ``spec.pooling.dev_pooler`` on ``eval.batch_size`` rows, the params
   replicated on the mesh; batches are padded to ``tokenization.LENGTH_BUCKETS`` up to ``max_len`` (default: the
-  model's positions). One report per length, with ``sentences_per_second_bound`` for encoding at that length.
+  model's positions). ``lengths`` picks some of those buckets (default: all). One report per length, with
+  ``sentences_per_second_bound`` for encoding at that length.
   """
   devices = devices if devices is not None else targets_lib.devices(target)
   configuration.validate(config)
@@ -705,8 +704,15 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   replicated, _ = distributed.data_shardings(distributed.make_mesh(devices))
   params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params)
   forward = embedder_lib.jit_embed(spec, pooler, attend_padding=attend_padding)
+  buckets = sorted({tokenization.bucket(n, embed.max_seq_len) for n in range(1, embed.max_seq_len + 1)})
+  if lengths:
+    unknown = sorted(set(lengths) - set(buckets))
+    if unknown:
+      raise CompileError(f"inference lengths {unknown} are not length buckets up to {embed.max_seq_len} (the "
+                         f"Embedder pads every batch to one of {buckets})")
+    buckets = sorted(set(lengths))
   reports = []
-  for length in sorted({tokenization.bucket(n, embed.max_seq_len) for n in range(1, embed.max_seq_len + 1)}):
+  for length in buckets:
     ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=replicated)
     facts = compile_facts(forward, (params, ids, ids), target, cache_dir=cache_dir)
     report = analyse(facts, target, batch_size=rows, num_devices=len(devices))

@@ -145,7 +145,7 @@ def run_command() -> int:
     fits, error = True, None
     if FLAGS.inference:
       reports = aot.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
-                                    cache_dir=cache_dir)
+                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir)
       result.update(reports[-1], lengths=reports)
       for r in reports:
         print("\n".join(describe(r)))
@@ -219,6 +219,7 @@ def _define_flags():
                     "eval.batch_size rows), at every length bucket up to --inference_max_len.")
   flags.DEFINE_integer("inference_max_len", 0, "With --inference: the longest length bucket (default: the model's "
                        "maximum positions).")
+  flags.DEFINE_list("inference_lengths", [], "With --inference: only these length buckets (e.g. 32,128,512).")
   flags.DEFINE_integer("columns", 0, "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
                        "triplets; else 1). The corpus is never read.")
   flags.DEFINE_string("cache_dir", os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),

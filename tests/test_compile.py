@@ -379,6 +379,18 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   assert {k: v for k, v in cached.items() if k != "cached"} == {k: v for k, v in report.items() if k != "cached"}
 
 
+def test_the_encoder_compiles_at_the_embedders_length_buckets_only(tiny_model_dir):
+  from jaxcse import aot, targets
+  from tests import helpers
+
+  config = helpers.tiny_config(tiny_model_dir, "", "base", **{"eval.batch_size": 8})
+  reports = aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[12, 4])
+  assert [(r["length"], r["batch_size"], r["program"]) for r in reports] == [(4, 8, "encode"), (12, 8, "encode")]
+  assert reports[0]["flops_per_device"] < reports[1]["flops_per_device"]
+  with pytest.raises(aot.CompileError, match=r"inference lengths \[10\] are not length buckets up to 12"):
+    aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[10])
+
+
 def test_bad_target_and_missing_compiler_are_one_line_errors():
   result = _command("--config", "base", "--target", "v9z-1")
   assert result.returncode == 1 and result.stderr.count("\n") == 1

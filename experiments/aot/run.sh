@@ -34,7 +34,7 @@ if [[ $stage == max_batch || $stage == all ]]; then
   done
 fi
 if [[ $stage == inference || $stage == all ]]; then
-  for target in "${TARGETS[@]}"; do
-    compile base "$target" --inference --json "$OUT/base/$target.inference.json"
+  for target in v5e-1 h100; do  # The Evaluator's forward (eval.batch_size 128 rows) at three length buckets.
+    compile base "$target" --inference --inference_lengths=32,128,512 --json "$OUT/base/$target.inference.json"
   done
 fi
