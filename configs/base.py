@@ -54,6 +54,19 @@ def get_config() -> ml_collections.ConfigDict:
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
   config.loss.hard_negative_weight = 0.0  # Supervised only: log-weight on each anchor's own hard negative.
 
+  # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
+  config.augment = ml_collections.ConfigDict()
+  # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.
+  config.augment.same_dropout_mask = False
+  # Discrete augmentations of the second view, on its WordPiece ids (a word = a piece and its ## pieces), applied in
+  # this order; k of n words is round-half-up(k x n). Combine them freely (e.g. crop 0.1 + mlm 0.15).
+  config.augment.crop = 0.0  # Keep a random contiguous span of (1 - crop) of the words ("crop k%"); 0 = off.
+  config.augment.word_deletion = 0.0  # Delete this share of the words at random ("word deletion k%"); 0 = off.
+  config.augment.delete_one_word = False  # Delete one word at random ("delete one word").
+  config.augment.mlm = 0.0  # Replace this share of the words by samples of a frozen masked LM ("MLM k%"); 0 = off.
+  # That masked LM ("" = model.name: the starting encoder with its pretrained MLM head); frozen, never saved.
+  config.augment.mlm_model = ""
+
   config.mlm = ml_collections.ConfigDict()
   config.mlm.enabled = False  # SimCSE's do_mlm: add a masked-LM loss on the same encoder.
   config.mlm.weight = 0.1  # Its weight (SimCSE's mlm_weight).
@@ -88,6 +101,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.at_end = True  # Also evaluate after the last step.
   config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
+  config.eval.sickr_dev = True  # Also score SICK-R dev at each evaluation (logged; stsb_sickr_dev needs it).
 
   config.log = ml_collections.ConfigDict()
   # Also write metrics.jsonl's numbers as TensorBoard scalars in WORKDIR/tensorboard (pip install "jaxcse[tensorboard]").

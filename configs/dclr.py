@@ -16,6 +16,13 @@ The complementary model is any jaxcse workdir or HF folder/hub id (the official
 run uses princeton-nlp/unsup-simcse-bert-base-uncased, a hub id, fetched when
 online). Its params are a frozen input of the train step: no gradient, not saved.
 
+Ablations from the paper (its Table 2): ``--config.dclr.instance_weighting=none``
+(w/o instance weighting), ``--config.dclr.noise_negatives=none`` (w/o noise-based
+negatives), ``--config.dclr.noise_negatives=random`` (random noise, no gradient
+ascent), ``--config.dclr.instance_weighting=self`` (self instance weighting: the
+trained model's own embeddings, under stop-gradient, as the complementary model).
+Without complementary weighting no complementary model is loaded.
+
 Where the released code differs (configs/dclr_as_released.py does it its way):
 it runs the encoder without an attention mask, pools through BERT's pretrained
 NSP pooler (dense + tanh) and then SimCSE's MLP, selects checkpoints on the
@@ -41,12 +48,19 @@ def get_config():
   config.eval.metric = "stsb_sickr_dev"  # DCLR selects on the mean of STS-B dev and SICK-R dev.
   config.eval.at_end = False  # The official schedule evaluates every 125 steps only (3 epochs: 23,436 steps).
   config.dclr = ml_collections.ConfigDict()
+  # Where the instance weights come from: complementary (the frozen model below), self (the trained model's own
+  # embeddings of the step, no gradient: the paper's "self instance weighting"), none (all 1: "w/o instance
+  # weighting").
+  config.dclr.instance_weighting = "complementary"
   config.dclr.complementary_model = "princeton-nlp/unsup-simcse-bert-base-uncased"  # Frozen; workdir or HF.
   config.dclr.complementary_dropout = False  # True: run it with dropout on, a quirk of the released code.
   # True: train, select and embed exactly as the released code does (no attention mask, BERT's pooler layer +
   # MLP, selection on the pooler layer, complementary dropout on); see configs/dclr_as_released.py.
   config.dclr.as_released = False
   config.dclr.phi = 0.9  # Negatives the complementary model scores above this get weight 0.
+  # Noise negatives: ascent (N(0, noise_std^2), then ascent_steps of gradient ascent), random (the same draws, no
+  # ascent: the paper's "random noise"), none (no noise negatives: "w/o noise-based negatives").
+  config.dclr.noise_negatives = "ascent"
   config.dclr.noise_times = 1.0  # Noise negatives per batch = batch_size x noise_times.
   config.dclr.noise_std = 1.0  # Initial noise ~ N(0, noise_std^2).
   config.dclr.ascent_steps = 4  # Gradient-ascent steps on the noise (the code's pgd).

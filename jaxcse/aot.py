@@ -57,10 +57,20 @@ class SpecialTokens:
   mask_token_id: int | None
   pad_token_id: int | None
   all_special_ids: tuple[int, ...]
+  # The vocabulary (token -> id) when the tokenizer's files were found: the discrete augmentations of
+  # ``config.augment`` build a constant of the step from it (``augment.WordPieces``). None for a published shape.
+  vocab: dict[str, int] | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
 
   @classmethod
   def of(cls, tokenizer) -> "SpecialTokens":
-    return cls(tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids))
+    return cls(tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids),
+               dict(tokenizer.get_vocab()))
+
+  def get_vocab(self) -> dict[str, int]:
+    """The tokenizer's ``get_vocab()``, as ``augment.WordPieces.from_tokenizer`` reads it."""
+    if self.vocab is None:
+      raise CompileError("the tokenizer's vocabulary is not known (a published shape has only its special ids)")
+    return self.vocab
 
 
 # Published config.json shapes (huggingface.co/<id>/blob/main/config.json) of the models jaxcse's configs name,
@@ -213,6 +223,8 @@ def abstract_model(config: ml_collections.ConfigDict) -> AbstractModel:
     shape = model_shape(config.model.name, revision=config.model.get("revision") or None,
                         dropout=config.model.dropout)
     hf_config, tokens, source = shape.hf_config, shape.tokens, shape.source
+  if _augments_tokens(config):
+    _needs_vocabulary(config.model.name, tokens)
   if with_mlm and (tokens is None or tokens.mask_token_id is None):
     raise CompileError(f"{config.model.name}: the masked-LM objective needs the tokenizer's [MASK] and special ids, "
                        "and no tokenizer files were found beside its config.json")
@@ -225,7 +237,7 @@ def abstract_model(config: ml_collections.ConfigDict) -> AbstractModel:
 
 def abstract_complementary(config: ml_collections.ConfigDict) -> AbstractModel | None:
   """DCLR's frozen model as ``train._complementary`` loads it (``loading.load_model``), abstract; None if unused."""
-  if not objectives.get(config.method).needs_complementary:
+  if not objectives.get(config.method).needs_complementary(config):
     return None
   path = config.dclr.complementary_model
   workdir = checkpoints.find_workdir(path)
@@ -243,6 +255,43 @@ def abstract_complementary(config: ml_collections.ConfigDict) -> AbstractModel |
 
 # --------------------------------------------------------------------------
 # The train step, lowered and compiled.
+
+
+def _augment_settings(config: ml_collections.ConfigDict) -> dict:
+  return dict(config.get("augment") or {})
+
+
+def _augments_tokens(config: ml_collections.ConfigDict) -> bool:
+  """Whether the step rewrites the second view's tokens (``config.augment``'s discrete augmentations)."""
+  settings = _augment_settings(config)
+  return any(settings.get(name, 0.0) for name in ("crop", "word_deletion", "mlm")) or bool(
+      settings.get("delete_one_word", False))
+
+
+def _needs_vocabulary(name: str, tokens: SpecialTokens | None) -> None:
+  if tokens is None or tokens.vocab is None:
+    raise CompileError(f"{name}: config.augment's discrete augmentations read the tokenizer's vocabulary (which "
+                       "pieces continue a word), and no tokenizer files were found: fetch them first "
+                       f"(huggingface-cli download {name} config.json vocab.txt tokenizer.json tokenizer_config.json)")
+
+
+def abstract_augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec) -> AbstractModel | None:
+  """The frozen masked LM of ``config.augment.mlm`` as ``train._augment_mlm`` loads it, abstract; None if unused.
+
+  ``augment.mlm_model``, else ``model.name``, with its (tied) MLM head, in the run's dtype and its own dropout.
+  """
+  if not _augment_settings(config).get("mlm", 0.0):
+    return None
+  name = config.augment.get("mlm_model") or config.model.name
+  shape = model_shape(name, revision=None if config.augment.get("mlm_model") else config.model.get("revision") or None)
+  _needs_vocabulary(name, shape.tokens)
+  if spec.tokenizer.get_vocab() != shape.tokens.get_vocab():
+    raise CompileError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples would be other "
+                       "tokens")
+  mlm_spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec("avg"),
+                               dtype=models.DTYPES[config.model.dtype], with_mlm_head=True, mlm_head="tied",
+                               source=name)
+  return AbstractModel(mlm_spec, jax.eval_shape(lambda: models.init_params(mlm_spec, 0)), shape.source)
 
 
 def stand_in_total_steps(config: ml_collections.ConfigDict) -> int:
@@ -267,6 +316,7 @@ class StepProgram:
   args: tuple
   model: AbstractModel
   complementary: AbstractModel | None
+  augment_mlm: AbstractModel | None
   mesh: jax.sharding.Mesh
   batch_size: int
   columns: int
@@ -274,7 +324,8 @@ class StepProgram:
 
 def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size: int | None = None,
                        columns: int | None = None) -> StepProgram:
-  """The trainer's jitted step for ``config`` on a mesh of ``devices``, with abstract (state, batch, comp_params).
+  """The trainer's jitted step for ``config`` on a mesh of ``devices``, with abstract ``(state, batch, comp_params,
+  augment_params)`` (the frozen models' params None when the config uses none).
 
   ``batch_size`` (default ``train.batch_size``) is the global batch; ``columns`` the batch's sentence columns.
   """
@@ -287,9 +338,11 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   model = abstract_model(config)
   complementary = abstract_complementary(config)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
-  jitted = step_lib.jit_train_step(config, model.spec, tx, complementary and complementary.spec, mesh)
+  augment_mlm = abstract_augment_mlm(config, model.spec)
+  jitted = step_lib.jit_train_step(config, model.spec, tx, complementary and complementary.spec, mesh,
+                                   augment_mlm=augment_mlm and augment_mlm.spec)
   # The arguments as the trainer places them: the state as train._initial_state makes it (step 0, the params, the
-  # optimizer's fresh state) and DCLR's params replicated, the batch split over the devices.
+  # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
   replicated, batch_sharding = distributed.data_shardings(mesh)
 
   def placed(tree, sharding):
@@ -300,8 +353,9 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   shape = (batch_size, columns, config.data.max_seq_len)
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
   comp_params = complementary and placed(complementary.params, replicated)
-  return StepProgram(jitted, (placed(state, replicated), placed(batch, batch_sharding), comp_params), model,
-                     complementary, mesh, batch_size, columns)
+  augment_params = augment_mlm and placed(augment_mlm.params, replicated)
+  return StepProgram(jitted, (placed(state, replicated), placed(batch, batch_sharding), comp_params, augment_params),
+                     model, complementary, augment_mlm, mesh, batch_size, columns)
 
 
 # Out-of-memory errors of the compilers: libtpu's "Ran out of memory on HBM", XLA's RESOURCE_EXHAUSTED.
@@ -558,6 +612,8 @@ def compile_train_step(config: ml_collections.ConfigDict, target: targets_lib.Ta
   report["batch_shape"] = [program.batch_size, program.columns, config.data.max_seq_len]
   if program.complementary is not None:
     report["complementary_model"] = program.complementary.source
+  if program.augment_mlm is not None:
+    report["augment_mlm_model"] = program.augment_mlm.source
   return report
 
 

@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, evaluate, hub, models, objectives, train_step
+from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, train_step
 
 
 def _baselines():
@@ -812,8 +812,10 @@ def bench_evaluate(args) -> str:
 # Command line.
 
 
+@errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.bench", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.bench"), description=__doc__.split("\n\n")[0],
+                                   epilog="Each benchmark's flags: BENCHMARK --help (e.g. train --help).")
   sub = parser.add_subparsers(dest="benchmark", required=True)
 
   p = sub.add_parser("train", help="train step vs SimCSE's PyTorch step")

@@ -12,28 +12,36 @@ A training workdir holds::
 
 Every save is synchronous and checked (orbax writes into a temporary folder
 and renames it); then ``sha256.json`` inside the step folder records the
-sha256 of every file orbax wrote. A checkpoint without that record (killed
-while saving) or whose files do not match it (truncated, flipped bits) is not
-complete: ``restore_newest`` sets it aside with a warning naming it and falls
-back to the newest good one.
+sha256 of every file orbax wrote. That record is the save's commit: a
+checkpoint without it (killed between orbax's rename and the record, or the
+record could not be written) or whose files do not match it (truncated,
+flipped bits) is not complete. Training sets it aside with one warning naming
+it and falls back to the newest good one; readers skip it with one warning.
+
+A checkpoint is *good* when its files match the record, its parameters are
+finite and the model's outputs on a fixed probe batch are finite
+(``output_probe``): the trainer checks that before saving, and every reader
+(``loading.load_model``: evaluate, encode, export) after restoring.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shutil
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
-from jaxcse import models
+from jaxcse import models, poolers, tokenization
 from jaxcse.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
@@ -89,8 +97,68 @@ def _root_cause(e: BaseException) -> str:
   return f"{type(e).__name__}: {text[0] if text else ''}"
 
 
+class _DropOrbaxErrors(logging.Filter):
+  """Drops the error logs of a failed orbax operation: ``CheckpointError`` says the cause once.
+
+  Orbax logs a traceback per failed write thread; asyncio logs one per write future that orbax abandoned after
+  the first failure ("Future exception was never retrieved"), when the future is garbage-collected.
+  """
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno < logging.ERROR:
+      return True
+    if record.name == "asyncio":
+      return "exception was never retrieved" not in record.getMessage()
+    return f"{os.sep}orbax{os.sep}" not in record.pathname
+
+
+_DROP_ORBAX_ERRORS = _DropOrbaxErrors()
+_QUIETED_LOGGERS = ("absl", "asyncio")  # Orbax logs through absl.
+
+
+def _drop_closed_loop_errors(previous):
+  """An ``unraisablehook`` that drops tensorstore's late "Event loop is closed" callbacks, and passes on the rest.
+
+  When one write of a save fails, orbax closes its event loop while tensorstore still completes the other writes;
+  each completion then fails to reach the closed loop, and tensorstore reports it as an unraisable exception: dozens
+  of ``RuntimeError: Event loop is closed`` tracebacks after the one real cause.
+  """
+
+  def hook(unraisable):
+    if unraisable.exc_type is RuntimeError and str(unraisable.exc_value) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook.jaxcse_drops_closed_loop_errors = True
+  return hook
+
+
+@contextlib.contextmanager
+def _quiet_orbax() -> Iterator[None]:
+  """While orbax reads or writes: its failures are reported once, by the ``CheckpointError`` raised after them.
+
+  After a failure the filters stay: the failed operation's threads may still log or call back afterwards.
+  """
+  loggers = [logging.getLogger(name) for name in _QUIETED_LOGGERS]
+  added_filter = [logger for logger in loggers if _DROP_ORBAX_ERRORS not in logger.filters]
+  previous_hook = sys.unraisablehook
+  added_hook = not getattr(previous_hook, "jaxcse_drops_closed_loop_errors", False)
+  for logger in added_filter:
+    logger.addFilter(_DROP_ORBAX_ERRORS)
+  if added_hook:
+    sys.unraisablehook = _drop_closed_loop_errors(previous_hook)
+  yield  # An exception leaves both in place (see above).
+  for logger in added_filter:
+    logger.removeFilter(_DROP_ORBAX_ERRORS)
+  if added_hook:
+    sys.unraisablehook = previous_hook
+
+
 def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) -> None:
   """Saves pytrees (e.g. ``params=..., opt_state=...``) and a JSON ``meta`` at ``step``; then records checksums.
+
+  The checksum record, written last (atomically), commits the checkpoint: until it exists, ``verify`` calls the
+  checkpoint incomplete.
 
   Raises:
     CheckpointError: orbax did not save (a step already there) or the write failed (disk full, permissions);
@@ -99,32 +167,35 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
   path = _step_dir(mngr, step)
   items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
   try:
-    saved = mngr.save(step, args=ocp.args.Composite(meta=ocp.args.JsonSave(meta), **items))
-    mngr.wait_until_finished()
+    with _quiet_orbax():
+      saved = mngr.save(step, args=ocp.args.Composite(meta=ocp.args.JsonSave(meta), **items))
+      mngr.wait_until_finished()
   except Exception as e:  # Orbax raises many types for a failed write; all mean the same here.
     raise CheckpointError(f"could not write checkpoint {path}: {_root_cause(e)}") from e
   if not saved:
     raise CheckpointError(f"orbax did not save step {step} in {mngr.directory} (steps there: {mngr.all_steps()})")
   if jax.process_index() == 0:
+    record = os.path.join(path, CHECKSUMS)
     try:
-      write_json(os.path.join(path, CHECKSUMS), _file_digests(path))
+      write_json(record, _file_digests(path))
     except OSError as e:
-      raise CheckpointError(f"could not write {os.path.join(path, CHECKSUMS)}: {e.strerror}") from e
+      with contextlib.suppress(Exception):  # Uncommitted: it would only be set aside later (and it takes space).
+        mngr.delete(step)
+      raise CheckpointError(f"could not write {record}: {e.strerror or e}") from None
 
 
 def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
-  """Why checkpoint ``step`` is not intact, or None if it is (or cannot be checked: then a warning).
+  """Why checkpoint ``step`` is not complete and intact, or None if it is.
 
-  A step folder without a checksum record was finalised by orbax (its writes are atomic) but not recorded: an
-  older jaxcse wrote it, or the process died between the two. It is restored unverified, with a warning; a
-  failed restore then sets it aside like a corrupt one.
+  A step folder without a checksum record was finalised by orbax but never committed: the process died (or the
+  disk filled) between orbax's rename and the record, so nothing vouches for its files. It is incomplete, like
+  one whose files do not match the record.
   """
   path = _step_dir(mngr, step)
   record = os.path.join(path, CHECKSUMS)
   if not os.path.isfile(record):
-    log.warning("checkpoint %s has no checksum record (an older jaxcse wrote it, or the run stopped before "
-                "recording it); it is used unverified", path)
-    return None
+    return (f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
+            "an older jaxcse wrote it)")
   try:
     with open(record) as f:
       expected = json.load(f)
@@ -137,6 +208,12 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
     if actual[rel] != digest:
       return f"{rel} does not match its sha256 (truncated or corrupted)"
   return None
+
+
+def newest_committed(mngr: ocp.CheckpointManager) -> int | None:
+  """The newest step whose save was committed (its checksum record exists), or None; its files are not checked."""
+  committed = [s for s in mngr.all_steps() if os.path.isfile(os.path.join(_step_dir(mngr, s), CHECKSUMS))]
+  return max(committed, default=None)
 
 
 def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str) -> str:
@@ -165,10 +242,27 @@ def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> di
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
   items = {name: ocp.args.StandardRestore(tree) for name, tree in abstract_trees.items()}
   try:
-    restored = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **items))
+    with _quiet_orbax():
+      restored = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **items))
   except Exception as e:  # Orbax/tensorstore raise many types for unreadable data.
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
   return {name: restored[name] for name in ("meta", *abstract_trees)}
+
+
+def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
+  """The JSON ``meta`` of a verified checkpoint (e.g. a best checkpoint's step and metric), without its arrays.
+
+  Raises:
+    CheckpointError: the checkpoint is incomplete, corrupt, or cannot be read; the message names it.
+  """
+  problem = verify(mngr, step)
+  if problem:
+    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
+  try:
+    with _quiet_orbax():
+      return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  except Exception as e:  # Orbax raises many types for unreadable data.
+    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
 
 
 def restore_newest(mngr: ocp.CheckpointManager, *, set_aside_bad: bool = True, **abstract_trees: Any
@@ -189,7 +283,7 @@ def restore_newest(mngr: ocp.CheckpointManager, *, set_aside_bad: bool = True, *
 
 
 def delete_after(mngr: ocp.CheckpointManager, step: int | None) -> list[int]:
-  """Deletes the checkpoints newer than ``step`` (all for None): a resumed run recomputes them. Returns them."""
+  """Deletes the checkpoints newer than ``step`` (all for None); returns their steps."""
   stale = [s for s in mngr.all_steps() if step is None or s > step]
   for s in stale:
     mngr.delete(s)
@@ -211,6 +305,44 @@ def all_finite(tree: Any) -> bool:
 @jax.jit
 def _all_finite(leaves):
   return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+# The probe batch: a short, an empty and a long sentence, cut to PROBE_LENGTH tokens. Finite parameters can still
+# overflow in the forward pass (weights near 1e30 after an exploding update); any such model gives non-finite
+# outputs on these, since every token goes through the same weights.
+PROBE_SENTENCES = ("A man is playing a guitar.", "", "The quick brown fox jumps over the lazy dog, twice, near "
+                   "the old river bank at dawn.")
+PROBE_LENGTH = 32
+
+
+def output_probe(spec: models.ModelSpec) -> Callable[[Any], str | None]:
+  """``probe(params)``: why the model's outputs are not finite on ``PROBE_SENTENCES``, or None if they are.
+
+  Checks every output the model is used for: the sentence embedding of each of its poolers (training, dev and
+  test) and, with an MLM head, its logits. Build it once per spec and call it per params (one compilation).
+  """
+  names = sorted({spec.pooling.pooler, spec.pooling.dev_pooler, spec.pooling.test_pooler})
+  ids, mask = tokenization.tokenize_padded(spec.tokenizer, PROBE_SENTENCES, min(PROBE_LENGTH, spec.max_positions))
+
+  @jax.jit
+  def finite(params):
+    ok = {}
+    for name in names:
+      has_mlp = poolers.get(name).has_mlp
+      if has_mlp and "mlp" not in params:
+        continue  # A Hugging Face folder loaded with another pooler has no MLP head to check.
+      used = {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and has_mlp)}
+      embeddings = spec.module_for(name).apply({"params": used}, ids, mask, train=False)
+      ok[f"pooler {name}"] = jnp.all(jnp.isfinite(embeddings))
+    if spec.mlm is not None and "mlm_head" in params:
+      ok["masked-LM logits"] = jnp.all(jnp.isfinite(models.mlm_logits(spec, params, ids, mask, train=False)))
+    return ok
+
+  def probe(params) -> str | None:
+    bad = [name for name, good in jax.device_get(finite(params)).items() if not good]
+    return f"its outputs ({', '.join(bad)}) are not finite on a probe batch" if bad else None
+
+  return probe
 
 
 def find_workdir(path: str) -> str | None:
@@ -280,13 +412,84 @@ def restore_for_inference(directory: str, steps: list[int], restore_fn: Callable
 
 
 def write_json(path: str, obj: Any) -> None:
-  """Writes JSON atomically (a temporary file renamed over ``path``): never a half-written file."""
+  """Writes JSON atomically (a temporary file renamed over ``path``): never a half-written file.
+
+  Raises:
+    OSError: naming ``path`` (a full disk, a missing permission); ``path`` is then as it was.
+  """
+  text = json.dumps(obj, indent=2, default=lambda o: o.tolist() if isinstance(o, jnp.ndarray) else str(o))
+  write_text_atomically(path, text)
+
+
+def write_text_atomically(path: str, text: str) -> None:
+  """Writes ``text`` to a temporary file renamed over ``path``: ``path`` is the whole new text or as it was.
+
+  Raises:
+    OSError: naming ``path`` (a full disk, a missing permission).
+  """
   tmp = path + ".tmp"
   try:
     with open(tmp, "w") as f:
-      json.dump(obj, f, indent=2, default=lambda o: o.tolist() if isinstance(o, jnp.ndarray) else str(o))
+      f.write(text)
     os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
+  except BaseException as e:
+    with contextlib.suppress(OSError):
       os.remove(tmp)
+    if isinstance(e, OSError) and e.filename is None:  # A write's error names no file: say which.
+      raise OSError(e.errno, e.strerror or str(e), path) from None
     raise
+
+
+def append_line(path: str, line: str) -> None:
+  """Appends ``line`` (one line, no newline) and a newline to ``path``: the whole line or, on an error, nothing.
+
+  A failed write (a full disk) may leave part of the line; the file is cut back to its length before the call.
+
+  Raises:
+    OSError: naming ``path``.
+  """
+  data = (line + "\n").encode()
+  fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+  try:
+    start = os.lseek(fd, 0, os.SEEK_END)
+    try:
+      view = memoryview(data)
+      while view:
+        view = view[os.write(fd, view):]
+    except OSError as e:
+      os.ftruncate(fd, start)
+      raise OSError(e.errno, e.strerror, path) from None
+  finally:
+    os.close(fd)
+
+
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a JSON-lines file that ``append_line`` wrote; a torn last line is dropped with a warning.
+
+  A last line that is not a whole JSON object is what a write cut short leaves (a kill, a full disk with an
+  older jaxcse); any other line that does not parse is damage that jaxcse did not make.
+
+  Raises:
+    JaxcseError: a line other than the last is not a JSON object (the message names the file and line).
+  """
+  with open(path, "rb") as f:
+    lines = f.read().split(b"\n")
+  last = max((i for i, raw in enumerate(lines) if raw.strip()), default=-1)  # The last line with anything on it.
+  records = []
+  for i, raw in enumerate(lines):
+    if not raw.strip():
+      continue
+    try:
+      record = json.loads(raw)
+      if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
+      if i == last:
+        text = raw.decode("utf-8", "replace")
+        log.warning("%s:%d: dropped a torn last line (a write was cut short): %s", path, i + 1,
+                    text if len(text) <= 80 else text[:77] + "...")
+        continue
+      raise JaxcseError(f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
+                        "was changed by something else") from None
+    records.append(record)
+  return records

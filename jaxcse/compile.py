@@ -243,16 +243,41 @@ def run() -> None:
   app.run(main, flags_parser=_parse_flags)
 
 
-def _parse_flags(argv: list[str]) -> list[str]:
-  """``train.parse_flags``; ``--help`` prints this command's usage and exits 0 (absl's own exits 1)."""
-  from absl import app
+_HELP = """\
+usage: {prog} --config NAME|FILE.py --target NAME [--config.FIELD=VALUE ...] [--json FILE]
+       [--find_max_batch] [--inference] [--list_targets]
 
+Compile the train step a config would run for a TPU slice or GPU you do not have, on this machine's CPU, without
+reading weights or data: whether the run fits the device's memory, its FLOPs, a lower bound on its step time and
+the collectives it runs. These are the compiler's facts and bounds, not measured run times. Exit status 3 (one
+line) when the step does not fit.
+
+  --config NAME          a config shipped with jaxcse, or a config file (FILE.py), exactly as jaxcse-train's
+  --config.FIELD=VALUE   override one field of the config, e.g. --config.model.dtype=bfloat16
+
+example: {prog} --config base --config.model.dtype=bfloat16 --target v5e-1 --json v5e-1.json
+"""
+
+
+def print_help(full: bool) -> None:
+  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
+  from absl import flags
+
+  from jaxcse import errors
+
+  print(_HELP.format(prog=errors.command_name("jaxcse.compile")))
+  if full:
+    print("flags (all):" + flags.FLAGS.get_help())
+  else:
+    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("target")).strip().split("\n", 1)[1]
+    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """``train.parse_flags`` with this command's help and name in its messages."""
   from jaxcse import train
 
-  if any(arg in ("-h", "--help", "--helpshort", "-?") for arg in argv[1:]):
-    app.usage(shorthelp=True, writeto_stdout=True)
-    sys.exit(0)
-  return train.parse_flags(argv, command="jaxcse.compile")
+  return train.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.eval.metric not in evaluate.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
                       f"{', '.join(evaluate.SELECTION_METRICS)}")
+  if config.eval.metric == "stsb_sickr_dev" and not config.eval.get("sickr_dev", True):
+    raise ConfigError("eval.metric=stsb_sickr_dev needs eval.sickr_dev=True (it averages STS-B and SICK-R dev)")
   if config.mlm.get("head", "tied") not in models.MLM_HEADS:
     raise ConfigError(f"mlm.head must be one of {', '.join(models.MLM_HEADS)}, not {config.mlm.head!r}")
   if config.model.dtype not in models.DTYPES:
@@ -65,6 +67,36 @@ def validate(config: ml_collections.ConfigDict) -> None:
       import tensorboardX  # noqa: F401
     except ImportError:
       raise ConfigError('log.tensorboard needs tensorboardX: pip install "jaxcse[tensorboard]"') from None
+  _check_augment(config, objective)
   if config.data.get("pack", False) and not objective.masked_lm:
     raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
                       "needs one sentence per example)")
+
+
+AUGMENT_FRACTIONS = ("crop", "word_deletion", "mlm")
+
+
+def _check_augment(config: ml_collections.ConfigDict, objective: objectives.Objective) -> None:
+  """``config.augment``: SimCSE's ablations of the positive pair (absent in configs older than it: all off)."""
+  augment = config.get("augment")
+  if augment is None:
+    return
+  active = []
+  for name in AUGMENT_FRACTIONS:
+    value = augment.get(name, 0.0)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+      raise ConfigError(f"augment.{name} must be a share of the words in [0, 1) (0 = off), not {value!r}")
+    if value:
+      active.append(f"augment.{name}")
+  if augment.get("delete_one_word", False):
+    active.append("augment.delete_one_word")
+  same_mask = augment.get("same_dropout_mask", False)
+  if (active or same_mask) and objective.masked_lm:
+    raise ConfigError(f"{', '.join(active + ['augment.same_dropout_mask'] * same_mask)}: method {config.method} has "
+                      "no views to augment (these are ablations of a contrastive method's positive pairs)")
+  if same_mask and active:
+    raise ConfigError(f"augment.same_dropout_mask makes the two views identical; it cannot be combined with "
+                      f"{', '.join(active)}, which change the second view")
+  if augment.get("mlm", 0.0) and not (augment.get("mlm_model") or config.model.name):
+    raise ConfigError("augment.mlm needs a masked LM to sample replacements: set augment.mlm_model (model.name is "
+                      "empty)")

@@ -33,9 +33,11 @@ class Embedder:
     self.pooler = pooler or spec.pooling.test_pooler
     poolers.get(self.pooler)  # Raises for an unknown name.
     if batch_size < 1:
-      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+      raise EmbeddingError(f"batch_size must be >= 1, not {batch_size}")
+    if max_seq_len is not None and max_seq_len < 3:  # None: the model's own limit.
+      raise EmbeddingError(f"max_seq_len must be at least 3 ([CLS], a token, [SEP]), not {max_seq_len}")
     self.batch_size = batch_size
-    self.max_seq_len = min(max_seq_len or spec.max_positions, spec.max_positions)
+    self.max_seq_len = min(spec.max_positions if max_seq_len is None else max_seq_len, spec.max_positions)
     # attend_padding (DCLR's released dev evaluation, which passes no attention mask): every batch is cut at its
     # longest sentence, as a collator that pads to the longest would leave it.
     self._apply = jit_embed(spec, self.pooler, attend_padding=attend_padding)
@@ -89,4 +91,5 @@ def _row_bucket(rows: int) -> int:
 
 
 class EmbeddingError(JaxcseError, ValueError):
-  """The model produced NaN or infinite embeddings."""
+  """The embedder cannot run as asked (a batch size or length that cannot work), or the model produced NaN or
+  infinite embeddings; the message says which."""

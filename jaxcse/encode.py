@@ -303,26 +303,38 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
       raise EncodeError(f"{partial} holds a partial output of another job (it differs in {', '.join(differ)}); "
                         f"rerun the same command to resume it, or delete {partial} and {state_path} to start over")
     done = saved["rows_done"]
+  elif os.path.exists(state_path):  # The progress of a partial output that is gone: nothing to resume.
+    os.remove(state_path)
   out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
   bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)
   for _ in range(done):
     next(rows)
   start = done
-  for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
-    vectors = encoder.encode(chunk, normalize_embeddings=normalize)
-    if not np.isfinite(vectors).all():
-      bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-      raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written to "
-                        f"{output_path}")
-    out[start : start + len(chunk)] = vectors.astype(dtype)
-    start += len(chunk)
-    out.flush()
-    tmp = state_path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump({"job": job, "rows_done": start}, f)
-    os.replace(tmp, state_path)
-    bar.update(len(chunk))
+  try:
+    for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
+      vectors = encoder.encode(chunk, normalize_embeddings=normalize)
+      if not np.isfinite(vectors).all():
+        bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
+        raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written "
+                          f"to {output_path}")
+      out[start : start + len(chunk)] = vectors.astype(dtype)
+      start += len(chunk)
+      out.flush()
+      tmp = state_path + ".tmp"
+      with open(tmp, "w") as f:
+        json.dump({"job": job, "rows_done": start}, f)
+      os.replace(tmp, state_path)
+      bar.update(len(chunk))
+  except BaseException as e:
+    del out
+    # A model that cannot embed a row makes the whole job void; with no finished chunk there is nothing to resume.
+    # Otherwise (a kill, Ctrl-C, a full disk) the partial output and its progress stay, to resume.
+    if isinstance(e, (EncodeError, embedder_lib.EmbeddingError)) or not os.path.exists(state_path):
+      for path in (partial, state_path):
+        if os.path.exists(path):
+          os.remove(path)
+    raise
   bar.close()
   del out
   os.replace(partial, output_path)
@@ -341,7 +353,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.encode", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
   parser.add_argument("--output", required=True, help="the .npy file to write")
@@ -357,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
+  # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
+  errors.check_output(args.output, folder=False)
+  next(iter(read_rows(args.input, args.column)), None)
   encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
                          batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,

@@ -7,6 +7,7 @@ raises it (``data.DataError``, ``configuration.ConfigError``, ``checkpoints.Chec
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
@@ -39,3 +40,31 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
 
   wrapped.__doc__, wrapped.__name__, wrapped.__wrapped__ = main.__doc__, main.__name__, main
   return wrapped
+
+
+def command_name(module: str) -> str:
+  """How the user ran a command, for its usage line: its console script (``jaxcse-evaluate``) or ``python -m``."""
+  script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+  return script if script.startswith("jaxcse-") else f"python -m {module}"
+
+
+class OutputError(JaxcseError, ValueError):
+  """An output path that cannot be written, found before anything is computed or written."""
+
+
+def check_output(path: str, *, folder: bool) -> None:
+  """Checks, before a command computes or writes anything, that it can write ``path`` (a folder or a file).
+
+  Raises ``OutputError`` if ``path`` exists as the other kind, or if neither it nor its nearest existing parent
+  is a writable folder (the command creates the missing folders on the way only when it writes).
+  """
+  if os.path.exists(path):
+    if folder and not os.path.isdir(path):
+      raise OutputError(f"{path}: exists and is not a folder")
+    if not folder and os.path.isdir(path):
+      raise OutputError(f"{path}: is a folder; give a file path")
+  existing = os.path.abspath(path) if folder else os.path.dirname(os.path.abspath(path))
+  while not os.path.exists(existing):
+    existing = os.path.dirname(existing)
+  if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+    raise OutputError(f"{path}: cannot be written ({existing} is not a writable folder)")

@@ -126,11 +126,18 @@ def _load_tsv_pairs(path: str, *, skip_header: bool, cols: tuple[int, int, int])
   return PairSet(s1, s2, np.asarray(g, np.float64))
 
 
+STSB_COLUMNS = (5, 6, 4)  # STS-B's sentence 1, sentence 2 and score columns (no header).
+SICKR_COLUMNS = (1, 2, 3)  # SICK's sentence_A, sentence_B and relatedness_score columns (after a header).
+# The dev sets scored during training, as paths under a data root.
+STSB_DEV_FILE = "senteval/downstream/STS/STSBenchmark/sts-dev.csv"
+SICKR_DEV_FILE = "senteval/downstream/SICK/SICK_trial.txt"
+
+
 def load_stsb(root: str) -> dict[str, PairSet]:
   """STS Benchmark: genre, file, year, id, score, sentence 1, sentence 2 (tab-separated)."""
   folder = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
   return {
-      split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=(5, 6, 4))
+      split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=STSB_COLUMNS)
       for split in ("dev", "test")
   }
 
@@ -139,7 +146,8 @@ def load_sickr(root: str) -> dict[str, PairSet]:
   """SICK relatedness: pair_ID, sentence_A, sentence_B, relatedness_score, ... with a header."""
   folder = os.path.join(root, "senteval", "downstream", "SICK")
   files = {"dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
-  return {split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=(1, 2, 3)) for split, f in files.items()}
+  return {split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=SICKR_COLUMNS)
+          for split, f in files.items()}
 
 
 def load_task(root: str, task: str) -> dict[str, PairSet]:
@@ -349,8 +357,17 @@ def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
   return scores, table
 
 
-def load_dev_sets(root: str) -> dict[str, PairSet]:
-  return {"stsb_dev": load_stsb(root)["dev"], "sickr_dev": load_sickr(root)["dev"]}
+def load_dev_sets(root: str | None = None, *, sickr: bool = True) -> dict[str, PairSet]:
+  """The dev sets scored during training: STS-B dev (``stsb_dev``) and, if ``sickr``, SICK-R dev (``sickr_dev``).
+
+  Their files are looked up by ``data.data_file``: under ``root`` (None: ``$JAXCSE_DATA_DIR``), else in the
+  quickstart data shipped with jaxcse, which holds STS-B dev (not SICK-R).
+  """
+  sets = {"stsb_dev": _load_tsv_pairs(data_lib.data_file(STSB_DEV_FILE, root), skip_header=False, cols=STSB_COLUMNS)}
+  if sickr:
+    sets["sickr_dev"] = _load_tsv_pairs(data_lib.data_file(SICKR_DEV_FILE, root), skip_header=True,
+                                        cols=SICKR_COLUMNS)
+  return sets
 
 
 # Model selection during training (``config.eval.metric``): the number to maximise, from an evaluation's scores.
@@ -400,6 +417,15 @@ def expand_tasks(spec: str) -> list[str]:
   return list(dict.fromkeys(tasks))
 
 
+def check_task_data(root: str, tasks: Sequence[str]) -> None:
+  """Raises ``DataError`` naming the first task whose folder is missing under ``root`` and the download of it."""
+  for task in tasks:
+    folder = os.path.join(root, "senteval", "downstream", TASK_FOLDERS[task])
+    if not os.path.isdir(folder):
+      raise data_lib.DataError(f"{folder}: missing ({task}'s data); `jaxcse-data download senteval --data_dir {root}` "
+                               "fetches every evaluation task")
+
+
 def _workdir_config(model: str) -> dict | None:
   """The training config of a jaxcse workdir model (its config.json), else None."""
   from jaxcse import checkpoints
@@ -415,7 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   from jaxcse import embedder as embedder_lib, loading, poolers
 
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.evaluate", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--pooler", choices=poolers.names(), default=None,
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
@@ -436,7 +462,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   args = parser.parse_args(argv)
 
   tasks = expand_tasks(args.tasks)
+  if args.output:
+    errors.check_output(args.output, folder=False)
   root = data_lib.data_dir(args.data_dir)
+  check_task_data(root, tasks)  # Before the model loads and anything runs.
   start = time.time()
   loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler

@@ -246,7 +246,7 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.export_hf", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.export_hf"), description=__doc__.split("\n\n")[0])
   parser.add_argument("model", help="a jaxcse workdir or checkpoint folder, or a HF folder / hub id")
   parser.add_argument("out_dir", help="the folder to write (must not exist, or be empty)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
@@ -256,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
                            "fine-tune), not a sentence-transformers model")
   args = parser.parse_args(argv)
-  if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):  # Before the slow part; export checks again.
+  errors.check_output(args.out_dir, folder=True)  # Before the slow part; export checks again.
+  if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):
     raise ExportError(f"{args.out_dir}: exists and is not empty; choose a new folder or remove it")
   # A HF folder has no saved pooler; `cls` is its own pooler layer (SimCSE's released checkpoints keep the MLP there).
   loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)

@@ -3,7 +3,10 @@
 ``load_model(path)`` takes a jaxcse workdir (its best checkpoint by
 default), one of its checkpoint folders, a Hugging Face model folder, an
 exported sentence-transformers folder, a hub id, or an offline-package name,
-and returns ``(spec, params, described)``.
+and returns ``(spec, params, described)``. A model is returned only if it is
+good: a checkpoint's files match its checksum record, and the parameters and
+the model's outputs on a probe batch are finite (``checkpoints.output_probe``);
+a workdir checkpoint that is not falls back to an older one with one warning.
 """
 
 from __future__ import annotations
@@ -62,18 +65,38 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     except (OSError, ValueError) as e:  # A missing folder, no network, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
+    problem = _not_finite(spec, params)
+    if problem:
+      raise LoadError(f"{path}: {problem}; it cannot embed anything")
     return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False)
   spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
+  probe = checkpoints.output_probe(spec)
+
   def restore_finite(mngr, step):
     params = checkpoints.restore(mngr, step, params=abstract)["params"]
-    if not checkpoints.all_finite(params):
-      raise checkpoints.CheckpointError(f"checkpoint {os.path.join(directory, str(step))}: its parameters are not "
-                                        "finite (NaN or infinity); it cannot embed anything")
+    problem = _not_finite(spec, params, probe)
+    if problem:
+      raise checkpoints.CheckpointError(f"checkpoint {os.path.join(directory, str(step))}: {problem}; it cannot "
+                                        "embed anything")
     return params
 
-  step, params = checkpoints.restore_for_inference(directory, steps, restore_finite)
+  try:
+    step, params = checkpoints.restore_for_inference(directory, steps, restore_finite)
+  except checkpoints.CheckpointError as e:
+    if os.path.basename(directory) != os.path.basename(checkpoints.BEST_DIR):
+      raise
+    raise checkpoints.CheckpointError(f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
+                                      "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
+                                      ) from None
   return Loaded(spec, params, described=True, step=step)
+
+
+def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:
+  """Why ``params`` cannot embed anything (NaN or infinite parameters, or outputs), or None."""
+  if not checkpoints.all_finite(params):
+    return "its parameters are not finite (NaN or infinity)"
+  return (probe or checkpoints.output_probe(spec))(params)

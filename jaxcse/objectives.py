@@ -60,8 +60,8 @@ class Objective:
       None for token-level pretraining (``masked_lm``).
     masked_lm: the objective is BERT's masked-LM loss on token sequences
       (weight 1, output layer only at the masked positions), not a sentence loss.
-    needs_complementary: the step gets a frozen complementary model's
-      embeddings of the same batch (DCLR); ``config.dclr.complementary_model`` names it.
+    needs_complementary: whether, for a config, the step gets a frozen complementary model's embeddings of
+      the same batch (DCLR's instance weighting); ``config.dclr.complementary_model`` names it.
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
     pooling: the poolers the method trains, selects and tests with, when it sets them itself (DCLR as
@@ -75,7 +75,7 @@ class Objective:
   name: str
   loss: SentenceLoss | None = None
   masked_lm: bool = False
-  needs_complementary: bool = False
+  needs_complementary: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   pooling: Callable[[ml_collections.ConfigDict], models.PoolerSpec] | None = None
@@ -155,18 +155,41 @@ def _mixcse_scores(config, z, rng):
   return scores
 
 
+# DCLR's ablations (its Table 2): where the instance weights come from, and what the noise negatives are.
+DCLR_INSTANCE_WEIGHTING = ("complementary", "self", "none")
+DCLR_NOISE_NEGATIVES = ("ascent", "random", "none")
+
+
+def _dclr_weighting(config) -> str:
+  return config.dclr.get("instance_weighting", "complementary")
+
+
 def _dclr(config, z, rng, complementary):
+  """DCLR's loss; ``dclr.noise_negatives`` and ``dclr.instance_weighting`` select the paper's ablations.
+
+  Noise: ``ascent`` (N(0, noise_std^2), then ``ascent_steps`` normalised gradient-ascent steps), ``random`` (the
+  same draws, no ascent: "random noise"), ``none`` (no noise columns). Weights: ``complementary`` (the frozen
+  complementary model's cosines), ``self`` (the model's own embeddings of this step, under stop-gradient: "self
+  instance weighting"), ``none`` (all ones).
+  """
   d = config.dclr
   z1, z2 = z[:, 0], z[:, 1]
   temperature = config.loss.temperature
-  num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
-  noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
-                                    dtype=jnp.promote_types(z1.dtype, jnp.float32))
-  noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
-                                      step_size=d.ascent_step_size)
-  weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
+  noise = None
+  if d.get("noise_negatives", "ascent") != "none":
+    num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
+    noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
+                                      dtype=jnp.promote_types(z1.dtype, jnp.float32))
+    if d.get("noise_negatives", "ascent") == "ascent":
+      noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
+                                          step_size=d.ascent_step_size)
+  weights = None
+  if _dclr_weighting(config) == "complementary":
+    weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
+  elif _dclr_weighting(config) == "self":
+    weights = losses.dclr_instance_weights(jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2), phi=d.phi)
   loss = losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
-  return loss, {"dclr/weight_zero_frac": 1.0 - weights.mean()}
+  return loss, {"dclr/weight_zero_frac": 0.0 if weights is None else 1.0 - weights.mean()}
 
 
 def _check_mixcse(config):
@@ -187,10 +210,22 @@ def _dclr_pooling(config) -> models.PoolerSpec:
 
 
 def _check_dclr(config):
-  if not config.dclr.complementary_model:
+  d = config.dclr
+  weighting, noise = _dclr_weighting(config), d.get("noise_negatives", "ascent")
+  if weighting not in DCLR_INSTANCE_WEIGHTING:
+    raise ValueError(f"dclr.instance_weighting must be one of {', '.join(DCLR_INSTANCE_WEIGHTING)}, not {weighting!r}")
+  if noise not in DCLR_NOISE_NEGATIVES:
+    raise ValueError(f"dclr.noise_negatives must be one of {', '.join(DCLR_NOISE_NEGATIVES)}, not {noise!r}")
+  if weighting == "complementary" and not d.complementary_model:
     raise ValueError("method dclr needs config.dclr.complementary_model (a jaxcse workdir or HF folder/hub id)")
-  if config.dclr.loss_form not in ("official", "infonce"):
-    raise ValueError(f"dclr.loss_form must be official or infonce, not {config.dclr.loss_form!r}")
+  if d.loss_form not in ("official", "infonce"):
+    raise ValueError(f"dclr.loss_form must be official or infonce, not {d.loss_form!r}")
+  if noise != "none" and int(config.train.batch_size * d.noise_times) < 1:
+    raise ValueError(f"dclr.noise_times={d.noise_times} gives int(train.batch_size x noise_times) = 0 noise "
+                     "negatives; for none, set dclr.noise_negatives=none")
+  if noise == "ascent" and d.ascent_steps < 1:
+    raise ValueError(f"dclr.ascent_steps={d.ascent_steps} takes no ascent step; for random noise negatives without "
+                     "gradient ascent, set dclr.noise_negatives=random")
 
 
 def _check_mlm(config):
@@ -205,7 +240,8 @@ register(Objective("simcse", loss=_simcse,
                    doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
 register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
                    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
-register(Objective("dclr", loss=_dclr, needs_complementary=True, check_config=_check_dclr, pooling=_dclr_pooling,
+register(Objective("dclr", loss=_dclr, needs_complementary=lambda config: _dclr_weighting(config) == "complementary",
+                   check_config=_check_dclr, pooling=_dclr_pooling,
                    attend_padding=_dclr_as_released,
                    complementary_dropout=lambda config: config.dclr.complementary_dropout or _dclr_as_released(config),
                    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))

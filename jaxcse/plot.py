@@ -496,9 +496,14 @@ def plot_runs(workdirs: Sequence[str], out: str | None = None, results_paths: Se
   """Writes every figure for ``workdirs`` into ``out``; returns the PNG paths written."""
   if not workdirs:
     raise ValueError("give at least one workdir")
-  runs = load_runs(workdirs, results_paths)
   if out is None:
     out = os.path.join(workdirs[0], "plots") if len(workdirs) == 1 else "plots"
+  errors.check_output(out, folder=True)
+  runs = load_runs(workdirs, results_paths)
+  try:
+    import matplotlib  # noqa: F401 (needed by every figure: checked before the output folder is made)
+  except ImportError:
+    raise JaxcseError('plotting needs matplotlib: pip install "jaxcse[plot]"') from None
   os.makedirs(out, exist_ok=True)
   written = [plot_training(run, os.path.join(out, f"{_file_name(run.name)}_training.png")) for run in runs]
   if len(runs) > 1:
@@ -511,7 +516,7 @@ def plot_runs(workdirs: Sequence[str], out: str | None = None, results_paths: Se
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.plot", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.plot"), description=__doc__.split("\n\n")[0])
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="jaxcse training workdirs (with metrics.jsonl)")
   parser.add_argument("--out", default=None, help="output folder (default: WORKDIR/plots for one run, ./plots)")
   parser.add_argument("--results", nargs="+", default=(), metavar="RESULTS.json",

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcse import errors
+from jaxcse.errors import JaxcseError
 
 # (summary key, column header), in the papers' order.
 STS_COLUMNS = (("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"),
@@ -32,6 +33,10 @@ TRANSFER_COLUMNS = (("MR", "MR"), ("CR", "CR"), ("SUBJ", "SUBJ"), ("MPQA", "MPQA
 DECIMALS = {"alignment": 4, "uniformity": 4}
 MISSING = "–"
 _SEED_SUFFIX = re.compile(r"^(.+)-seed\d+$")
+
+
+class ResultsError(JaxcseError, ValueError):
+  """A results file that is not a ``jaxcse.evaluate`` JSON; the message names it."""
 
 
 def group_by_seed_suffix(labels: Sequence[str]) -> dict[str, list[str]]:
@@ -82,7 +87,7 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
   summaries = {}
   for label, result in results.items():
     if not isinstance(result.get("summary"), dict):
-      raise ValueError(f"{label}: no 'summary' in the results (is it a jaxcse.evaluate JSON?)")
+      raise ResultsError(f"{label}: no 'summary' in the results (is it a jaxcse.evaluate JSON?)")
     summaries[label] = result["summary"]
   if group_by_seed:
     rows = {name: [summaries[l] for l in labels] for name, labels in group_by_seed_suffix(list(summaries)).items()}
@@ -105,7 +110,7 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
 def main(argv: Sequence[str] | None = None) -> int:
   import argparse
 
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.report", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.report"), description=__doc__.split("\n\n")[0])
   parser.add_argument("results", nargs="+", metavar="RESULTS.json", help="outputs of python -m jaxcse.evaluate")
   parser.add_argument("--group-by-seed-suffix", action="store_true",
                       help="one mean ± std row per name that differs only by a -seed<N> suffix")
@@ -116,8 +121,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     label = os.path.basename(path).removesuffix(".json")
     if label in results:
       parser.error(f"two results are both labelled {label!r}; rename one")
-    with open(path, encoding="utf-8") as f:
-      results[label] = json.load(f)
+    try:
+      with open(path, encoding="utf-8") as f:
+        results[label] = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+      raise ResultsError(f"{path}: not a JSON file ({e})") from None
   print(format_report(results, group_by_seed=args.group_by_seed_suffix))
   return 0
 

@@ -1,13 +1,15 @@
 """The pure train step: embed the views, apply the objective, take gradients, update. Jitted once by the loop.
 
-``make_train_step(config, spec, tx, complementary)`` returns
-``(state, batch, complementary_params) -> (state, metrics)``;
-``jit_train_step(..., mesh)`` jits it as it runs: the one place both the
-trainer and ``jaxcse.compile`` (ahead of time, for TPUs and GPUs) get the
-jitted step from, so what is compiled is what trains. Dropout masks
-come from ``fold_in(key(seed), step)``, so a resumed run retraces the
-uninterrupted one exactly. ``complementary_params`` (DCLR's frozen model) is
-an input, not part of the state: no gradient, no optimizer state, never saved.
+``make_train_step(config, spec, tx, complementary, augment_mlm=...)`` returns
+``(state, batch, complementary_params=None, augment_params=None) -> (state,
+metrics)``; ``jit_train_step(..., mesh, augment_mlm=...)`` jits it as it runs:
+the one place both the trainer and ``jaxcse.compile`` (ahead of time, for TPUs
+and GPUs) get the jitted step from, so what is compiled is what trains.
+Dropout masks come from ``fold_in(key(seed), step)``, so a resumed run
+retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's
+frozen model) and ``augment_params`` (the frozen masked-LM that samples the
+"MLM k%" augmentation's replacements) are inputs, not part of the state: no
+gradient, no optimizer state, never saved.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse import distributed, gradcache, mlm, models, objectives
+from jaxcse import augment, distributed, gradcache, mlm, models, objectives
 
 
 @flax.struct.dataclass
@@ -74,15 +76,28 @@ def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.A
   return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
 
 
-def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array, *, train: bool = True
-                ) -> jax.Array:
+def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array, *, train: bool = True,
+                same_dropout_mask: bool = False) -> jax.Array:
   """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
 
   ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
   (unsupervised) is duplicated into two views, which get independent dropout
   masks because they are different rows of one forward pass (SimCSE's
   formulation). Returns ``[batch, views, hidden]``.
+
+  ``same_dropout_mask`` (SimCSE's "fixed 0.1", one-column batches only): both
+  views get one dropout mask. Two passes of the same sentence with the same mask
+  compute the same vector, so the sentence is embedded once and the vector used
+  for both views: the same values, and the same gradient (the sum of both
+  views' contributions through the one computation), at half the cost.
   """
+  if same_dropout_mask:
+    if batch["input_ids"].shape[1] != 1:
+      raise ValueError(f"augment.same_dropout_mask needs one sentence per example (its views are copies of it); "
+                       f"this batch has {batch['input_ids'].shape[1]} columns")
+    z = module.apply({"params": params}, batch["input_ids"][:, 0], batch["attention_mask"][:, 0], train=train,
+                     rngs={"dropout": rng} if train else {})
+    return jnp.stack([z, z], axis=1)
   ids, mask, b, v = flat_views(batch)
   z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
   return z.reshape(b, v, -1)
@@ -95,6 +110,45 @@ class _Keys(NamedTuple):
   method: jax.Array
   mlm: jax.Array
   complementary: jax.Array
+
+
+# The key of the second view's discrete augmentations: fold_in(step key, this tag), apart from the four keys above
+# (which stay as they were, so runs without augmentation are unchanged bit for bit). A large tag, not 4: under
+# JAX's partitionable threefry, split(key, n)[i] is fold_in(key, i), so a small tag would be a future split key.
+_AUGMENT_KEY_TAG = 0x61756731  # "aug1"
+
+
+def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec | None):
+  """The second view's discrete augmentations (``config.augment``), or None: ``(batch, key, mlm_params) -> batch``.
+
+  The second view is column 1 of the batch, or, for a one-column (unsupervised) batch, the copy of its sentence
+  that the step would otherwise embed twice: the batch gets that column, transformed
+  (``augment.SecondView``, fixed shapes). Everything the step computes from the batch (the views, DCLR's
+  complementary model, the MLM term) then sees the transformed view.
+  """
+  settings = config.get("augment") or {}
+  view = augment.SecondView(crop=settings.get("crop", 0.0), word_deletion=settings.get("word_deletion", 0.0),
+                            delete_one_word=settings.get("delete_one_word", False), mlm=settings.get("mlm", 0.0))
+  if not view.active:
+    return None
+  if view.mlm and augment_mlm is None:
+    raise ValueError("augment.mlm needs its masked-LM model (make_train_step's augment_mlm)")
+  pieces = augment.WordPieces.from_tokenizer(spec.tokenizer)
+
+  def apply(batch, key, mlm_params):
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    second = 0 if ids.shape[1] == 1 else 1
+
+    def logits_fn(masked_ids, attention_mask):  # The frozen MLM, deterministic (no dropout).
+      return jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, masked_ids, attention_mask, train=False))
+
+    new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn if view.mlm else None)
+    if second == 0:  # [sentence, its transformed copy].
+      return {"input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
+              "attention_mask": jnp.stack([mask[:, 0], new_mask], axis=1)}
+    return {"input_ids": ids.at[:, 1].set(new_ids), "attention_mask": mask.at[:, 1].set(new_mask)}
+
+  return apply
 
 
 def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective):
@@ -144,8 +198,16 @@ def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective)
 
 
 def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
-                    complementary: models.ModelSpec | None = None, *, cache_gradients: bool = True):
-  """The pure train step ``(state, batch, complementary_params) -> (state, metrics)`` for ``config.method``.
+                    complementary: models.ModelSpec | None = None, *, cache_gradients: bool = True,
+                    augment_mlm: models.ModelSpec | None = None):
+  """The pure train step ``(state, batch, complementary_params=None, augment_params=None) -> (state, metrics)``.
+
+  ``complementary`` is DCLR's frozen complementary model (when its instance
+  weighting uses one), ``augment_mlm`` the frozen masked-LM (with its MLM head)
+  that samples the replacements of ``config.augment.mlm``; the step takes their
+  params as its third and fourth arguments. With ``config.augment`` set, the
+  second view is transformed first (``_second_view``) with the key
+  ``fold_in(fold_in(key(seed), step), _AUGMENT_KEY_TAG)``.
 
   With ``config.train.grad_cache_chunk = C > 0`` the gradient is GradCache's
   (``gradcache.value_and_grad``): chunk ``i`` of ``batch / C`` gets its own
@@ -156,13 +218,17 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   computation as one graph (the reference the tests compare with).
   """
   objective = objectives.get(config.method)
-  if objective.needs_complementary and complementary is None:
+  if objective.needs_complementary(config) and complementary is None:
     raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
+  if not objective.needs_complementary(config):
+    complementary = None  # e.g. DCLR without instance weighting, or weighting by the model itself.
   base_rng = jax.random.key(config.seed)
   attend_padding = objective.attend_padding(config)
   module = spec.module_for(spec.pooling.pooler, attend_padding=attend_padding)
   chunk = config.train.grad_cache_chunk
   tokens = _token_term(config, spec, objective)
+  same_dropout_mask = bool((config.get("augment") or {}).get("same_dropout_mask", False))
+  second_view = _second_view(config, spec, augment_mlm)
 
   if complementary is not None:
     complementary_module = complementary.module_for(complementary.pooling.test_pooler, attend_padding=attend_padding)
@@ -201,7 +267,8 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     def loss_fn(params):
       sentence = None
       if objective.loss is not None:
-        sentence = sentence_loss(embed_views(module, params, batch, keys.dropout), keys.method, comp)
+        sentence = sentence_loss(embed_views(module, params, batch, keys.dropout, same_dropout_mask=same_dropout_mask),
+                                 keys.method, comp)
       sums = tokens[1](params, targets, k_mlm_drop) if tokens is not None else None
       return metrics_of(sentence, sums, count if tokens is not None else None)
 
@@ -226,7 +293,8 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     sentence = objective.loss is not None
     (_, parts), grads = gradcache.value_and_grad(
         params, xs,
-        embed=(lambda p, x: embed_views(module, p, x["batch"], x["drop"])) if sentence else None,
+        embed=(lambda p, x: embed_views(module, p, x["batch"], x["drop"], same_dropout_mask=same_dropout_mask))
+        if sentence else None,
         batch_loss=(lambda z: sentence_loss(z, keys.method, comp)) if sentence else None,
         chunk_loss=(lambda p, x: tokens[1](p, x["mlm"], x["mlm_drop"])) if tokens is not None else None,
         chunk_weight=(tokens[2] / count) if tokens is not None else 1.0,
@@ -234,8 +302,12 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     sums = (parts["chunk_sum"], parts["chunk_aux"]) if tokens is not None else None
     return metrics_of((parts["batch_loss"], parts["batch_aux"]) if sentence else None, sums, count), grads
 
-  def train_step(state: TrainState, batch: dict, complementary_params=None) -> tuple[TrainState, dict]:
-    keys = _Keys(*jax.random.split(jax.random.fold_in(base_rng, state.step), 4))
+  def train_step(state: TrainState, batch: dict, complementary_params=None, augment_params=None
+                 ) -> tuple[TrainState, dict]:
+    step_key = jax.random.fold_in(base_rng, state.step)
+    keys = _Keys(*jax.random.split(step_key, 4))
+    if second_view is not None:
+      batch = second_view(batch, jax.random.fold_in(step_key, _AUGMENT_KEY_TAG), augment_params)
     value_and_grad = chunked_value_and_grad if chunk else plain_value_and_grad
     (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -247,14 +319,17 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
 
 
 def jit_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
-                   complementary: models.ModelSpec | None, mesh: jax.sharding.Mesh):
+                   complementary: models.ModelSpec | None, mesh: jax.sharding.Mesh, *,
+                   augment_mlm: models.ModelSpec | None = None):
   """``make_train_step`` jitted as the trainer runs it on ``mesh`` (``distributed.make_mesh``'s 1-axis ``data``).
 
-  The train state and DCLR's complementary params are replicated on every device, the batch
+  Called as ``step(state, batch, complementary_params, augment_params)`` (each frozen model's params, or None when
+  the config uses none). The train state and the frozen models' params are replicated on every device, the batch
   (``{"input_ids", "attention_mask"}``, int32 ``[batch, columns, len]``) is split along its first axis, the metrics
   come back replicated, and the state's buffers are donated (updated in place). ``jaxcse.compile`` lowers this same
   object with abstract arguments for a TPU slice or GPU that is not present.
   """
   replicated, batch = distributed.data_shardings(mesh)
-  return jax.jit(make_train_step(config, spec, tx, complementary), in_shardings=(replicated, batch, replicated),
-                 out_shardings=(replicated, replicated), donate_argnums=0)
+  return jax.jit(make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+                 in_shardings=(replicated, batch, replicated, replicated), out_shardings=(replicated, replicated),
+                 donate_argnums=0)

@@ -19,7 +19,9 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
 
 from jaxcse import data as data_lib
@@ -30,10 +32,16 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 def train_wordpiece(corpus_path: str, out_dir: str, *, vocab_size: int = 8192, heldout_fraction: float = 0.01,
                     lowercase: bool = True, model_max_length: int = 512, data_dir: str | None = None) -> dict:
-  """Trains the vocabulary and writes the tokenizer folder; returns its provenance record."""
-  from tokenizers import BertWordPieceTokenizer
-  from transformers import BertTokenizerFast
+  """Trains the vocabulary and writes the tokenizer folder; returns its provenance record.
 
+  ``out_dir`` must be absent or empty (checked before the corpus is read). The folder is written under a
+  temporary name beside it and renamed into place, so it is complete or absent, never half-written.
+  """
+  from tokenizers import BertWordPieceTokenizer
+
+  errors.check_output(out_dir, folder=True)
+  if os.path.isdir(out_dir) and os.listdir(out_dir):
+    raise errors.OutputError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
   corpus = data_lib.load_corpus(corpus_path, root=data_dir)
   sentences = corpus.columns["sent0"]
   if heldout_fraction > 0:
@@ -41,7 +49,27 @@ def train_wordpiece(corpus_path: str, out_dir: str, *, vocab_size: int = 8192, h
   tokenizer = BertWordPieceTokenizer(lowercase=lowercase, clean_text=True, handle_chinese_chars=True)
   tokenizer.train_from_iterator(sentences, vocab_size=vocab_size, min_frequency=2, limit_alphabet=1000,
                                 special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-  os.makedirs(out_dir, exist_ok=True)
+  parent = os.path.dirname(os.path.abspath(out_dir))
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
+  try:
+    record = _write_tokenizer(tokenizer, tmp, corpus_path, data_dir, lowercase=lowercase,
+                              model_max_length=model_max_length, sentences=len(sentences),
+                              heldout_fraction=heldout_fraction)
+    if os.path.isdir(out_dir):
+      os.rmdir(out_dir)  # Empty (checked above); the rename needs the name free.
+    os.rename(tmp, out_dir)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return record
+
+
+def _write_tokenizer(tokenizer, out_dir: str, corpus_path: str, data_dir: str | None, *, lowercase: bool,
+                     model_max_length: int, sentences: int, heldout_fraction: float) -> dict:
+  """Writes the trained vocabulary as a ``BertTokenizerFast`` folder with ``wordpiece.json``; returns the record."""
+  from transformers import BertTokenizerFast
+
   tokenizer.save_model(out_dir)  # vocab.txt
   fast = BertTokenizerFast(vocab_file=os.path.join(out_dir, "vocab.txt"), do_lower_case=lowercase,
                            model_max_length=model_max_length)
@@ -51,7 +79,7 @@ def train_wordpiece(corpus_path: str, out_dir: str, *, vocab_size: int = 8192, h
       "trainer": "tokenizers.BertWordPieceTokenizer.train_from_iterator",
       "corpus": os.path.basename(resolved),
       "corpus_sha256": data_lib.file_sha256(resolved) if os.path.isfile(resolved) else None,
-      "sentences": len(sentences),
+      "sentences": sentences,
       "heldout_fraction": heldout_fraction,
       "vocab_size": fast.vocab_size,
       "lowercase": lowercase,
@@ -66,7 +94,7 @@ def train_wordpiece(corpus_path: str, out_dir: str, *, vocab_size: int = 8192, h
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.wordpiece", description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.wordpiece"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--corpus", required=True, help="a .txt corpus (relative paths: under the data root)")
   parser.add_argument("--out", required=True, help="the tokenizer folder to write")
   parser.add_argument("--vocab_size", type=int, default=8192)

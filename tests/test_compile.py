@@ -30,6 +30,8 @@ DRIFT_VARIANTS = {
     "dclr": ("dclr", {"train.grad_cache_chunk": 4}),
     "dclr_as_released": ("dclr_as_released", {}),
     "pretrain_mlm": ("pretrain_mlm", {}),
+    # The second view's discrete augmentations, with the frozen MLM of "MLM k%" (saved by the worker) as an input.
+    "simcse+crop+augment_mlm": ("base", {"augment.crop": 0.1, "augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
 }
 
 
@@ -46,9 +48,17 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
   class FirstStep(Exception):
     """Raised in place of the trainer's first step, once its arguments are lowered."""
 
+  from transformers import FlaxBertForMaskedLM
+
+  from jaxcse import models
+
+  tiny_mlm = tempfile.mkdtemp(prefix="drift_tiny_mlm_")  # The tiny BERT with a (random) MLM head saved with it.
+  FlaxBertForMaskedLM.from_pretrained(model_dir).save_pretrained(tiny_mlm)
+  models.load_pretrained(model_dir)[0].tokenizer.save_pretrained(tiny_mlm)
   real = train_step.jit_train_step
   results = {}
   for name, (config_name, overrides) in DRIFT_VARIANTS.items():
+    overrides = {k: tiny_mlm if v == "TINY_MLM" else v for k, v in overrides.items()}
     config = helpers.tiny_config(model_dir, data_dir, config_name, **{
         "train.batch_size": 8, "eval.at_start": False, "data.max_seq_len": 16, **overrides})
     if config_name == "pretrain_mlm":  # A smaller random BERT than BERT-Mini: the lowering is what is compared.
@@ -59,8 +69,8 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
     def recording(*args, **kwargs):
       jitted = real(*args, **kwargs)
 
-      def first_call(state, batch, complementary_params):
-        recorded["text"] = aot.lower(jitted, (state, batch, complementary_params))[1]
+      def first_call(state, batch, complementary_params, augment_params):
+        recorded["text"] = aot.lower(jitted, (state, batch, complementary_params, augment_params))[1]
         raise FirstStep
 
       return first_call
@@ -82,7 +92,7 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
 
 def test_the_command_compiles_the_step_the_trainer_runs(tiny_model_dir, small_data_dir, tmp_path):
   # The trainer (which builds its step through train_step.jit_train_step) stops at its first step; the step it
-  # was about to run, lowered with its real state, batch and complementary params on 2 devices, must be the
+  # was about to run, lowered with its real state, batch and frozen models' params on 2 devices, must be the
   # program the command lowers from shapes alone: same function, shardings, donation, dtypes, structure.
   out = str(tmp_path / "drift.json")
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
@@ -132,7 +142,7 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
   if name == "minilm" and not os.path.isdir(__import__("jaxcse").hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
-  spec, params = train._start_model(config, str(tmp_path), resume=False, primary=False)
+  spec, params = train._start_model(config, str(tmp_path), resume=False)
   abstract = aot.abstract_model(config)
   assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: params))
   if config.method == "dclr":
@@ -141,6 +151,32 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
     comp = aot.abstract_complementary(config)
     assert comp.spec.pooling == comp_spec.pooling
     assert _shapes(comp.params) == _shapes(jax.eval_shape(lambda: comp_params))
+
+
+def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shape_has_no_vocabulary(
+    tiny_model_dir, small_data_dir, tmp_path):
+  import jax
+  from transformers import FlaxBertForMaskedLM
+
+  from jaxcse import aot, models, train
+  from tests import helpers
+
+  tiny_mlm = str(tmp_path / "tiny_mlm")  # The tiny BERT with a (random) masked-LM head saved with it.
+  FlaxBertForMaskedLM.from_pretrained(tiny_model_dir).save_pretrained(tiny_mlm)
+  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(tiny_mlm)
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"augment.mlm": 0.15,
+                                                                         "augment.mlm_model": tiny_mlm})
+  spec, _ = train._start_model(config, str(tmp_path / "work"), resume=False)
+  replicated = jax.sharding.NamedSharding(jax.make_mesh((1,), ("data",)), jax.sharding.PartitionSpec())
+  mlm_spec, mlm_params = train._augment_mlm(config, spec, replicated)
+  abstract = aot.abstract_augment_mlm(config, aot.abstract_model(config).spec)
+  assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: mlm_params))
+  assert (abstract.spec.backbone.dtype, abstract.spec.pooling) == (mlm_spec.backbone.dtype, mlm_spec.pooling)
+  # bert-base-uncased's published shape has its special ids but not its vocabulary, which the augmentations read.
+  config = helpers.tiny_config("bert-base-uncased", small_data_dir, "base", **{"augment.crop": 0.1})
+  with pytest.raises(aot.CompileError, match="bert-base-uncased: config.augment's discrete augmentations read the "
+                                             "tokenizer's vocabulary"):
+    aot.abstract_model(config)
 
 
 def test_random_init_builds_the_trainers_architecture(small_data_dir):

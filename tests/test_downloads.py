@@ -360,3 +360,22 @@ def test_download_existing_file_with_wrong_digest_is_not_overwritten(tmp_path):
 def test_download_unknown_name():
   with pytest.raises(DownloadError, match="unknown download 'glue'; choose from wiki1m, nli, senteval"):
     downloads.download("glue", "/nonexistent")
+
+
+def test_download_mistakes_create_nothing_then_it_runs(server, tmp_path, real_data_dir, monkeypatch, capsys):
+  # Validate, then write: a data root that cannot be made, or a hub that cannot be reached, leaves no folder behind.
+  monkeypatch.setattr("time.sleep", lambda seconds: None)  # huggingface_hub's retries.
+  (tmp_path / "a_file").write_text("x\n")
+  root = str(tmp_path / "data")
+  for argv, message in [
+      (["--data_dir", str(tmp_path / "a_file" / "data")], "a_file is not a writable folder"),
+      (["--data_dir", str(tmp_path / "a_file")], "exists and is not a folder"),
+      (["--data_dir", root, "--endpoint", f"http://127.0.0.1:{_closed_port()}"], "Connection refused"),
+  ]:
+    assert downloads.main(["download", "senteval", *argv]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert sorted(os.listdir(tmp_path)) == ["a_file"] and (tmp_path / "a_file").read_text() == "x\n"
+  server.files["senteval.tar"] = _senteval_tar(real_data_dir)
+  assert downloads.main(["download", "senteval", "--data_dir", root, "--endpoint", server.base]) == 0
+  assert os.path.isfile(os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark", "sts-dev.csv"))

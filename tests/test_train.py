@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -162,17 +163,32 @@ def test_every_config_file_runs_a_few_steps(config_name, tiny_model_dir, small_d
   assert spec.pooling == objectives.pooling_of(config)  # The poolers the method and config ask for, saved.
 
 
-def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir):
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"mlm.enabled": True, "train.max_steps": 3})
-  train.train_and_evaluate(config, fresh_workdir)
+class _Crash(RuntimeError):
+  """Stands for a crash of the training process."""
+
+
+def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_dir, fresh_workdir, monkeypatch):
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"mlm.enabled": True, "train.max_steps": 4})
+  iterate = data_lib.Batches.iterate
+
+  def crash_after_step_3(self, start_step, end_step, *rest, **kwargs):  # After the checkpoint at 3 (every 3).
+    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
+      if step == 3:
+        raise _Crash(step)
+      yield batch
+
+  monkeypatch.setattr(data_lib.Batches, "iterate", crash_after_step_3)
+  with pytest.raises(_Crash):
+    train.train_and_evaluate(config, fresh_workdir)
+  monkeypatch.undo()
   records = [r for r in _metrics(fresh_workdir) if "loss" in r]
   last = records[-1]
   assert last["loss"] == pytest.approx(last["contrastive_loss"] + 0.1 * last["mlm_loss"], rel=1e-4)
   assert last["mlm_loss"] > 5.0  # A fresh head over 30522 tokens starts near log(30522) = 10.3.
   params = _final_params(fresh_workdir)
   assert any(k.startswith("mlm_head/") for k in params)
-  # Resuming rebuilds the head from the saved description.
-  config.train.max_steps = 4
+  # Resuming (with the same config: another max_steps would be another run) rebuilds the head from the saved
+  # description.
   assert train.train_and_evaluate(config, fresh_workdir)["steps"] == 4
 
 
@@ -195,18 +211,21 @@ def test_mask_tokens_follows_bert_masking():
 
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, small_data_dir, fresh_workdir):
-  # An absurd learning rate: Adam moves every weight by ~1e38 in step 1, and step 2's forward overflows.
+  # An absurd learning rate after one warmup step at rate 0 (a good checkpoint 1): Adam moves every weight by ~1e38
+  # in step 2; the weights are finite but the forward pass overflows, so state 2 is not good (nor saved).
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.learning_rate": 1e38, "train.max_grad_norm": 0.0, "checkpoint.every": 1, "eval.every": 10_000,
-      "eval.at_end": False})
-  with pytest.raises(train.NonFiniteLossError, match=r"non-finite loss .* at step (\d+)") as info:
+      "train.learning_rate": 1e38, "train.warmup_steps": 2, "train.max_grad_norm": 0.0, "checkpoint.every": 1,
+      "eval.every": 10_000, "eval.at_end": False})
+  with pytest.raises(train.NonFiniteLossError, match=r"(?:non-finite loss .* at step|after step) (\d+)") as info:
     train.train_and_evaluate(config, fresh_workdir)
-  bad_step = int(info.value.args[0].split("at step ")[1].split(";")[0])
+  bad_step = int(re.search(r"(?:at step|after step) (\d+)", info.value.args[0]).group(1))
   mngr = checkpoints.manager(os.path.join(fresh_workdir, checkpoints.LATEST_DIR))
   # Checkpoint n holds the state after n steps; the last one kept is the state the bad step started from.
   assert bad_step >= 2 and mngr.latest_step() == bad_step - 1
   params = _final_params(fresh_workdir)
   assert all(np.isfinite(v).all() for v in params.values())
+  loaded = loading.load_model(fresh_workdir, checkpoint="latest")  # Its outputs are finite too (else refused).
+  assert loaded.step == bad_step - 1
 
 
 def test_bad_corpus_is_a_clear_error(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):

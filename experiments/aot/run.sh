@@ -4,12 +4,13 @@
 # jaxcse-compile's cache (by the program's fingerprint) and not run again. Needs: pip install -e ".[aot]".
 #
 #   bash experiments/aot/run.sh [table|max_batch|inference|all]
+#   CONFIGS="base dclr" TARGETS="v5e-1 h100" bash experiments/aot/run.sh table   # a part of the grid
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=experiments/aot/results
 PY=${PYTHON:-python}
-CONFIGS=(base simcse_sup mixcse dclr)
-TARGETS=(v5e-1 h100 a100-40gb v5e-8 v4-8 v6e-8)
+read -ra CONFIGS <<< "${CONFIGS:-base simcse_sup mixcse dclr}"
+read -ra TARGETS <<< "${TARGETS:-v5e-1 h100 a100-40gb a100-80gb v5e-8 v4-8 v6e-8 v3-8 v2-8 v5e-16}"
 
 compile() {  # config target [extra flags...]
   local config=$1 target=$2

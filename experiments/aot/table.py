@@ -13,7 +13,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results")
 CONFIGS = ("base", "simcse_sup", "mixcse", "dclr")
-TARGETS = ("v5e-1", "v5e-8", "v4-8", "v6e-8", "h100", "a100-40gb")
+TARGETS = ("v5e-1", "v5e-8", "v4-8", "v6e-8", "v3-8", "v2-8", "v5e-16", "h100", "a100-80gb", "a100-40gb")
 # Steps of each config's own run (none reads its corpus: the counts are the configs' documented ones). wiki1m has
 # 1,000,000 sentences: 15,625 steps of 64 is the paper's one epoch, 3 epochs of 128 are DCLR's 23,436 steps;
 # nli_for_simcse.csv has 275,601 triplets: 3 epochs of 512 are 1,614 steps.

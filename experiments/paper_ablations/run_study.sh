@@ -6,9 +6,11 @@
 #   JAXCSE_DATA_DIR=../shared/data bash experiments/paper_ablations/run_study.sh [stage ...]
 #
 # Stages, in order: lr_grid (every method at three learning rates, seed 1), main (each method at its own best
-# rate, seeds 2-3), then the ablation stages added as their switches land, and report. Every run is skipped when
-# its results file exists and resumes from its latest checkpoint otherwise, so the same command continues a
-# killed study. OUT (default: this folder) receives results/, runs/ (metrics, summary, config) and logs/.
+# rate, seeds 2-3), the ablations (dropout, augment, mixcse, dclr: every row for ABLATION_SEEDS at
+# ABLATION_STEPS, each method at its lr_grid best rate), dynamics (SimCSE's Fig. 2 runs and DCLR, evaluated every
+# 25 steps), and report (summarize.py: tables and plots). Every run is skipped when its results file exists and
+# resumes from its latest checkpoint otherwise, so the same command continues a killed study. OUT (default: this
+# folder) receives results/, runs/ (metrics, summary, config) and logs/; the ablations need lr_grid done first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${MODEL:-jaxcse/bert-mini-wiki-uncased}
@@ -17,14 +19,18 @@ GRID_LRS=${GRID_LRS:-"1e-4 3e-4 1e-3"}
 METHODS=${METHODS:-"simcse mixcse dclr"}
 MAIN_SEEDS=${MAIN_SEEDS:-"2 3"}       # Seed 1 of each method's main result is its lr_grid run.
 POOLER=avg                            # The raw-encoder study's pooler for every method (its [CLS] is untrained).
+EVAL_EVERY=${EVAL_EVERY:-125}         # Evaluations (and checkpoints) of every run; smaller for smoke tests.
 W=${WORKDIRS:-workdirs/paper_ablations}
 OUT=${OUT:-experiments/paper_ablations}
-STAGES=${*:-"lr_grid main report"}
+ABLATION_STEPS=${ABLATION_STEPS:-250}  # Every ablation row's budget: the same for all rows (16k sentences).
+ABLATION_SEEDS=${ABLATION_SEEDS:-"1 2 3"}
+DYNAMICS_EVERY=${DYNAMICS_EVERY:-25}  # The dynamics stage's evaluation interval (SimCSE's Fig. 2 used 10 steps).
+STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics report"}
 mkdir -p "$OUT/results" "$OUT/logs" "$OUT/runs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
-        --config.data.max_seq_len=32 --config.eval.every=125 --config.eval.at_end=False
-        --config.checkpoint.every=125 --config.model.pooler="$POOLER" --config.model.test_pooler="$POOLER"
+        --config.data.max_seq_len=32 --config.eval.every="$EVAL_EVERY" --config.eval.at_end=False
+        --config.checkpoint.every="$EVAL_EVERY" --config.model.pooler="$POOLER" --config.model.test_pooler="$POOLER"
         --config.model.mlp_only_train=False)
 
 # DCLR's complementary model, fixed for every DCLR run of the study: unsupervised SimCSE seed 1 at lr 3e-4 (the
@@ -40,6 +46,9 @@ method_config() {  # The method's config file and its own fields.
   esac
 }
 
+# Flags placed after the common ones (so they override them) by the runs of one stage; empty elsewhere.
+after=()
+
 # run GROUP NAME STEPS ARGS...: trains WORKDIRS/GROUP/NAME unless OUT/results/GROUP/NAME.json exists, copies its
 # metrics, summary and config to OUT/runs/GROUP/NAME and evaluates it on the STS tasks (+ alignment/uniformity).
 run() {
@@ -48,7 +57,7 @@ run() {
   [ -f "$f" ] && return 0
   mkdir -p "$OUT/results/$group" "$OUT/logs/$group" "$OUT/runs/$group/$name"
   wd=$W/$group/$name
-  python -m jaxcse.train "$@" "${common[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
+  python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
       2>&1 | tee "$OUT/logs/$group/train-$name.log"
   cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$group/$name/"
   python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" \
@@ -58,15 +67,37 @@ run() {
 
 best_lr() {  # The grid's learning rate with the best selection metric (dev) for a method, seed 1.
   python - "$OUT/runs/lr_grid" "$1" <<'PY'
-import glob, json, re, sys
+import glob, json, os, re, sys
 runs = {}
 for path in glob.glob(f"{sys.argv[1]}/{sys.argv[2]}-lr*-seed1/summary.json"):
-  lr = re.search(r"-lr([^-]+)-seed1", path).group(1)
+  # The rate is everything between "-lr" and "-seed1": it may hold a "-" itself (3e-4).
+  lr = re.fullmatch(rf"{re.escape(sys.argv[2])}-lr(.+)-seed1", os.path.basename(os.path.dirname(path))).group(1)
   runs[lr] = json.load(open(path))["best_metric"]
 if not runs:
   sys.exit(f"no lr_grid runs of {sys.argv[2]} yet")
 print(max(runs, key=runs.get))
 PY
+}
+
+# ablate GROUP ROW METHOD ARGS...: one row of an ablation table, METHOD at its lr_grid best rate with ARGS, for
+# every ABLATION_SEEDS seed, ABLATION_STEPS steps each: runs GROUP/ROW-lrLR-seedS.
+ablate() {
+  local group=$1 row=$2 method=$3 lr seed
+  shift 3
+  lr=$(best_lr "$method")
+  for seed in $ABLATION_SEEDS; do
+    run "$group" "$row-lr$lr-seed$seed" "$ABLATION_STEPS" $(method_config "$method") \
+        --config.train.learning_rate="$lr" --config.seed="$seed" "$@"
+  done
+}
+
+# dynamic ROW METHOD ARGS...: one run of the dynamics stage, seed 1, METHOD at its best rate (dynamics/ROW-lrLR-seed1).
+dynamic() {
+  local row=$1 method=$2 lr
+  shift 2
+  lr=$(best_lr "$method")
+  run dynamics "$row-lr$lr-seed1" "$ABLATION_STEPS" $(method_config "$method") --config.train.learning_rate="$lr" \
+      --config.seed=1 "$@"
 }
 
 for stage in $STAGES; do
@@ -87,6 +118,49 @@ for stage in $STAGES; do
             --config.train.learning_rate="$lr" --config.seed="$seed"
       done
     done ;;
+  dropout)
+    # SimCSE Table 3 (v1: Table 4): the dropout rate, and "fixed 0.1" (both views, one mask). p0.1 is SimCSE
+    # itself: also the "None" row of the augment table.
+    for p in 0.0 0.01 0.05 0.1 0.15 0.2 0.5; do
+      ablate dropout "p$p" simcse --config.model.dropout="$p"
+    done
+    ablate dropout fixed0.1 simcse --config.augment.same_dropout_mask=True ;;
+  augment)
+    # SimCSE Table 1 (v1: Table 2): discrete augmentations of the second view, all with dropout 0.1 except
+    # "w/o dropout" (delete one word without dropout).
+    for k in 10 20 30; do
+      ablate augment "crop$k" simcse --config.augment.crop="0.$k"
+      ablate augment "word_deletion$k" simcse --config.augment.word_deletion="0.$k"
+    done
+    ablate augment delete_one_word simcse --config.augment.delete_one_word=True
+    ablate augment delete_one_word_no_dropout simcse --config.augment.delete_one_word=True --config.model.dropout=0.0
+    ablate augment mlm15 simcse --config.augment.mlm=0.15
+    ablate augment crop10_mlm15 simcse --config.augment.crop=0.1 --config.augment.mlm=0.15 ;;
+  mixcse)
+    # MixCSE Table 3 (single, w/o stop-gradient) and its mixing weight lambda (0.2 = the method itself).
+    for lam in 0.1 0.2 0.3 0.5; do
+      ablate mixcse "lam$lam" mixcse --config.mixcse.mix_lambda="$lam"
+    done
+    ablate mixcse single mixcse --config.mixcse.symmetric=False
+    ablate mixcse no_stop_gradient mixcse --config.mixcse.stop_gradient=False ;;
+  dclr)
+    # DCLR Table 2: each component removed or replaced.
+    ablate dclr full dclr
+    ablate dclr no_instance_weighting dclr --config.dclr.instance_weighting=none
+    ablate dclr no_noise_negatives dclr --config.dclr.noise_negatives=none
+    ablate dclr random_noise dclr --config.dclr.noise_negatives=random
+    ablate dclr self_instance_weighting dclr --config.dclr.instance_weighting=self ;;
+  dynamics)
+    # SimCSE's Fig. 2 (alignment-uniformity trajectories of SimCSE, no dropout, fixed 0.1, delete one word) and
+    # DCLR's Fig. 4 (uniformity during training, DCLR vs SimCSE): seed 1, evaluated from the start every
+    # DYNAMICS_EVERY steps.
+    after=(--config.eval.every="$DYNAMICS_EVERY" --config.eval.at_start=True)
+    dynamic simcse simcse
+    dynamic no_dropout simcse --config.model.dropout=0.0
+    dynamic fixed0.1 simcse --config.augment.same_dropout_mask=True
+    dynamic delete_one_word simcse --config.augment.delete_one_word=True
+    dynamic dclr dclr
+    after=() ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;

@@ -1,6 +1,7 @@
 """Training data: the data root, corpora read strictly, deterministic batches, verified downloads.
 
-  root.py       where relative data paths resolve ($JAXCSE_DATA_DIR); DataError, raised for every bad input
+  root.py       where relative data paths resolve ($JAXCSE_DATA_DIR, then the shipped quickstart data); DataError
+  manifest.py   downloads.json: every known data file's sha256 (the downloads and the shipped quickstart data)
   corpora.py    .txt / .csv / tfds: readers, each problem an error naming file and line
   batching.py   Batches: deterministic, resumable, step-addressable batches, tokenized ahead in a thread
   downloads.py  python -m jaxcse.data download ...: SimCSE's files, sha256-verified (digests in downloads.json)
@@ -10,8 +11,8 @@ from jaxcse.data.batching import Batches, PackedBatches
 from jaxcse.data.corpora import (CSV_COLUMNS, TFDS_PREFIX, Corpus, is_heldout, load_corpus, read_csv, read_text_lines, read_tfds,
                                  split_heldout)
 from jaxcse.data.downloads import DOWNLOADS, DownloadError, download, extract_tar, fetch_file, file_sha256
-from jaxcse.data.root import DATA_DIR_ENV, DataError, data_dir, resolve
+from jaxcse.data.root import DATA_DIR_ENV, EMBEDDED_ROOT, DataError, data_dir, data_file, embedded_file, given_root, resolve
 
-__all__ = ["TFDS_PREFIX", "Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "data_dir",
+__all__ = ["TFDS_PREFIX", "Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "EMBEDDED_ROOT", "data_dir", "data_file", "embedded_file", "given_root",
            "download", "extract_tar", "fetch_file", "file_sha256", "load_corpus", "read_csv", "read_text_lines",
            "read_tfds", "resolve"]

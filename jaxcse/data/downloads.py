@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 import logging
 import os
 import re
@@ -26,18 +24,15 @@ import huggingface_hub.constants
 import huggingface_hub.errors
 import requests
 
+from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH, file_sha256  # noqa: F401 (re-exported)
 from jaxcse.data.root import DATA_DIR_ENV
 from jaxcse import errors
 from jaxcse.errors import JaxcseError
 
 
-# What can be downloaded, from where, with which sha256: a data file beside this module (see its _comment).
-MANIFEST_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "downloads.json")
-with open(MANIFEST_PATH) as _f:
-  _MANIFEST = json.load(_f)
+# What can be downloaded, from where, with which sha256: downloads.json beside this module (see its _comment).
 SIMCSE_HF_REVISION = _MANIFEST["revision"]
 ENDPOINT_ENV = "HF_ENDPOINT"  # huggingface_hub's own variable: a mirror of the hub (or a local server in tests).
-_CHUNK_BYTES = 1 << 20
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
@@ -69,15 +64,6 @@ DOWNLOADS: dict[str, tuple[RemoteFile, ...]] = {
                 for f in files)
     for name, files in _MANIFEST["downloads"].items()
 }
-
-
-def file_sha256(path: str) -> str:
-  """Hex sha256 of a file, read in chunks."""
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(_CHUNK_BYTES), b""):
-      digest.update(chunk)
-  return digest.hexdigest()
 
 
 def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> DownloadError:
@@ -251,11 +237,17 @@ def download(name: str, root: str, *, endpoint: str | None = None) -> list[str]:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m jaxcse.data", description="Fetch SimCSE's training and evaluation data, verified by sha256.")
+  prog = errors.command_name("jaxcse.data")
+  parser = argparse.ArgumentParser(
+      prog=prog, description="Fetch SimCSE's training and evaluation data into a data root, verified by sha256.",
+      epilog=f"example: {prog} download senteval wiki1m --data_dir DIR (then pass --data_dir DIR to the other "
+             f"commands, or set ${DATA_DIR_ENV}=DIR); {prog} download --help lists its flags.")
   commands = parser.add_subparsers(dest="command", required=True)
   fetch = commands.add_parser("download", help="fetch SimCSE's training and evaluation data, verified by sha256")
   fetch.add_argument("names", nargs="+", choices=sorted(DOWNLOADS), metavar="NAME",
-                     help=f"what to fetch: {', '.join(DOWNLOADS)}")
+                     help="what to fetch: senteval (STS12-16, STS-B, SICK-R and the transfer tasks, for "
+                          "jaxcse-evaluate), wiki1m (SimCSE's 1M Wikipedia sentences, configs/base.py), nli (SimCSE's "
+                          "supervised NLI triplets, configs/simcse_sup.py)")
   fetch.add_argument("--data_dir", default=None, help=f"data root (default ${DATA_DIR_ENV}); created if missing")
   fetch.add_argument("--endpoint", default=None,
                      help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)")
@@ -265,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   root = args.data_dir or os.environ.get(DATA_DIR_ENV)
   if not root:
     parser.error(f"no data directory: pass --data_dir or set ${DATA_DIR_ENV}")
-  os.makedirs(root, exist_ok=True)
+  errors.check_output(root, folder=True)  # The folders are made when the first file arrives, not before.
   for name in args.names:
     for path in download(name, root, endpoint=args.endpoint):
       print(path)

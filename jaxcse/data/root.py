@@ -3,39 +3,126 @@
 Relative paths are looked up under the data directory, which is
 ``--data_dir``/``config.data.data_dir`` or else ``$JAXCSE_DATA_DIR``, laid out
 like SentEval's and SimCSE's: ``senteval/downstream/...``, ``corpora/...``.
+
+Under every data root lies the quickstart data shipped inside the package
+(``manifest.EMBEDDED_ROOT``: a 20,000-sentence Wikipedia corpus and STS-B dev):
+a file that the given root lacks, or any file when no root is given, is read
+from there if it is one of the embedded files (after checking its pinned
+sha256), with one line saying so. The embedded files are never shadowed
+silently and never replace a file the root has. Anything else missing is an
+error naming the ``jaxcse-data download`` command that fetches it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
+from jaxcse.data import manifest
 from jaxcse.errors import JaxcseError
 
 DATA_DIR_ENV = "JAXCSE_DATA_DIR"
+EMBEDDED_ROOT = manifest.EMBEDDED_ROOT
+
+log = logging.getLogger("jaxcse")
 
 
 class DataError(JaxcseError, ValueError):
   """Bad or missing input data; the message names the file and line."""
 
 
-def data_dir(explicit: str | None = None) -> str:
-  """The data root: ``explicit`` if given, else ``$JAXCSE_DATA_DIR``."""
+_NO_ROOT = f"no data root is given (--data_dir, config.data.data_dir or ${DATA_DIR_ENV})"
+
+
+def given_root(explicit: str | None = None) -> str | None:
+  """The data root the user gave: ``explicit`` if given, else ``$JAXCSE_DATA_DIR``, else None. It must exist."""
   root = explicit or os.environ.get(DATA_DIR_ENV)
-  if not root:
-    raise DataError(
-        f"no data directory: pass --data_dir (config.data.data_dir) or set ${DATA_DIR_ENV} to a folder "
-        "laid out as senteval/downstream/... and corpora/..."
-    )
-  if not os.path.isdir(root):
+  if root and not os.path.isdir(root):
     raise DataError(f"data directory {root!r} does not exist")
+  return root or None
+
+
+def data_dir(explicit: str | None = None) -> str:
+  """The data root: ``explicit`` if given, else ``$JAXCSE_DATA_DIR``; for commands that need the whole benchmark."""
+  root = given_root(explicit)
+  if root is None:
+    raise DataError(
+        f"{_NO_ROOT}: fetch the benchmarks with `jaxcse-data download senteval --data_dir DIR`, then pass "
+        f"--data_dir DIR or set ${DATA_DIR_ENV}=DIR (a folder laid out as senteval/downstream/... and corpora/...)")
   return root
 
 
+_embedded_checked: set[str] = set()
+
+
+def embedded_file(relpath: str) -> str | None:
+  """The embedded copy of ``relpath`` (relative to a data root), its sha256 checked; None if none is embedded."""
+  key = os.path.normpath(relpath).replace(os.sep, "/")
+  if key not in manifest.EMBEDDED_SHA256:
+    return None
+  path = os.path.join(EMBEDDED_ROOT, *key.split("/"))
+  if key not in _embedded_checked:
+    if not os.path.isfile(path):
+      raise DataError(f"{path}: missing from jaxcse's installed quickstart data; reinstall jaxcse")
+    actual, expected = manifest.file_sha256(path), manifest.EMBEDDED_SHA256[key]
+    if actual != expected:
+      raise DataError(f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
+                      "installed quickstart data is damaged: reinstall jaxcse")
+    _embedded_checked.add(key)
+  return path
+
+
+_announced: set[str | None] = set()
+
+
+def _announce(relpath: str, given: str | None) -> None:
+  """One line when the embedded data is first used: per process without a data root, per file with one."""
+  key = relpath if given else None
+  if key in _announced:
+    return
+  _announced.add(key)
+  if given:
+    log.warning("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
+                relpath, given, EMBEDDED_ROOT)
+  else:
+    log.warning("%s: data files are read from the quickstart data shipped with jaxcse (%s: a 20,000-sentence "
+                "corpus and STS-B dev); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
+                EMBEDDED_ROOT, DATA_DIR_ENV)
+
+
+def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = False) -> str:
+  """The file ``relpath`` of the data root (``root``, else ``$JAXCSE_DATA_DIR``), else its embedded copy.
+
+  Raises:
+    DataError: the given root does not exist, or neither it nor the embedded data has the file (the message
+      names where it looked and the ``jaxcse-data download`` that fetches the file, if one does), or the
+      embedded copy fails its sha256 check.
+  """
+  given = given_root(root)
+  candidate = os.path.join(given, relpath) if given else None
+  if candidate and os.path.exists(candidate):
+    return candidate
+  embedded = embedded_file(relpath)
+  if embedded is not None:
+    _announce(relpath, given)
+    return embedded
+  download = manifest.download_providing(relpath)
+  cwd = "the current directory" if looked_in_cwd else ""
+  if given:
+    looked = f"{cwd} and in {candidate}" if cwd else candidate
+    fetch = f"; `jaxcse-data download {download} --data_dir {given}` fetches it" if download else ""
+    raise DataError(f"{relpath}: no such file (looked in {looked}){fetch}")
+  looked = f" (looked in {cwd})" if cwd else ""
+  fetch = (f"`jaxcse-data download {download} --data_dir DIR` fetches it; then pass --data_dir DIR or set "
+           f"${DATA_DIR_ENV}=DIR" if download else
+           f"no jaxcse-data download provides it, so put it under a folder DIR and pass --data_dir DIR or set "
+           f"${DATA_DIR_ENV}=DIR")
+  raise DataError(f"{relpath}: no such file{looked}, {_NO_ROOT}, and the quickstart data shipped with jaxcse does "
+                  f"not have it: {fetch}")
+
+
 def resolve(path: str, root: str | None = None) -> str:
-  """``path`` as given if it exists, else under the data root."""
+  """``path`` as given if it is absolute or exists, else ``data_file(path, root)`` (the root, then the embedded data)."""
   if os.path.isabs(path) or os.path.exists(path):
     return path
-  candidate = os.path.join(data_dir(root), path)
-  if not os.path.exists(candidate):
-    raise DataError(f"{path}: no such file (looked in the current directory and in {candidate})")
-  return candidate
+  return data_file(path, root, looked_in_cwd=True)

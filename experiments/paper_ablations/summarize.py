@@ -1,0 +1,465 @@
+r"""The paper_ablations study's tables and plots, from its results and run records (no recomputation).
+
+  python experiments/paper_ablations/summarize.py --out experiments/paper_ablations
+
+Reads, under ``--out`` (run_study.sh's OUT): ``results/<group>/<run>.json`` (``jaxcse.evaluate --tasks
+sts,align_uniform`` after training) and ``runs/<group>/<run>/`` (``metrics.jsonl``, ``summary.json``,
+``config.json``), where a run is named ``<row>-lr<lr>-seed<seed>``. Writes ``tables.md`` (and prints it) and
+``plots/*.png``:
+
+* the learning-rate grid (one seed), and the main comparison: each method at its own best rate (the grid's
+  seed 1 and the main stage's seeds);
+* one table per experiment (SimCSE's dropout and augmentation tables, MixCSE's and DCLR's ablations): the
+  paper's numbers with their source beside ours (mean ± std over seeds of STS-B dev at the kept checkpoint and
+  of the STS average of the seven test sets), and Kendall's tau between the paper's and our ordering of the
+  rows that have both (on the paper's metric: STS-B dev for SimCSE's tables, STS avg for MixCSE's and DCLR's);
+* plots: SimCSE's Fig. 2 (alignment-uniformity trajectories of SimCSE, no dropout, fixed 0.1 and delete one
+  word), DCLR's Fig. 4 (uniformity during training, DCLR vs SimCSE), MixCSE's Fig. 4a (positive, negative and
+  mixed scores, divided by the temperature as the paper plots them, of the main MixCSE run).
+
+A study in progress gives the tables of what has run; what is missing is said in the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import glob
+import json
+import os
+import re
+import sys
+
+import numpy as np
+from scipy import stats
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # The repository, for jaxcse.plot.
+
+from jaxcse import plot  # noqa: E402
+
+RUN_NAME = re.compile(r"^(?P<row>.+?)-lr(?P<lr>.+)-seed(?P<seed>\d+)$")  # lr may hold "-" (3e-4).
+METHODS = ("simcse", "mixcse", "dclr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One row of a paper's table: where our runs are, and the paper's number(s)."""
+
+  label: str
+  switch: str  # The config fields that make it (on top of the method's config).
+  group: str  # Our runs: OUT/results/<group>/<row>-lr*-seed*.json.
+  row: str
+  paper: float | None  # The paper's published number (None: not in it, or not verified here).
+  paper_v1: float | None = None  # SimCSE's arXiv v1 (April 2021), where its numbers differ.
+
+
+@dataclasses.dataclass(frozen=True)
+class Experiment:
+  title: str
+  source: str  # Where the paper's numbers are.
+  metric: str  # "stsb_dev" or "sts_avg": what the paper reports, and what Kendall's tau compares.
+  rows: tuple[Row, ...]
+  note: str = ""
+
+
+SIMCSE = "Gao, Yao and Chen, SimCSE, EMNLP 2021 (arXiv 2104.08821 v4)"
+SIMCSE_V1 = "arXiv v1 (April 2021), as reproduced in ../shared/seeds/simcse_slides_ko.md"
+EXPERIMENTS = {
+    "dropout": Experiment(
+        "SimCSE: dropout as augmentation",
+        f"{SIMCSE}, Table 3 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 4 (its 0.05 column is not "
+        "in that copy)",
+        "stsb_dev",
+        (Row("p = 0.0 (no dropout)", "model.dropout=0.0", "dropout", "p0.0", 71.1, 64.9),
+         Row("p = 0.01", "model.dropout=0.01", "dropout", "p0.01", 72.6, 69.5),
+         Row("p = 0.05", "model.dropout=0.05", "dropout", "p0.05", 81.1, None),
+         Row("p = 0.1 (SimCSE)", "model.dropout=0.1", "dropout", "p0.1", 82.5, 79.1),
+         Row("p = 0.15", "model.dropout=0.15", "dropout", "p0.15", 81.4, 78.6),
+         Row("p = 0.2", "model.dropout=0.2", "dropout", "p0.2", 80.5, 78.2),
+         Row("p = 0.5", "model.dropout=0.5", "dropout", "p0.5", 71.0, 67.4),
+         Row("fixed 0.1", "augment.same_dropout_mask=True", "dropout", "fixed0.1", 43.6, 45.2))),
+    "augment": Experiment(
+        "SimCSE: discrete augmentations of the second view",
+        f"{SIMCSE}, Table 1 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 2",
+        "stsb_dev",
+        (Row("None (SimCSE, dropout 0.1)", "", "dropout", "p0.1", 82.5, 79.1),
+         Row("crop 10%", "augment.crop=0.1", "augment", "crop10", 77.8, 75.4),
+         Row("crop 20%", "augment.crop=0.2", "augment", "crop20", 71.4, 70.1),
+         Row("crop 30%", "augment.crop=0.3", "augment", "crop30", 63.6, 63.7),
+         Row("word deletion 10%", "augment.word_deletion=0.1", "augment", "word_deletion10", 75.9, 74.7),
+         Row("word deletion 20%", "augment.word_deletion=0.2", "augment", "word_deletion20", 72.2, 71.2),
+         Row("word deletion 30%", "augment.word_deletion=0.3", "augment", "word_deletion30", 68.2, 70.2),
+         Row("delete one word", "augment.delete_one_word=True", "augment", "delete_one_word", 75.9, 74.8),
+         Row("delete one word, w/o dropout", "augment.delete_one_word=True model.dropout=0.0", "augment",
+             "delete_one_word_no_dropout", 74.2, 71.4),
+         Row("MLM 15%", "augment.mlm=0.15", "augment", "mlm15", 62.2, 66.8),
+         Row("crop 10% + MLM 15%", "augment.crop=0.1 augment.mlm=0.15", "augment", "crop10_mlm15", None, 70.8)),
+        note="The published table's synonym replacement row (77.4, nlpaug with WordNet) is not run: no WordNet "
+             "offline here. Its MLM replacement uses BERT-base, the starting model; ours the starting encoder's "
+             "own MLM head."),
+    "mixcse": Experiment(
+        "MixCSE: ablations and the mixing weight",
+        "Zhang et al., MixCSE, AAAI 2022, Table 3 (STS avg of the seven test sets, BERT-base, mean of 5 runs; "
+        "../shared/seeds/mixcse_paper.md); the paper gives no numbers for other lambdas (it trains with 0.2)",
+        "sts_avg",
+        (Row("MixCSE (lambda 0.2)", "mixcse.mix_lambda=0.2", "mixcse", "lam0.2", 77.66),
+         Row("MixCSE_single", "mixcse.symmetric=False", "mixcse", "single", 76.43),
+         Row("MixCSE w/o stop-gradient", "mixcse.stop_gradient=False", "mixcse", "no_stop_gradient", 75.74),
+         Row("lambda 0.1", "mixcse.mix_lambda=0.1", "mixcse", "lam0.1", None),
+         Row("lambda 0.3", "mixcse.mix_lambda=0.3", "mixcse", "lam0.3", None),
+         Row("lambda 0.5", "mixcse.mix_lambda=0.5", "mixcse", "lam0.5", None))),
+    "dclr": Experiment(
+        "DCLR: ablation and variation study",
+        "Zhou et al., DCLR, ACL 2022: the full method's 77.22 is its Table 1 (STS avg, BERT-base); its Table 2 "
+        "(the ablations, STS avg) is an image in every copy readable here, so those numbers are not filled in. "
+        "Its text: removing either component lowers the average, removing instance weighting more; random "
+        "noise and self instance weighting are below the full method",
+        "sts_avg",
+        (Row("DCLR", "", "dclr", "full", 77.22),
+         Row("w/o instance weighting", "dclr.instance_weighting=none", "dclr", "no_instance_weighting", None),
+         Row("w/o noise-based negatives", "dclr.noise_negatives=none", "dclr", "no_noise_negatives", None),
+         Row("random noise (no gradient ascent)", "dclr.noise_negatives=random", "dclr", "random_noise", None),
+         Row("self instance weighting", "dclr.instance_weighting=self", "dclr", "self_instance_weighting", None)),
+        note="Knowledge distillation, the paper's other variant, is not a switch of jaxcse."),
+}
+# The papers' main results (STS avg of the seven test sets, BERT-base): reference.md, section 3.
+PAPER_MAIN = {"simcse": (76.25, "SimCSE, EMNLP 2021, Table 5"), "mixcse": (77.66, "MixCSE, AAAI 2022, Table 1"),
+              "dclr": (77.22, "DCLR, ACL 2022, Table 1")}
+# run_study.sh's dynamics stage.
+FIG2_RUNS = (("simcse", "unsup. SimCSE"), ("no_dropout", "no dropout"), ("fixed0.1", "fixed 0.1"),
+             ("delete_one_word", "delete one word"))
+
+
+class StudyError(ValueError):
+  """An input of the study cannot be read; the message names the file."""
+
+
+@dataclasses.dataclass
+class Run:
+  group: str
+  row: str
+  lr: str
+  seed: int
+  sts_avg: float | None  # x100, from the results summary.
+  stsb_dev: float | None  # x100: STS-B dev at the kept (best) checkpoint.
+  selection: float | None  # x100: the run's own selection metric at that checkpoint (DCLR: STS-B + SICK-R dev).
+  alignment: float | None
+  uniformity: float | None
+  run_dir: str | None
+
+
+def _load_json(path: str):
+  try:
+    with open(path, encoding="utf-8") as f:
+      return json.load(f)
+  except (OSError, json.JSONDecodeError) as e:
+    raise StudyError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
+
+
+def _best_eval(run_dir: str) -> dict | None:
+  """The evaluation record of the kept checkpoint (summary.json's best_step) in the run's metrics.jsonl."""
+  summary_path, metrics_path = os.path.join(run_dir, "summary.json"), os.path.join(run_dir, "metrics.jsonl")
+  if not (os.path.exists(summary_path) and os.path.exists(metrics_path)):
+    return None
+  best_step = _load_json(summary_path).get("best_step")
+  if best_step is None:
+    return None
+  _, evals = plot.read_metrics(metrics_path)
+  matches = [r for r in evals if r["step"] == best_step and plot.STSB_DEV in r]
+  return matches[-1] if matches else None
+
+
+def load_runs(out: str) -> list[Run]:
+  """Every finished run of the study (a results file), with its run record when copied."""
+  runs = []
+  for path in sorted(glob.glob(os.path.join(out, "results", "*", "*.json"))):
+    group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[:-len(".json")]
+    match = RUN_NAME.match(name)
+    if match is None:
+      print(f"note: {path}: not named <row>-lr<lr>-seed<seed>; left out", file=sys.stderr)
+      continue
+    summary = _load_json(path).get("summary")
+    if not isinstance(summary, dict):
+      raise StudyError(f"{path}: no 'summary' object (not a jaxcse.evaluate results file)")
+    run_dir = os.path.join(out, "runs", group, name)
+    best = _best_eval(run_dir)
+    runs.append(Run(group, match["row"], match["lr"], int(match["seed"]), summary.get("Avg"),
+                    None if best is None else best[plot.STSB_DEV] * 100,
+                    None if best is None or plot.EVAL_METRIC not in best else best[plot.EVAL_METRIC] * 100,
+                    summary.get("alignment"), summary.get("uniformity"),
+                    run_dir if os.path.isdir(run_dir) else None))
+  return runs
+
+
+def _values(runs: list[Run], attribute: str) -> list[float]:
+  return [getattr(r, attribute) for r in runs if getattr(r, attribute) is not None]
+
+
+def mean(values: list[float]) -> float | None:
+  return float(np.mean(values)) if values else None
+
+
+def cell(values: list[float], digits: int = 2) -> str:
+  """``mean ± std`` (sample std, ddof 1) of the seeds; the value alone for one run; ``–`` for none."""
+  if not values:
+    return "–"
+  if len(values) == 1:
+    return f"{values[0]:.{digits}f}"
+  return f"{np.mean(values):.{digits}f} ± {np.std(values, ddof=1):.{digits}f}"
+
+
+def number(value: float | None, digits: int = 2) -> str:
+  return "–" if value is None else f"{value:.{digits}f}"
+
+
+def kendall(paper: list[float | None], ours: list[float | None]) -> tuple[float, float, int] | None:
+  """Kendall's tau (scipy's tau-b) and its two-sided p-value over the rows that have both; None below 3 rows."""
+  pairs = [(p, o) for p, o in zip(paper, ours) if p is not None and o is not None]
+  if len(pairs) < 3:
+    return None
+  result = stats.kendalltau([p for p, _ in pairs], [o for _, o in pairs])
+  return float(result.statistic), float(result.pvalue), len(pairs)
+
+
+def _row_runs(runs: list[Run], group: str, row: str) -> tuple[list[Run], str | None, list[str]]:
+  """The runs of one row: those of its learning rate with the most seeds; also that rate and any others seen."""
+  by_lr = collections.defaultdict(list)
+  for r in runs:
+    if r.group == group and r.row == row:
+      by_lr[r.lr].append(r)
+  if not by_lr:
+    return [], None, []
+  lr = max(by_lr, key=lambda k: (len(by_lr[k]), k))
+  return sorted(by_lr[lr], key=lambda r: r.seed), lr, sorted(set(by_lr) - {lr})
+
+
+def experiment_table(name: str, experiment: Experiment, runs: list[Run]) -> list[str]:
+  has_v1 = any(r.paper_v1 is not None for r in experiment.rows)
+  metric = "STS-B dev" if experiment.metric == "stsb_dev" else "STS avg"
+  lines = [f"### {experiment.title} (`{name}`)", "", f"Paper: {experiment.source}.", ""]
+  header = ["row", "switch", f"paper ({metric})", *(["paper v1"] if has_v1 else []), "ours: STS-B dev",
+            "ours: STS avg", "alignment", "uniformity", "seeds", "lr"]
+  lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+  ours, ours_v1_pairs, notes = [], [], []
+  for row in experiment.rows:
+    row_runs, lr, other_lrs = _row_runs(runs, row.group, row.row)
+    if other_lrs:
+      notes.append(f"{row.label}: runs at other rates ({', '.join(other_lrs)}) left out; lr {lr} has the most seeds")
+    dev, avg = _values(row_runs, "stsb_dev"), _values(row_runs, "sts_avg")
+    ours.append(mean(dev if experiment.metric == "stsb_dev" else avg))
+    lines.append("| " + " | ".join([
+        row.label, f"`{row.switch}`" if row.switch else "", number(row.paper, 2 if name in ("mixcse", "dclr") else 1),
+        *([number(row.paper_v1, 1)] if has_v1 else []), cell(dev), cell(avg),
+        number(mean(_values(row_runs, "alignment")), 3), number(mean(_values(row_runs, "uniformity")), 3),
+        str(len(row_runs)), lr or "–"]) + " |")
+  lines.append("")
+  for label, papers in (("published", [r.paper for r in experiment.rows]),
+                        *((("v1", [r.paper_v1 for r in experiment.rows]),) if has_v1 else ())):
+    tau = kendall(papers, ours)
+    if tau is None:
+      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): fewer than 3 rows with both numbers.")
+    else:
+      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): {tau[0]:+.3f} (p = {tau[1]:.3g}, "
+                   f"{tau[2]} rows).")
+  if experiment.note:
+    lines += ["", experiment.note]
+  for note in notes:
+    lines += ["", f"Note: {note}."]
+  return lines + [""]
+
+
+def best_lrs(runs: list[Run]) -> dict[str, str]:
+  """Each method's grid rate with the best selection metric (seed 1), as run_study.sh's best_lr chooses it."""
+  best = {}
+  for method in METHODS:
+    grid = [r for r in runs if r.group == "lr_grid" and r.row == method and r.seed == 1 and r.selection is not None]
+    if grid:
+      best[method] = max(grid, key=lambda r: r.selection).lr
+  return best
+
+
+def lr_grid_table(runs: list[Run], best: dict[str, str]) -> list[str]:
+  lines = ["### Learning-rate grid (seed 1)", "",
+           "| method | lr | selection metric at the kept checkpoint | STS-B dev | STS avg | best rate |",
+           "|---|---:|---:|---:|---:|:---:|"]
+  grid = sorted((r for r in runs if r.group == "lr_grid"), key=lambda r: (r.row, float(r.lr), r.seed))
+  for r in grid:
+    lines.append(f"| {r.row} | {r.lr} | {number(r.selection)} | {number(r.stsb_dev)} | {number(r.sts_avg)} | "
+                 f"{'yes' if best.get(r.row) == r.lr else ''} |")
+  if not grid:
+    lines.append("| (no lr_grid runs yet) | | | | | |")
+  return lines + ["", "Selection metric: STS-B dev (SimCSE, MixCSE), mean of STS-B and SICK-R dev (DCLR), x100.", ""]
+
+
+def main_table(runs: list[Run], best: dict[str, str]) -> list[str]:
+  lines = ["### Main comparison: each method at its own best rate", "",
+           "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |",
+           "|---|---:|---:|---:|---:|---:|"]
+  ours = []
+  for method in METHODS:
+    lr = best.get(method)
+    seeds = sorted((r for r in runs if r.row == method and r.lr == lr and r.group in ("lr_grid", "main")),
+                   key=lambda r: r.seed) if lr else []
+    avg = _values(seeds, "sts_avg")
+    ours.append(mean(avg))
+    paper, source = PAPER_MAIN[method]
+    lines.append(f"| {method} | {lr or '–'} | {len(seeds)} | {cell(_values(seeds, 'stsb_dev'))} | {cell(avg)} | "
+                 f"{paper:.2f} ({source}) |")
+  tau = kendall([PAPER_MAIN[m][0] for m in METHODS], ours)
+  lines.append("")
+  lines.append("Kendall's tau (paper vs ours, STS avg): " + (
+      "fewer than 3 methods with results." if tau is None else f"{tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows)."))
+  return lines + [""]
+
+
+# --------------------------------------------------------------------------
+# Plots.
+
+
+def _figure(**kwargs):
+  from matplotlib.figure import Figure
+
+  return Figure(**kwargs)
+
+
+def _dynamics_dir(out: str, row: str) -> str | None:
+  found = sorted(glob.glob(os.path.join(out, "runs", "dynamics", f"{row}-lr*-seed1")))
+  return found[-1] if found and os.path.exists(os.path.join(found[-1], "metrics.jsonl")) else None
+
+
+def plot_fig2(out: str, plots: str) -> str | None:
+  """SimCSE's Fig. 2: alignment against uniformity (STS-B dev) over training, one colour per dynamics run,
+  arrows in the direction of training, the start (before training) ringed."""
+  curves = []
+  for row, label in FIG2_RUNS:
+    d = _dynamics_dir(out, row)
+    if d is None:
+      continue
+    _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
+    rows = [r for r in evals if plot.UNIFORMITY in r and plot.ALIGNMENT in r]
+    if rows:
+      # The last evaluation's STS-B dev: the kept checkpoint of these runs may be step 0 (they evaluate at start).
+      last = f" (STS-B dev at step {rows[-1]['step']}: {rows[-1][plot.STSB_DEV] * 100:.1f})" \
+          if plot.STSB_DEV in rows[-1] else ""
+      curves.append((label + last, [(r[plot.UNIFORMITY], r[plot.ALIGNMENT]) for r in rows]))
+  if not curves:
+    return None
+  fig = _figure(figsize=(6.8, 5.2))
+  ax = fig.subplots()
+  for i, (label, points) in enumerate(curves):
+    colour = f"C{i}"
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    ax.plot(xs, ys, color=colour, marker=".", label=label)
+    ax.plot(xs[:1], ys[:1], color=colour, marker="o", markersize=10, markerfacecolor="none")
+    for j in range(len(points) - 1):
+      if points[j] != points[j + 1]:
+        ax.annotate("", xy=points[j + 1], xytext=points[j], arrowprops=dict(arrowstyle="->", color=colour, lw=1))
+  ax.set_xlabel("uniformity, STS-B dev (lower is better)")
+  ax.set_ylabel("alignment, STS-B dev (lower is better)")
+  ax.set_title("alignment-uniformity during training (SimCSE's Fig. 2); o = start")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize="small")
+  fig.tight_layout()
+  path = os.path.join(plots, "simcse_fig2_align_uniform.png")
+  fig.savefig(path, dpi=110)
+  return path
+
+
+def plot_uniformity(out: str, plots: str) -> str | None:
+  """DCLR's Fig. 4: uniformity of the STS-B dev embeddings during training, DCLR against SimCSE."""
+  curves = []
+  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR")):
+    d = _dynamics_dir(out, row)
+    if d is not None:
+      _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
+      points = [(r["step"], r[plot.UNIFORMITY]) for r in evals if plot.UNIFORMITY in r]
+      if points:
+        curves.append((label, points))
+  if not curves:
+    return None
+  fig = _figure(figsize=(6.4, 4.4))
+  ax = fig.subplots()
+  for label, points in curves:
+    ax.plot([s for s, _ in points], [u for _, u in points], marker="o", label=label)
+  ax.set_xlabel("step")
+  ax.set_ylabel("uniformity, STS-B dev (lower is better)")
+  ax.set_title("uniformity during training (DCLR's Fig. 4)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  path = os.path.join(plots, "dclr_fig4_uniformity.png")
+  fig.savefig(path, dpi=110)
+  return path
+
+
+def plot_mixcse_scores(out: str, plots: str, best: dict[str, str]) -> str | None:
+  """MixCSE's Fig. 4a: mean positive, negative and mixed scores (cosine / temperature) of the main MixCSE run."""
+  if "mixcse" not in best:
+    return None
+  run_dir = os.path.join(out, "runs", "lr_grid", f"mixcse-lr{best['mixcse']}-seed1")
+  if not os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+    return None
+  temperature = _load_json(os.path.join(run_dir, "config.json"))["loss"]["temperature"]
+  train, _ = plot.read_metrics(os.path.join(run_dir, "metrics.jsonl"))
+  fig = _figure(figsize=(6.4, 4.4))
+  ax = fig.subplots()
+  for key, label in (("pos_score", "positive"), ("neg_score", "negative"), ("mix_score", "mix")):
+    points = [(r["step"], r[key] / temperature) for r in train if key in r]
+    ax.plot([s for s, _ in points], [v for _, v in points], label=label)
+  ax.set_xlabel("step")
+  ax.set_ylabel(f"mean score: cosine / temperature ({temperature})")
+  ax.set_title(f"MixCSE, lr {best['mixcse']}, seed 1 (MixCSE's Fig. 4a)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  fig.tight_layout()
+  path = os.path.join(plots, "mixcse_fig4a_scores.png")
+  fig.savefig(path, dpi=110)
+  return path
+
+
+def summarize(out: str) -> str:
+  """Writes ``out/tables.md`` and ``out/plots/*.png``; returns the markdown."""
+  runs = load_runs(out)
+  best = best_lrs(runs)
+  lines = ["# paper_ablations: tables", "",
+           "Generated by `python experiments/paper_ablations/summarize.py --out DIR` from DIR/results and "
+           "DIR/runs. Ours: mean ± std over seeds (sample std); STS-B dev at the kept checkpoint and the STS avg "
+           "of the seven test sets (x100); alignment and uniformity on STS-B test (means).", ""]
+  lines += lr_grid_table(runs, best) + main_table(runs, best)
+  for name, experiment in EXPERIMENTS.items():
+    lines += experiment_table(name, experiment, runs)
+  plots = os.path.join(out, "plots")
+  os.makedirs(plots, exist_ok=True)
+  written = [p for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
+             if p is not None]
+  lines += ["### Plots", ""]
+  lines += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in written] or ["(none yet)"]
+  missing = [f for f, p in (("SimCSE Fig. 2", "simcse_fig2"), ("DCLR Fig. 4", "dclr_fig4"),
+                            ("MixCSE Fig. 4a", "mixcse_fig4a")) if not any(p in w for w in written)]
+  if missing:
+    lines += ["", f"Not drawn yet (no runs for them): {', '.join(missing)}."]
+  text = "\n".join(lines) + "\n"
+  with open(os.path.join(out, "tables.md"), "w", encoding="utf-8") as f:
+    f.write(text)
+  return text
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", default=HERE, help="the study's folder (run_study.sh's OUT): read and written")
+  args = parser.parse_args(argv)
+  if not os.path.isdir(os.path.join(args.out, "results")):
+    print(f"error: {args.out}: no results/ folder (run run_study.sh first)", file=sys.stderr)
+    return 1
+  try:
+    print(summarize(args.out), end="")
+  except (StudyError, plot.MetricsError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

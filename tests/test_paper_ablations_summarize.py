@@ -1,0 +1,133 @@
+"""experiments/paper_ablations/summarize.py on a small fake study: tables, Kendall's tau, best rates, plots, errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from tests import helpers
+
+SCRIPT = os.path.join(helpers.REPO, "experiments", "paper_ablations", "summarize.py")
+
+
+@pytest.fixture(scope="module")
+def summarize():
+  spec = importlib.util.spec_from_file_location("paper_ablations_summarize", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module  # Its dataclasses look their module up while it loads.
+  spec.loader.exec_module(module)
+  yield module
+  del sys.modules[spec.name]
+
+
+def _write(path, data):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w") as f:
+    if isinstance(data, list):
+      f.writelines(json.dumps(r) + "\n" for r in data)
+    else:
+      json.dump(data, f)
+
+
+def _fake_run(out, group, name, *, avg, stsb_dev, selection=None, steps=(0, 125, 250), best_step=250, scores=False,
+              temperature=0.05, align_uniform=None):
+  """A finished run as run_study.sh leaves it: results JSON, and metrics/summary/config under runs/."""
+  selection = stsb_dev if selection is None else selection
+  _write(os.path.join(out, "results", group, f"{name}.json"),
+         {"model": f"workdirs/{group}/{name}", "summary": {"Avg": avg, "alignment": 0.2, "uniformity": -2.0}})
+  records = []
+  for i, step in enumerate(steps):
+    if step:
+      record = {"step": step, "loss": 1.0 / step}
+      if scores:
+        record.update(pos_score=0.9, neg_score=0.3 - 0.001 * step, mix_score=0.5 - 0.001 * step)
+      records.append(record)
+    record = {"step": step, "eval/stsb_dev": (stsb_dev if step == best_step else stsb_dev - 5) / 100,
+              "eval/metric": (selection if step == best_step else selection - 5) / 100}
+    if align_uniform is not None:
+      record.update({"eval/alignment": align_uniform[i][0], "eval/uniformity": align_uniform[i][1]})
+    records.append(record)
+  run_dir = os.path.join(out, "runs", group, name)
+  _write(os.path.join(run_dir, "metrics.jsonl"), records)
+  _write(os.path.join(run_dir, "summary.json"), {"best_step": best_step, "best_metric": selection / 100})
+  _write(os.path.join(run_dir, "config.json"), {"loss": {"temperature": temperature}})
+
+
+@pytest.fixture
+def study(tmp_path):
+  out = str(tmp_path / "study")
+  # The grid: SimCSE's best rate is 3e-4 (selection 60 > 55), MixCSE's 1e-3, DCLR's 1e-4 (its own metric).
+  for name, dev, sel, avg in [("simcse-lr1e-4-seed1", 55.0, None, 45.0), ("simcse-lr3e-4-seed1", 60.0, None, 50.0),
+                              ("mixcse-lr1e-3-seed1", 61.0, None, 51.0), ("dclr-lr1e-4-seed1", 58.0, 56.0, 48.0),
+                              ("dclr-lr3e-4-seed1", 59.0, 54.0, 49.0)]:
+    _fake_run(out, "lr_grid", name, avg=avg, stsb_dev=dev, selection=sel, scores=name.startswith("mixcse"))
+  for seed, avg in [(2, 52.0), (3, 54.0)]:
+    _fake_run(out, "main", f"simcse-lr3e-4-seed{seed}", avg=avg, stsb_dev=60.0)
+  # Dropout rows, ours: fixed 0.1 < p 0.0 < p 0.5 < p 0.1 (STS-B dev), v1's order; the published table has
+  # p 0.0 (71.1) just above p 0.5 (71.0).
+  for row, base in [("fixed0.1", 40.0), ("p0.0", 50.0), ("p0.5", 51.0), ("p0.1", 60.0)]:
+    for seed, delta in [(1, -2.0), (2, 0.0), (3, 2.0)]:
+      _fake_run(out, "dropout", f"{row}-lr3e-4-seed{seed}", avg=base - 10 + delta, stsb_dev=base + delta)
+  # Dynamics: the four runs of SimCSE's Fig. 2 and DCLR, with alignment and uniformity at every evaluation.
+  for i, name in enumerate(["simcse-lr3e-4-seed1", "no_dropout-lr3e-4-seed1", "fixed0.1-lr3e-4-seed1",
+                            "delete_one_word-lr3e-4-seed1", "dclr-lr1e-4-seed1"]):
+    trajectory = [(0.10, -1.5), (0.15 + 0.1 * i, -2.0 - 0.1 * i), (0.18 + 0.2 * i, -2.4 - 0.1 * i)]
+    _fake_run(out, "dynamics", name, avg=50.0 + i, stsb_dev=60.0, align_uniform=trajectory)
+  return out
+
+
+def test_tables_and_plots_of_a_fake_study(summarize, study, capsys):
+  assert summarize.main(["--out", study]) == 0
+  text = open(os.path.join(study, "tables.md")).read()
+  assert capsys.readouterr().out == text
+  # The grid marks each method's best rate by its own selection metric (DCLR: 56 at 1e-4 beats 54 at 3e-4).
+  assert "| simcse | 3e-4 | 60.00 | 60.00 | 50.00 | yes |" in text
+  assert "| simcse | 1e-4 | 55.00 | 55.00 | 45.00 |  |" in text
+  assert "| dclr | 1e-4 | 56.00 | 58.00 | 48.00 | yes |" in text
+  # Main: SimCSE at its best rate, the grid's seed 1 and the main seeds 2 and 3: STS avg 50, 52, 54.
+  assert "| simcse | 3e-4 | 3 | 60.00 ± 0.00 | 52.00 ± 2.00 | 76.25 (SimCSE, EMNLP 2021, Table 5) |" in text
+  # Dropout table: the paper's numbers (published and v1) beside ours, mean ± std over the three seeds.
+  assert "| p = 0.0 (no dropout) | `model.dropout=0.0` | 71.1 | 64.9 | 50.00 ± 2.00 | 40.00 ± 2.00 |" in text
+  assert "| p = 0.01 | `model.dropout=0.01` | 72.6 | 69.5 | – | – |" in text  # Not run: dashes, 0 seeds.
+  # Published: the pair (p 0.0, p 0.5) is reversed in ours, one discordant pair of six: tau = (5 - 1) / 6.
+  assert "Kendall's tau (published paper vs ours, STS-B dev): +0.667 (p = 0.333, 4 rows)." in text
+  assert "Kendall's tau (v1 paper vs ours, STS-B dev): +1.000 (p = 0.0833, 4 rows)." in text
+  # The augment table's None row is the dropout stage's p 0.1 runs; MixCSE and DCLR have no runs yet.
+  assert "| None (SimCSE, dropout 0.1) |  | 82.5 | 79.1 | 60.00 ± 2.00 | 50.00 ± 2.00 |" in text
+  assert "Kendall's tau (published paper vs ours, STS avg): fewer than 3 rows with both numbers." in text
+  for name in ("simcse_fig2_align_uniform.png", "dclr_fig4_uniformity.png", "mixcse_fig4a_scores.png"):
+    path = os.path.join(study, "plots", name)
+    assert os.path.getsize(path) > 10_000, name
+    assert f"](plots/{name})" in text
+
+
+def test_kendall_is_scipys_tau_on_the_rows_with_both_numbers(summarize):
+  paper = [71.1, 72.6, None, 82.5, 81.4, 43.6]
+  ours = [50.0, 49.0, 55.0, None, 58.0, 30.0]
+  tau, p, n = summarize.kendall(paper, ours)
+  expected = stats.kendalltau([71.1, 72.6, 81.4, 43.6], [50.0, 49.0, 58.0, 30.0])
+  assert n == 4 and tau == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue)
+  assert tau == pytest.approx(4 / 6)  # One discordant pair of six.
+  assert summarize.kendall([1.0, 2.0, None], [1.0, None, 3.0]) is None
+
+
+def test_cell_is_mean_and_sample_std(summarize):
+  assert summarize.cell([]) == "–"
+  assert summarize.cell([51.234]) == "51.23"
+  assert summarize.cell([50.0, 51.0, 54.0]) == f"51.67 ± {np.std([50.0, 51.0, 54.0], ddof=1):.2f}"
+
+
+def test_a_broken_results_file_is_one_error_naming_it(summarize, study, capsys):
+  broken = os.path.join(study, "results", "dropout", "p0.2-lr3e-4-seed1.json")
+  with open(broken, "w") as f:
+    f.write("{not json")
+  assert summarize.main(["--out", study]) == 1
+  assert broken in capsys.readouterr().err
+  assert summarize.main(["--out", os.path.join(study, "absent")]) == 1
+  assert "no results/ folder" in capsys.readouterr().err
