@@ -8,17 +8,27 @@ batch is split along ``data``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import jax
 import numpy as np
-from jax.sharding import AxisType
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 log = logging.getLogger("jaxcse")
 
 
-def make_mesh() -> jax.sharding.Mesh:
-  """A 1-axis mesh over all devices of all processes: pure data parallelism."""
-  return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(AxisType.Auto,))
+def make_mesh(devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
+  """A 1-axis ``data`` mesh over ``devices`` (default: all devices of all processes): pure data parallelism.
+
+  ``jaxcse.compile`` passes the compile-only devices of a TPU slice or GPU it compiles for.
+  """
+  devices = jax.devices() if devices is None else list(devices)
+  return jax.make_mesh((len(devices),), ("data",), axis_types=(AxisType.Auto,), devices=devices)
+
+
+def data_shardings(mesh: jax.sharding.Mesh) -> tuple[NamedSharding, NamedSharding]:
+  """``(replicated, batch)``: params and train state on every device; arrays split along their first axis."""
+  return NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
 
 
 def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,

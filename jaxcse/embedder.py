@@ -40,8 +40,7 @@ class Embedder:
     self.max_seq_len = min(spec.max_positions if max_seq_len is None else max_seq_len, spec.max_positions)
     # attend_padding (DCLR's released dev evaluation, which passes no attention mask): every batch is cut at its
     # longest sentence, as a collator that pads to the longest would leave it.
-    module = spec.module_for(self.pooler, attend_padding=attend_padding)
-    self._apply = jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
+    self._apply = jit_embed(spec, self.pooler, attend_padding=attend_padding)
 
   def params_for_pooler(self, params: Any) -> dict:
     """Only what this pooler's module reads: training params may also hold an MLP or an MLM head."""
@@ -87,6 +86,15 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
   """Rows scaled to unit length, ``[n, dim]`` (or one ``[dim]`` vector); a zero row stays zero (eps 1e-12, as
   sentence-transformers' Normalize and torch's F.normalize)."""
   return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def jit_embed(spec: ModelSpec, pooler: str, *, attend_padding: bool = False):
+  """The jitted forward ``(params, ids [rows, len], mask [rows, len]) -> [rows, hidden]`` that an Embedder runs.
+
+  ``params`` are ``Embedder.params_for_pooler``'s. ``jaxcse.compile --inference`` lowers this same function.
+  """
+  module = spec.module_for(pooler, attend_padding=attend_padding)
+  return jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))
 
 
 def _row_bucket(rows: int) -> int:

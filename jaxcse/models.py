@@ -449,15 +449,28 @@ def load_pretrained(
   return spec, params
 
 
+def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtype: Any = jnp.float32,
+               gradient_checkpointing: bool = False, with_mlm_head: bool = False, mlm_head: str = "tied",
+               source: str = "") -> ModelSpec:
+  """The spec of a backbone of ``hf_config``, without weights (``jax.eval_shape(init_params)`` gives their shapes).
+
+  ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
+  """
+  if with_mlm_head and mlm_head not in MLM_HEADS:
+    raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
+  with quiet_transformers():
+    module = _flax_model_class(hf_config)(hf_config, dtype=dtype, _do_init=False,
+                                          gradient_checkpointing=gradient_checkpointing).module
+    head = _mlm_head(hf_config, dtype, pretrained=False, tied=mlm_head == "tied") if with_mlm_head else None
+  return ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head)
+
+
 def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, seed: int = 0,
                  dtype: Any = jnp.float32, gradient_checkpointing: bool = False, with_mlm_head: bool = False,
                  source: str = "random") -> tuple[ModelSpec, dict]:
   """A randomly initialised backbone of ``hf_config`` (BERT's own initialisation), for pretraining from scratch."""
-  with quiet_transformers():
-    module = _flax_model_class(hf_config)(hf_config, dtype=dtype, _do_init=False,
-                                          gradient_checkpointing=gradient_checkpointing).module
-    head = _mlm_head(hf_config, dtype, pretrained=False) if with_mlm_head else None
-  spec = ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head)
+  spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
+                    with_mlm_head=with_mlm_head, source=source)
   return spec, init_params(spec, seed)
 
 

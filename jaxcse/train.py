@@ -650,8 +650,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
 
   complementary, complementary_params = inputs.complementary
   augment_mlm, augment_params = inputs.augment_mlm
-  train_step = jax.jit(step_lib.make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
-                       donate_argnums=0, out_shardings=(replicated, replicated))
+  train_step = step_lib.jit_train_step(config, spec, tx, complementary, mesh, augment_mlm=augment_mlm)
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
   run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta, inputs.dev_sets)
@@ -833,11 +832,13 @@ def print_help(full: bool) -> None:
     print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
 
 
-def parse_flags(argv: list[str]) -> list[str]:
+def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None) -> list[str]:
   """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
 
   ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
-  and ``--helpfull`` print the help (``print_help``) and exit 0, whatever else is on the line.
+  and ``--helpfull`` print the help (``help_printer(full)``, default ``print_help``) and exit 0, whatever else is
+  on the line. ``module`` names the command a mistake's message points to (``jaxcse.compile`` parses the same
+  config flags).
   """
   from absl import flags
 
@@ -847,7 +848,7 @@ def parse_flags(argv: list[str]) -> list[str]:
       break
     if arg.split("=", 1)[0] in ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull"):
       try:
-        print_help(full="helpfull" in arg)
+        (help_printer or print_help)(full="helpfull" in arg)
         sys.stdout.flush()
       except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -859,7 +860,8 @@ def parse_flags(argv: list[str]) -> list[str]:
       argv[i] = "--config=" + resolve_config(arg[len("--config="):])
   try:
     rest = flags.FLAGS(argv)
-    flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
+    if flags.FLAGS.config is not None:  # None: not given (jaxcse.compile --list_targets needs none).
+      flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
   except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
     inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e  # AttributeError(KeyError("'x'")).
     missing = str(inner.args[0] if inner.args else inner).strip("'\"")
@@ -870,7 +872,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     sys.exit(2)
   except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
     message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} ({command_name('jaxcse.train')} --help lists the flags; shipped configs: "
+    print(f"error: {message} ({command_name(module)} --help lists the flags; shipped configs: "
           f"{', '.join(shipped_configs())})", file=sys.stderr)
     sys.exit(2)
   return rest

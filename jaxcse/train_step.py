@@ -2,8 +2,11 @@
 
 ``make_train_step(config, spec, tx, complementary, augment_mlm=...)`` returns
 ``(state, batch, complementary_params=None, augment_params=None) -> (state,
-metrics)``. Dropout masks come from ``fold_in(key(seed), step)``, so a resumed
-run retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's
+metrics)``; ``jit_train_step(..., mesh, augment_mlm=...)`` jits it as it runs:
+the one place both the trainer and ``jaxcse.compile`` (ahead of time, for TPUs
+and GPUs) get the jitted step from, so what is compiled is what trains.
+Dropout masks come from ``fold_in(key(seed), step)``, so a resumed run
+retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's
 frozen model) and ``augment_params`` (the frozen masked-LM that samples the
 "MLM k%" augmentation's replacements) are inputs, not part of the state: no
 gradient, no optimizer state, never saved.
@@ -20,7 +23,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse import augment, gradcache, mlm, models, objectives
+from jaxcse import augment, distributed, gradcache, mlm, models, objectives
 
 
 @flax.struct.dataclass
@@ -329,3 +332,20 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
+
+
+def jit_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
+                   complementary: models.ModelSpec | None, mesh: jax.sharding.Mesh, *,
+                   augment_mlm: models.ModelSpec | None = None):
+  """``make_train_step`` jitted as the trainer runs it on ``mesh`` (``distributed.make_mesh``'s 1-axis ``data``).
+
+  Called as ``step(state, batch, complementary_params, augment_params)`` (each frozen model's params, or None when
+  the config uses none). The train state and the frozen models' params are replicated on every device, the batch
+  (``{"input_ids", "attention_mask"}``, int32 ``[batch, columns, len]``) is split along its first axis, the metrics
+  come back replicated, and the state's buffers are donated (updated in place). ``jaxcse.compile`` lowers this same
+  object with abstract arguments for a TPU slice or GPU that is not present.
+  """
+  replicated, batch = distributed.data_shardings(mesh)
+  return jax.jit(make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+                 in_shardings=(replicated, batch, replicated, replicated), out_shardings=(replicated, replicated),
+                 donate_argnums=0)

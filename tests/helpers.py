@@ -45,7 +45,8 @@ def make_tiny_model_dir(path: str) -> str:
   return path
 
 
-CONFIG_NAMES = ("base", "quickstart", "quickstart_minilm", "simcse_sup", "mixcse", "dclr", "dclr_roberta", "dclr_as_released")
+CONFIG_NAMES = ("base", "quickstart", "quickstart_minilm", "simcse_sup", "mixcse", "dclr", "dclr_roberta", "dclr_as_released",
+                "colab_tpu")
 
 
 def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **overrides):

@@ -1,0 +1,284 @@
+r"""Compile the train step for a TPU slice or GPU you do not have: does the run fit, and how fast can it be at best?
+
+  jaxcse-compile --config base --target v5e-1 [--config.model.dtype=bfloat16 ...] [--json FILE]
+  jaxcse-compile --config base --target v5e-8 --find_max_batch
+  jaxcse-compile --config base --target h100 --inference
+  jaxcse-compile --list_targets
+
+(= ``python -m jaxcse.compile``.) The config and its ``--config.<field>=<value>`` overrides are exactly
+``jaxcse-train``'s. Nothing is trained and no weights or data are read: the step the trainer would jit
+(``train_step.jit_train_step``: same function, mesh, shardings, donation, dtype, method, GradCache,
+gradient checkpointing) is lowered with abstract arguments and compiled by the target's own compiler,
+on this machine's CPU. It prints, and writes to ``--json``, the per-device memory against the device's
+usable memory, FLOPs and bytes per step, a roofline lower bound on the step time and the sentences/s it
+implies, the collectives of the program, and the compile time; it exits with status 3 and one line when
+the step does not fit.
+
+TPU targets need libtpu (``pip install "jaxcse[tpu]"``), GPU targets the CUDA plugin (``pip install
+"jaxcse[aot]"`` installs both, without NVIDIA's 4 GB of libraries, which compiling does not need). The
+numbers are the compiler's facts and bounds, not measured run times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import threading
+
+# The status when the step does not fit the target (1: an error, 2: a bad flag).
+EXIT_DOES_NOT_FIT = 3
+
+# Lines that native libraries print on a machine without the accelerator, harmless and not ours: the CUDA plugin's
+# absent driver, absl's note on logging before its initialisation, libtpu's search for the TPU it runs on.
+HARMLESS_NATIVE_LINES = re.compile(
+    r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
+    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
+    r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
+    r"|libtpu_init_utils\.cc|^=== Source Location Trace: ===")
+
+
+@contextlib.contextmanager
+def harmless_native_lines_dropped():
+  """Passes everything written to file descriptor 2 (Python's and native libraries') through, less the
+  ``HARMLESS_NATIVE_LINES``, as it comes."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  relayed = os.dup(saved)  # The relay's own copy of the real stderr: it may write after ``saved`` is closed.
+  read_end, write_end = os.pipe()
+  os.dup2(write_end, 2)
+  os.close(write_end)
+
+  def relay():
+    with os.fdopen(read_end, "rb") as pipe, os.fdopen(relayed, "wb", buffering=0) as out:
+      for line in pipe:
+        if not HARMLESS_NATIVE_LINES.search(line.decode("utf-8", "replace")):
+          out.write(line)
+
+  thread = threading.Thread(target=relay, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    sys.stderr.flush()
+    os.dup2(saved, 2)  # Closes the pipe's last write end: the relay reads to its end and stops.
+    os.close(saved)
+    thread.join(timeout=5)
+
+
+def _gib(n: float) -> str:
+  return f"{n / 2**30:.2f} GiB"
+
+
+def describe(report: dict) -> list[str]:
+  """A report as the lines the command prints."""
+  m = report["memory_bytes"]
+  hosts = f" on {report['num_hosts']} hosts" if report["num_hosts"] > 1 else ""
+  lines = [f"{report['target']}: {report['num_devices']} x {report['device']}{hosts}, global batch "
+           f"{report['batch_size']}" + (f", length {report['length']}" if "length" in report else ""),
+           f"  memory per device: {_gib(m['total'])} of {_gib(m['device_limit'])} usable "
+           f"({'fits' if report['fits'] else 'DOES NOT FIT'}): arguments {_gib(m['argument'])}, outputs "
+           f"{_gib(m['output'])}, aliased {_gib(m['alias'])}, temporaries {_gib(m['temp'])}, code {_gib(m['code'])}"]
+  if report["flops_per_device"] is not None:
+    lines.append(f"  per device and step: {report['flops_per_device'] / 1e12:.3f} TFLOP, "
+                 f"{report['bytes_accessed_per_device'] / 1e9:.2f} GB accessed")
+  if report["roofline_step_seconds"] is not None:
+    lines.append(f"  roofline: at least {report['roofline_step_seconds'] * 1e3:.2f} ms per step "
+                 f"({report['roofline_bound']}-bound), at most {report['sentences_per_second_bound']:,.0f} "
+                 "sentences/s" + (f"; {report['roofline_xla_bytes_seconds'] * 1e3:.2f} ms at XLA's bytes accessed"
+                                  if report["roofline_xla_bytes_seconds"] else ""))
+  kinds = ", ".join(f"{k} x{v}" for k, v in report["collectives"].items()) or "none"
+  lines.append(f"  collectives: {kinds}; compiled in {report['compile_seconds']:.1f} s")
+  return lines
+
+
+def does_not_fit_line(target: str, report: dict | None, error: str | None) -> str:
+  if error is not None:
+    return f"does not fit {target}: the compiler ran out of memory ({error})"
+  m = report["memory_bytes"]
+  return (f"does not fit {target}: {_gib(m['total'])} per device, {_gib(m['device_limit'])} usable "
+          f"(batch {report['batch_size']})")
+
+
+def list_targets() -> None:
+  from jaxcse import targets
+
+  print(f"{'target':<11} {'devices':>7} {'hosts':>5}  {'device':<15} {'bf16 TFLOP/s':>12} {'HBM GB/s':>9} "
+        f"{'usable':>10}  description")
+  for t in targets.TARGETS.values():
+    if t.platform == "cpu":
+      print(f"{t.name:<11} {'-':>7} {1:>5}  {'cpu':<15} {'-':>12} {'-':>9} {'-':>10}  {t.description}")
+      continue
+    usable = t.peaks.tpu_usable_gib * 2**30 if t.platform == "tpu" else None
+    usable_text = _gib(usable) if usable else f"{targets.gpu_memory_fraction():.0%} of mem"
+    print(f"{t.name:<11} {t.num_devices:>7} {t.num_hosts:>5}  {t.peaks.name:<15} "
+          f"{t.bf16_flops_per_device / 1e12:>12.1f} {t.memory_bandwidth_per_device / 1e9:>9.0f} {usable_text:>10}  "
+          f"{t.description}")
+  print("\nper device; sources:")
+  for chip in targets.CHIPS.values():
+    print(f"  {chip.name}: {chip.source}")
+
+
+def run_command() -> int:
+  from absl import flags
+
+  from jaxcse import aot, targets
+  from jaxcse.errors import USER_ERRORS, report as report_error
+
+  FLAGS = flags.FLAGS
+  config = FLAGS.config
+  cache_dir = os.path.expanduser(FLAGS.cache_dir) if FLAGS.cache_dir else None
+  try:
+    target = targets.get(FLAGS.target)
+    if target.platform != "cpu":
+      # jaxlib 0.10.2 writes compile-only executables to the persistent cache but cannot read them back ("PjRtCompiler
+      # must be constructed with a Client"): entries of up to ~100 MB that only cost disk and a warning.
+      import jax
+
+      jax.config.update("jax_enable_compilation_cache", False)
+    devices = targets.devices(target)
+    result: dict = {"config": FLAGS["config"].config_filename,
+                    "overrides": [a for a in sys.argv[1:] if a.startswith("--config.")]}
+    fits, error = True, None
+    if FLAGS.inference:
+      reports = aot.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
+                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir)
+      result.update(reports[-1], lengths=reports)
+      for r in reports:
+        print("\n".join(describe(r)))
+      fits = all(r["fits"] for r in reports)
+    elif FLAGS.find_max_batch:
+      found = []
+      for variant in FLAGS.variants:
+        print(f"{target.name}: largest global batch, {variant} ...", flush=True)
+        found.append(aot.max_batch(config, target, variant, devices=devices, chunk=FLAGS.grad_cache_chunk or None,
+                                   columns=FLAGS.columns or None, cache_dir=cache_dir, log=print))
+        print(f"{target.name}: {variant}: largest batch that fits: {found[-1]['max_batch_size']}", flush=True)
+      result.update(target=target.name, num_devices=len(devices), max_batch=found)
+    else:
+      try:
+        report = aot.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
+                                        cache_dir=cache_dir)
+      except aot.OutOfMemory as e:
+        fits, error = False, str(e)
+        result.update(target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False,
+                      error=error)
+      else:
+        result.update(report)
+        fits = report["fits"]
+        print("\n".join(describe(report)))
+  except USER_ERRORS as e:
+    return report_error(e)
+  if FLAGS.json:
+    from jaxcse import files
+
+    files.write_json(FLAGS.json, result)
+  if not fits:
+    print(does_not_fit_line(target.name, None if error else result, error), file=sys.stderr)
+    return EXIT_DOES_NOT_FIT
+  return 0
+
+
+def main(argv: list[str]) -> None:
+  del argv
+  from absl import flags
+
+  if flags.FLAGS.list_targets:
+    list_targets()
+    return
+  if flags.FLAGS.config is None or flags.FLAGS.target is None:
+    print("error: --config and --target are required (--list_targets shows the targets)", file=sys.stderr)
+    sys.exit(2)
+  with harmless_native_lines_dropped():
+    status = run_command()
+  sys.exit(status)
+
+
+def _define_flags():
+  from absl import flags
+  from ml_collections import config_flags
+
+  from jaxcse import aot
+
+  config_flags.DEFINE_config_file("config", None, "Training config, as jaxcse-train's: a file (configs/base.py) or the "
+                                  "name of a shipped config (base, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
+                                  lock_config=True)
+  flags.DEFINE_string("target", None, "What to compile for: v5e-1, v5e-8, v5e-16, v6e-8, v4-8, v4-32, v3-8, v2-8, "
+                      "h100, a100-80gb, a100-40gb, ... or cpu (this machine); --list_targets shows them all.")
+  flags.DEFINE_string("json", None, "Write the report to this JSON file.")
+  flags.DEFINE_bool("find_max_batch", False, "Find the largest global batch that fits, by compiling only "
+                    "(doubling, then bisection; multiples of 8 rows per device), for each of --variants.")
+  flags.DEFINE_list("variants", list(aot.MEMORY_VARIANTS), "With --find_max_batch: plain, grad_cache, "
+                    "gradient_checkpointing, grad_cache+gradient_checkpointing.")
+  flags.DEFINE_integer("grad_cache_chunk", 0, "With --find_max_batch: GradCache's chunk (default: the config's "
+                       "train.grad_cache_chunk, else its train.batch_size).")
+  flags.DEFINE_bool("inference", False, "Compile the evaluation/encoding forward instead (the Embedder's, at "
+                    "eval.batch_size rows), at every length bucket up to --inference_max_len.")
+  flags.DEFINE_integer("inference_max_len", 0, "With --inference: the longest length bucket (default: the model's "
+                       "maximum positions).")
+  flags.DEFINE_list("inference_lengths", [], "With --inference: only these length buckets (e.g. 32,128,512).")
+  flags.DEFINE_integer("columns", 0, "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
+                       "triplets; else 1). The corpus is never read.")
+  flags.DEFINE_string("cache_dir", os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),
+                      "Where compilations' results are kept, by a fingerprint of the lowered program, the target and the "
+                      "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; "
+                      "empty: none). jax's own cache cannot read back compile-only executables.")
+  flags.DEFINE_bool("list_targets", False, "List the targets with their per-device peaks and sources, then exit.")
+
+
+def run() -> None:
+  """``python -m jaxcse.compile`` (and the ``jaxcse-compile`` console script)."""
+  # This command never runs anything on this machine's accelerator (it would hold a TPU another process trains
+  # on); the targets' devices are compile-only. Set before jax is imported.
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  with harmless_native_lines_dropped():
+    from absl import app
+
+    from jaxcse import train  # noqa: F401  (jax, flax and transformers load here, their native lines filtered)
+
+    _define_flags()
+  app.run(main, flags_parser=_parse_flags)
+
+
+_HELP = """\
+usage: {prog} --config NAME|FILE.py --target NAME [--config.FIELD=VALUE ...] [--json FILE]
+       [--find_max_batch] [--inference] [--list_targets]
+
+Compile the train step a config would run for a TPU slice or GPU you do not have, on this machine's CPU, without
+reading weights or data: whether the run fits the device's memory, its FLOPs, a lower bound on its step time and
+the collectives it runs. These are the compiler's facts and bounds, not measured run times. Exit status 3 (one
+line) when the step does not fit.
+
+  --config NAME          a config shipped with jaxcse, or a config file (FILE.py), exactly as jaxcse-train's
+  --config.FIELD=VALUE   override one field of the config, e.g. --config.model.dtype=bfloat16
+
+example: {prog} --config base --config.model.dtype=bfloat16 --target v5e-1 --json v5e-1.json
+"""
+
+
+def print_help(full: bool) -> None:
+  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
+  from absl import flags
+
+  from jaxcse import errors
+
+  print(_HELP.format(prog=errors.command_name("jaxcse.compile")))
+  if full:
+    print("flags (all):" + flags.FLAGS.get_help())
+  else:
+    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("target")).strip().split("\n", 1)[1]
+    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """``train.parse_flags`` with this command's help and name in its messages."""
+  from jaxcse import train
+
+  return train.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
+
+
+if __name__ == "__main__":
+  run()

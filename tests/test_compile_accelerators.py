@@ -1,0 +1,172 @@
+"""Every method compiled for a TPU slice and a GPU that are not here: libtpu and XLA's GPU compiler, on this CPU.
+
+Needs ``pip install -e ".[aot]"`` (libtpu, jax's CUDA plugin without NVIDIA's libraries), which must not be in the
+main test venv: .ci/run runs this file in a second venv, with ``JAX_PLATFORMS=cpu``. Elsewhere it is skipped.
+Compilations are found again by fingerprint in ``$JAXCSE_COMPILE_CACHE`` when set (CI keeps one between runs).
+
+The programs are the trainer's own (tests/test_compile.py checks the command lowers exactly what the trainer
+runs), on the tiny random BERT of tests/helpers.py: what is tested is that each method's step, with GradCache,
+gradient checkpointing and bfloat16, compiles for the targets and reads back right, not BERT-base's numbers
+(those are experiments/aot/).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+if importlib.util.find_spec("libtpu") is None or importlib.util.find_spec("jax_cuda12_plugin") is None:
+  pytest.skip('needs libtpu and jax\'s CUDA plugin: pip install -e ".[aot]" (.ci/run does, in a second venv)',
+              allow_module_level=True)
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # Before jax starts: never look for a TPU or GPU to run on.
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TPU, GPU = "v5e-8", "h100"  # Kaggle's TPU (8 devices) and the GPU most rented.
+CACHE = os.environ.get("JAXCSE_COMPILE_CACHE") or None
+
+# Every method, with the features that change the step spread over them: (config file, overrides).
+METHODS = {
+    "simcse+bf16+checkpointing": ("base", {"model.dtype": "bfloat16", "model.gradient_checkpointing": True}),
+    "simcse_sup_hard_negatives+grad_cache": ("simcse_sup", {"train.grad_cache_chunk": 8,
+                                                            "loss.hard_negative_weight": 1.0}),
+    "mixcse+grad_cache": ("mixcse", {"train.grad_cache_chunk": 8}),
+    "dclr+grad_cache": ("dclr", {"train.grad_cache_chunk": 8}),
+    "dclr_as_released": ("dclr_as_released", {}),
+    "pretrain_mlm": ("pretrain_mlm", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def devices():
+  from jaxcse import targets
+
+  return {name: targets.devices(targets.get(name)) for name in (TPU, GPU)}
+
+
+def _config(model_dir: str, name: str):
+  from tests import helpers
+
+  config_name, overrides = METHODS[name]
+  config = helpers.tiny_config(model_dir, "", config_name, **{"train.batch_size": 16, "data.max_seq_len": 8,
+                                                              **overrides})
+  if config_name == "pretrain_mlm":  # The tiny BERT's shape, from random init with the shipped 8k tokenizer.
+    arch = config.model.architecture
+    arch.num_hidden_layers, arch.hidden_size, arch.num_attention_heads, arch.intermediate_size = 2, 32, 2, 64
+  return config
+
+
+@pytest.mark.parametrize("target", [TPU, GPU])
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices, method, target):
+  from jaxcse import aot, targets
+
+  config = _config(tiny_model_dir, method)
+  report = aot.compile_train_step(config, targets.get(target), devices=devices[target], cache_dir=CACHE)
+  assert report["fits"] and report["num_devices"] == (8 if target == TPU else 1)
+  assert report["batch_shape"] == [16, 3 if method.startswith("simcse_sup") else 1, 8]
+  # The donated train state comes back in place, and the memory adds up.
+  m = report["memory_bytes"]
+  assert 0 < m["alias"] <= m["output"] and m["total"] == m["argument"] + m["output"] - m["alias"] + m["temp"] + m["code"]
+  # Pinned: the device-less GPU executable has no cost analysis of its own; the HLO analysis stands in.
+  assert report["flops_per_device"] > 0 and report["bytes_accessed_per_device"] > 0
+  assert report["cost_source"] == ("the compiler's cost analysis" if target == TPU else
+                                   "XLA's HLO cost analysis of the optimized module")
+  assert report["roofline_step_seconds"] > 0 and report["sentences_per_second_bound"] > 0
+  collectives = report["collectives"]
+  if target == GPU:
+    assert collectives == {}  # One device: nothing to exchange.
+  else:
+    assert collectives.get("all-reduce", 0) >= 1  # The gradients, summed over the 8 devices.
+    if method != "pretrain_mlm":  # The in-batch negatives of every device, gathered for the global batch's loss.
+      assert collectives.get("all-gather", 0) >= 1
+
+
+def test_a_multi_host_slice_compiles_the_global_batch_over_its_hosts(tiny_model_dir):
+  from jaxcse import aot, targets
+
+  target = targets.get("v5e-16")
+  found = targets.devices(target)
+  assert sorted({d.process_index for d in found}) == [0, 1, 2, 3]  # 4 hosts of 4 chips: 4 processes.
+  config = _config(tiny_model_dir, "simcse+bf16+checkpointing")
+  config.train.batch_size = 32
+  report = aot.compile_train_step(config, target, devices=found, cache_dir=CACHE)
+  assert report["fits"] and report["num_devices"] == 16 and report["num_hosts"] == 4
+  assert report["collectives"].get("all-gather", 0) >= 1 and report["collectives"].get("all-reduce", 0) >= 1
+
+
+def test_the_usable_hbm_in_the_table_is_libtpus():
+  # A program far too large for any chip: libtpu's refusal names the HBM it makes available, as the table has it.
+  import jax
+  import jax.numpy as jnp
+
+  from jaxcse import aot, targets
+
+  for name in ("v5e-1", "v6e-1", "v4-8", "v5p-8", "v3-8", "v2-8"):
+    target = targets.get(name)
+    mesh = jax.sharding.Mesh(targets.devices(target)[:1], ("data",))
+    big = jax.ShapeDtypeStruct((64 * 2**30 // 4,), jnp.float32,
+                               sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    with pytest.raises(aot.OutOfMemory) as refused:
+      aot.compile_facts(jax.jit(lambda x: x * 2), (big,), target)
+    available = float(re.search(r"exceeds available HBM \(([\d.]+)G\)", str(refused.value)).group(1))
+    assert available == target.peaks.tpu_usable_gib, name
+
+
+def _command(*args, env=None):
+  env = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
+  return subprocess.run([sys.executable, "-m", "jaxcse.compile", *args], capture_output=True, text=True, env=env,
+                        timeout=1200, cwd=REPO)
+
+
+def test_a_step_too_large_for_the_target_is_one_line_and_a_nonzero_exit(tiny_model_dir, tmp_path):
+  # On a TPU the compiler itself refuses: the tiny BERT with a vocabulary of 40M words (a config.json alone, no
+  # weights) has 1.28e9 embedding parameters, 5.1 GB in float32, and the train state holds them 3 times (params
+  # and Adam's two moments) plus their gradient: over the 15.75 GiB of a v5e chip. On a GPU a program compiles
+  # whatever its size, and its total is compared with the usable memory: 0.01% of the H100's here (8.5 MB, less
+  # than the tiny BERT's train state).
+  config = json.load(open(os.path.join(tiny_model_dir, "config.json")))
+  (tmp_path / "huge").mkdir()
+  json.dump({**config, "vocab_size": 40_000_000}, open(tmp_path / "huge" / "config.json", "w"))
+  for target, model, env in (("v5e-1", str(tmp_path / "huge" / "config.json"), {}),
+                             ("h100", tiny_model_dir, {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.0001"})):
+    out = tmp_path / f"{target}.json"
+    result = _command("--config", "base", f"--config.model.name={model}", "--config.train.batch_size=8",
+                      "--config.data.max_seq_len=8", "--target", target, "--json", str(out), env=env)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(f"does not fit {target}: "), result.stderr
+    report = json.load(open(out))
+    assert report["fits"] is False and report["target"] == target
+    if target == "v5e-1":
+      assert "the compiler ran out of memory" in result.stderr and "RESOURCE_EXHAUSTED" in report["error"]
+    else:
+      assert report["memory_bytes"]["total"] > report["memory_bytes"]["device_limit"] == int(0.0001 * 84942979072)
+
+
+def test_the_encoders_forward_compiles_at_each_length_bucket(tiny_model_dir, tmp_path):
+  for target in (TPU, GPU):
+    out = tmp_path / f"{target}.json"
+    result = _command("--config", "base", f"--config.model.name={tiny_model_dir}", "--config.eval.batch_size=16",
+                      "--target", target, "--inference", "--inference_max_len=8", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    report = json.load(open(out))
+    assert [r["length"] for r in report["lengths"]] == [4, 8]  # tokenization.LENGTH_BUCKETS up to 8.
+    assert all(r["fits"] and r["program"] == "encode" and r["batch_size"] == 16 for r in report["lengths"])
+    assert all(r["collectives"] == {} for r in report["lengths"])  # Replicated: every device embeds the batch.
+
+
+@pytest.mark.parametrize("target", ["v5e-1", "v5e-8"])
+@pytest.mark.parametrize("config", ["colab_tpu", "quickstart"])
+def test_the_notebooks_runs_fit_todays_colab_and_kaggle_tpus(config, target, tmp_path):
+  # notebooks/tpu.ipynb trains configs/colab_tpu.py (BERT-base, global batch 64, bfloat16) and
+  # notebooks/quickstart.ipynb configs/quickstart.py (the shipped BERT-Mini, batch 64), as they are.
+  out = tmp_path / "report.json"
+  result = _command("--config", config, "--target", target, "--json", str(out))
+  assert result.returncode == 0 and result.stderr == "", result.stderr
+  report = json.load(open(out))
+  assert report["fits"] and report["batch_size"] == 64 and report["num_devices"] == int(target.split("-")[1])
