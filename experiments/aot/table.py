@@ -26,6 +26,8 @@ def _load(path: str) -> dict | None:
 
 
 def _duration(seconds: float) -> str:
+  if seconds < 120:
+    return f"{seconds:.0f} s"
   return f"{seconds / 60:.0f} min" if seconds < 3600 * 1.5 else f"{seconds / 3600:.1f} h"
 
 
