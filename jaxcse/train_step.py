@@ -1,5 +1,10 @@
 """The pure train step: embed the views, apply the objective, take gradients, update. Jitted once by the loop.
 
+Read top to bottom: ``StepLoss`` is the loss (the objective on the embedded
+views + the optional masked-LM ``TokenTerm``) of ``StepInputs`` (the batch and
+its keys); ``value_and_grad`` differentiates it plainly or through GradCache;
+``make_train_step``'s ``train_step`` strings them together in a dozen lines.
+
 ``make_train_step(config, spec, tx, complementary, augment_mlm=...)`` returns
 ``(state, batch, complementary_params=None, augment_params=None) -> (state,
 metrics)``; ``jit_train_step(..., mesh, augment_mlm=...)`` jits it as it runs:
@@ -14,6 +19,7 @@ gradient, no optimizer state, never saved.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -206,12 +212,144 @@ def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective)
   return TokenTerm(prepare, chunk_sum, config.mlm.weight)
 
 
-class _MaskedTokens(NamedTuple):
-  """A step's masked tokens (``TokenTerm.prepare``'s output) and the dropout key of their forward pass."""
+class StepInputs(NamedTuple):
+  """What the step's loss reads besides the params: rows of the batch and the random keys of their forward passes.
 
-  targets: Any
-  count: jax.Array
-  dropout_key: jax.Array
+  ``batch`` and ``tokens`` have the batch's rows first (``batch``: ``[rows, columns, len]``; ``tokens``: the
+  masked tokens of those rows, ``TokenTerm.prepare``'s output, or None), so ``chunks`` can cut them for GradCache.
+  """
+
+  batch: dict
+  dropout_key: jax.Array  # The encoder's dropout masks of these rows.
+  tokens: Any = None  # The masked-LM term's inputs for these rows, or None.
+  tokens_dropout_key: jax.Array | None = None  # The dropout of the masked-LM forward pass.
+  token_count: jax.Array | None = None  # The whole batch's number of predicted tokens (at least 1).
+
+  def chunks(self, num_chunks: int) -> StepInputs:
+    """``[num_chunks, ...]`` leaves (``gradcache.to_chunks``), chunk ``i`` with key ``split(key, num_chunks)[i]``.
+
+    Without ``token_count``: every leaf of the chunks is scanned over; the count stays the whole batch's.
+    """
+    split = lambda key: None if key is None else jax.random.split(key, num_chunks)  # noqa: E731
+    return StepInputs(gradcache.to_chunks(self.batch, num_chunks), split(self.dropout_key),
+                      gradcache.to_chunks(self.tokens, num_chunks), split(self.tokens_dropout_key))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLoss:
+  """The step's loss: the objective on the embedded views, plus the masked-LM term (``TokenTerm``) if any.
+
+  Its parts are separate methods because GradCache differentiates them separately (``embed`` per chunk,
+  ``sentence_loss`` on the whole batch, ``token_sums`` per chunk); ``__call__`` is the plain loss of the whole
+  batch. Built once from the config (``from_config``); pure.
+  """
+
+  config: ml_collections.ConfigDict
+  objective: objectives.Objective
+  module: models.SentenceEncoder  # The trained model, with the objective's pooler and padding.
+  tokens: TokenTerm | None
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec) -> StepLoss:
+    objective = objectives.get(config.method)
+    module = spec.module_for(spec.pooling.pooler, attend_padding=objective.attend_padding(config))
+    return cls(config, objective, module, _token_term(config, spec, objective))
+
+  def inputs(self, batch: dict, dropout_key: jax.Array, mlm_key: jax.Array) -> StepInputs:
+    """The step's inputs; the MLM tokens masked once, on the whole batch (the same whatever the chunking)."""
+    if self.tokens is None:
+      return StepInputs(batch, dropout_key)
+    k_mask, k_dropout = jax.random.split(mlm_key)
+    targets, count = self.tokens.prepare(batch, k_mask)
+    return StepInputs(batch, dropout_key, targets, k_dropout, count)
+
+  def embed(self, params, x: StepInputs) -> jax.Array:
+    """``[rows, views, hidden]`` embeddings of ``x``'s rows, with dropout."""
+    return embed_views(self.module, params, x.batch, x.dropout_key,
+                       same_dropout_mask=bool(self.config.augment.same_dropout_mask))
+
+  def sentence_loss(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None):
+    """The objective on the whole batch's ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores).
+
+    In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
+    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
+    """
+    z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
+    loss, extra = self.objective.loss(self.config, z, method_key, complementary)
+    scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
+    return loss, {"contrastive_loss": loss, **scores, **extra}
+
+  def token_sums(self, params, x: StepInputs) -> tuple[jax.Array, jax.Array]:
+    """The masked-LM term of ``x``'s rows: (summed cross-entropy, summed correct predictions)."""
+    return self.tokens.chunk_sum(params, x.tokens, x.tokens_dropout_key)
+
+  def total(self, sentence: tuple | None, token_sums: tuple | None, token_count: jax.Array | None):
+    """(loss, metrics) from the objective's (loss, metrics) and the masked-LM term's sums over the batch."""
+    loss, metrics = sentence if sentence is not None else (0.0, {})
+    if self.tokens is not None:
+      metrics["mlm_loss"] = token_sums[0] / token_count
+      metrics["mlm_accuracy"] = token_sums[1] / token_count
+      loss = loss + self.tokens.weight * metrics["mlm_loss"]
+    return loss, metrics
+
+  def __call__(self, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None):
+    """The plain loss of the whole batch: (loss, metrics)."""
+    sentence = None
+    if self.objective.loss is not None:
+      sentence = self.sentence_loss(self.embed(params, x), method_key, complementary)
+    sums = self.token_sums(params, x) if self.tokens is not None else None
+    return self.total(sentence, sums, x.token_count)
+
+
+def value_and_grad(loss: StepLoss, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None,
+                   *, num_chunks: int = 0, cache: bool = True):
+  """``((loss, metrics), grads)`` of ``loss``: plain (``num_chunks`` 0), or GradCache's over ``num_chunks`` chunks.
+
+  GradCache (``gradcache.value_and_grad``) embeds chunk by chunk, takes the objective on the whole batch's
+  embeddings and the masked-LM term chunk by chunk; ``cache=False`` differentiates the same chunked computation
+  as one graph (the reference the tests compare with).
+  """
+  if not num_chunks:
+    return jax.value_and_grad(loss, has_aux=True)(params, x, method_key, complementary)
+  sentence, tokens = loss.objective.loss is not None, loss.tokens is not None
+  (_, parts), grads = gradcache.value_and_grad(
+      params, x.chunks(num_chunks),
+      embed=loss.embed if sentence else None,
+      batch_loss=(lambda z: loss.sentence_loss(z, method_key, complementary)) if sentence else None,
+      chunk_loss=loss.token_sums if tokens else None,
+      chunk_weight=loss.tokens.weight / x.token_count if tokens else 1.0,
+      cache=cache)
+  return loss.total((parts["batch_loss"], parts["batch_aux"]) if sentence else None,
+                    (parts["chunk_sum"], parts["chunk_aux"]) if tokens else None, x.token_count), grads
+
+
+def _complementary_embeddings(config, complementary: models.ModelSpec, objective: objectives.Objective):
+  """DCLR's frozen complementary model: ``(params, batch, key, num_chunks) -> [batch, views, hidden]``, no gradient.
+
+  With GradCache it embeds chunk by chunk (chunk ``i`` with ``split(key, num_chunks)[i]``), in one chunk's memory.
+  """
+  module = complementary.module_for(complementary.pooling.test_pooler,
+                                    attend_padding=objective.attend_padding(config))
+  dropout = objective.complementary_dropout(config)
+
+  def embed(params, batch, key):
+    return jax.lax.stop_gradient(embed_views(module, params, batch, key, train=dropout))
+
+  def apply(params, batch, key, num_chunks):
+    if not num_chunks:
+      return embed(params, batch, key)
+    return gradcache.from_chunks(jax.lax.map(lambda c: embed(params, *c),
+                                             (gradcache.to_chunks(batch, num_chunks), jax.random.split(key, num_chunks))))
+
+  return apply
+
+
+def _num_chunks(batch: dict, chunk: int) -> int:
+  """GradCache's number of chunks of ``batch`` (0: no GradCache)."""
+  rows = batch["input_ids"].shape[0]
+  if chunk and rows % chunk:
+    raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
+  return rows // chunk if chunk else 0
 
 
 def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
@@ -227,92 +365,23 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   ``fold_in(fold_in(key(seed), step), _AUGMENT_KEY_TAG)``.
 
   With ``config.train.grad_cache_chunk = C > 0`` the gradient is GradCache's
-  (``gradcache.value_and_grad``): chunk ``i`` of ``batch / C`` gets its own
-  dropout key (``split(key, num_chunks)[i]``) in both passes; the MLM tokens
-  are masked on the whole batch; DCLR's complementary model embeds chunk by
-  chunk. With dropout 0 the gradients are the plain step's up to float
-  rounding. ``cache_gradients=False`` differentiates the same chunked
-  computation as one graph (the reference the tests compare with).
+  (``value_and_grad``): chunk ``i`` of ``batch / C`` gets its own dropout key
+  (``split(key, num_chunks)[i]``) in both passes; the MLM tokens are masked on
+  the whole batch; DCLR's complementary model embeds chunk by chunk. With
+  dropout 0 the gradients are the plain step's up to float rounding.
+  ``cache_gradients=False`` differentiates the same chunked computation as one
+  graph (the reference the tests compare with).
   """
   objective = objectives.get(config.method)
   if objective.needs_complementary(config) and complementary is None:
     raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
-  if not objective.needs_complementary(config):
-    complementary = None  # e.g. DCLR without instance weighting, or weighting by the model itself.
-  base_rng = jax.random.key(config.seed)
-  attend_padding = objective.attend_padding(config)
-  module = spec.module_for(spec.pooling.pooler, attend_padding=attend_padding)
-  chunk = config.train.grad_cache_chunk
-  tokens = _token_term(config, spec, objective)
-  same_dropout_mask = bool(config.augment.same_dropout_mask)
+  # None when the config uses none (e.g. DCLR without instance weighting, or weighting by the model itself).
+  embed_complementary = (_complementary_embeddings(config, complementary, objective)
+                         if objective.needs_complementary(config) else None)
+  loss = StepLoss.from_config(config, spec)
   second_view = _second_view(config, spec, augment_mlm)
-
-  if complementary is not None:
-    complementary_module = complementary.module_for(complementary.pooling.test_pooler, attend_padding=attend_padding)
-    complementary_dropout = objective.complementary_dropout(config)
-
-  def embed_complementary(complementary_params, batch, key):
-    return jax.lax.stop_gradient(embed_views(complementary_module, complementary_params, batch, key,
-                                             train=complementary_dropout))
-
-  def sentence_loss(z, k_method, comp):
-    """The objective on ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores).
-
-    In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
-    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
-    """
-    z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
-    loss, extra = objective.loss(config, z, k_method, comp)
-    scores = objective.scores(config, z, k_method) if objective.scores else {}
-    return loss, {"contrastive_loss": loss, **scores, **extra}
-
-  def metrics_of(sentence, token_sums, count):
-    """(total loss, metrics) from the sentence part and the summed token cross-entropy."""
-    loss, metrics = sentence if sentence is not None else (0.0, {})
-    if tokens is not None:
-      metrics["mlm_loss"] = token_sums[0] / count
-      metrics["mlm_accuracy"] = token_sums[1] / count
-      loss = loss + tokens.weight * metrics["mlm_loss"]
-    return loss, metrics
-
-  def plain_value_and_grad(params, batch, comp_params, keys: _Keys, masked):
-    comp = None if complementary is None else embed_complementary(comp_params, batch, keys.complementary)
-
-    def loss_fn(params):
-      sentence = None
-      if objective.loss is not None:
-        sentence = sentence_loss(embed_views(module, params, batch, keys.dropout, same_dropout_mask=same_dropout_mask),
-                                 keys.method, comp)
-      sums = tokens.chunk_sum(params, masked.targets, masked.dropout_key) if tokens is not None else None
-      return metrics_of(sentence, sums, masked.count if tokens is not None else None)
-
-    return jax.value_and_grad(loss_fn, has_aux=True)(params)
-
-  def chunked_value_and_grad(params, batch, comp_params, keys: _Keys, masked):
-    rows = batch["input_ids"].shape[0]
-    if rows % chunk:
-      raise ValueError(f"the batch of {rows} is not a multiple of config.train.grad_cache_chunk={chunk}")
-    n = rows // chunk
-    # Per-chunk inputs of both passes: the sentences and the dropout key (the replayed masks), and the MLM inputs.
-    xs = {"batch": gradcache.to_chunks(batch, n), "drop": jax.random.split(keys.dropout, n)}
-    count = masked.count if tokens is not None else None
-    if tokens is not None:  # Masked on the whole batch: the same tokens as the plain step.
-      xs["mlm"], xs["mlm_drop"] = gradcache.to_chunks(masked.targets, n), jax.random.split(masked.dropout_key, n)
-    comp = None
-    if complementary is not None:
-      comp = gradcache.from_chunks(jax.lax.map(lambda a: embed_complementary(comp_params, a[0], a[1]),
-                                               (xs["batch"], jax.random.split(keys.complementary, n))))
-    sentence = objective.loss is not None
-    (_, parts), grads = gradcache.value_and_grad(
-        params, xs,
-        embed=(lambda p, x: embed_views(module, p, x["batch"], x["drop"], same_dropout_mask=same_dropout_mask))
-        if sentence else None,
-        batch_loss=(lambda z: sentence_loss(z, keys.method, comp)) if sentence else None,
-        chunk_loss=(lambda p, x: tokens.chunk_sum(p, x["mlm"], x["mlm_drop"])) if tokens is not None else None,
-        chunk_weight=(tokens.weight / count) if tokens is not None else 1.0,
-        cache=cache_gradients)
-    sums = (parts["chunk_sum"], parts["chunk_aux"]) if tokens is not None else None
-    return metrics_of((parts["batch_loss"], parts["batch_aux"]) if sentence else None, sums, count), grads
+  chunk = config.train.grad_cache_chunk
+  base_rng = jax.random.key(config.seed)
 
   def train_step(state: TrainState, batch: dict, complementary_params=None, augment_params=None
                  ) -> tuple[TrainState, dict]:
@@ -320,15 +389,16 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     keys = _Keys(*jax.random.split(step_key, 4))
     if second_view is not None:
       batch = second_view(batch, jax.random.fold_in(step_key, _AUGMENT_KEY_TAG), augment_params)
-    masked = None
-    if tokens is not None:  # The MLM tokens, masked once for either gradient path.
-      k_mask, k_mlm_drop = jax.random.split(keys.mlm)
-      masked = _MaskedTokens(*tokens.prepare(batch, k_mask), dropout_key=k_mlm_drop)
-    value_and_grad = chunked_value_and_grad if chunk else plain_value_and_grad
-    (loss, extra), grads = value_and_grad(state.params, batch, complementary_params, keys, masked)
+    num_chunks = _num_chunks(batch, chunk)
+    inputs = loss.inputs(batch, keys.dropout, keys.mlm)
+    comp = None
+    if embed_complementary is not None:
+      comp = embed_complementary(complementary_params, batch, keys.complementary, num_chunks)
+    (value, metrics), grads = value_and_grad(loss, state.params, inputs, keys.method, comp,
+                                             num_chunks=num_chunks, cache=cache_gradients)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    metrics = {"loss": loss, "grad_norm": optax.tree.norm(grads), **extra}
+    metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), **metrics}
     return TrainState(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
