@@ -160,7 +160,7 @@ def _check_workdir(config, workdir: str, restart: bool) -> bool:
 
 
 # --------------------------------------------------------------------------
-# Set-up: the model, the data, the state.
+# Set-up: the model and the data.
 
 
 @dataclasses.dataclass
