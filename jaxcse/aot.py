@@ -213,7 +213,7 @@ class AbstractModel:
 
 
 def abstract_model(config: ml_collections.ConfigDict) -> AbstractModel:
-  """The model ``train._start_model`` would build for ``config``, with abstract params (no weights read)."""
+  """The model ``train.configured_model`` builds for ``config``, with abstract params (no weights read)."""
   objective = objectives.get(config.method)
   with_mlm = objective.masked_lm or config.mlm.enabled
   if config.model.init == "random":
@@ -336,7 +336,7 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   augment_mlm = abstract_augment_mlm(config, model.spec)
   jitted = step_lib.jit_train_step(config, model.spec, tx, complementary and complementary.spec, mesh,
                                    augment_mlm=augment_mlm and augment_mlm.spec)
-  # The arguments as the trainer places them: the state as train._initial_state makes it (step 0, the params, the
+  # The arguments as the trainer places them: the state as train._resume makes it (step 0, the params, the
   # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
   replicated, batch_sharding = distributed.data_shardings(mesh)
 

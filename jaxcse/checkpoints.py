@@ -15,8 +15,9 @@ and renames it); then ``sha256.json`` inside the step folder records the
 sha256 of every file orbax wrote. That record is the save's commit: a
 checkpoint without it (killed between orbax's rename and the record, or the
 record could not be written) or whose files do not match it (truncated,
-flipped bits) is not complete. Training sets it aside with one warning naming
-it and falls back to the newest good one; readers skip it with one warning.
+flipped bits) is not complete. ``newest_good`` is the one search for the newest
+good checkpoint: training sets a bad one aside with one warning naming it and
+falls back to an older one; readers skip it with one warning.
 
 A checkpoint is *good* when its files match the record, its parameters are
 finite and the model's outputs on a fixed probe batch are finite
@@ -205,10 +206,11 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
   return None
 
 
-def newest_committed(mngr: ocp.CheckpointManager) -> int | None:
-  """The newest step whose save was committed (its checksum record exists), or None; its files are not checked."""
-  committed = [s for s in mngr.all_steps() if os.path.isfile(os.path.join(_step_dir(mngr, s), CHECKSUMS))]
-  return max(committed, default=None)
+def _check(mngr: ocp.CheckpointManager, step: int) -> None:
+  """``newest_good``'s default read: ``CheckpointError`` unless checkpoint ``step``'s files match their record."""
+  problem = verify(mngr, step)
+  if problem:
+    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
 
 
 def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str) -> str:
@@ -232,9 +234,7 @@ def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> di
   Raises:
     CheckpointError: the checkpoint is incomplete, corrupt, or cannot be read; the message names it.
   """
-  problem = verify(mngr, step)
-  if problem:
-    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
+  _check(mngr, step)
   items = {name: ocp.args.StandardRestore(tree) for name, tree in abstract_trees.items()}
   try:
     with _quiet_orbax():
@@ -250,9 +250,7 @@ def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
   Raises:
     CheckpointError: the checkpoint is incomplete, corrupt, or cannot be read; the message names it.
   """
-  problem = verify(mngr, step)
-  if problem:
-    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
+  _check(mngr, step)
   try:
     with _quiet_orbax():
       return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
@@ -260,21 +258,33 @@ def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
 
 
-def restore_newest(mngr: ocp.CheckpointManager, *, set_aside_bad: bool = True, **abstract_trees: Any
-                   ) -> tuple[int | None, dict | None]:
-  """``(step, restored)`` of the newest complete and intact checkpoint, or ``(None, None)`` if there is none.
+def newest_good(mngr: ocp.CheckpointManager, read: Callable[[ocp.CheckpointManager, int], Any] | None = None, *,
+                steps: list[int] | None = None, set_aside_bad: bool) -> tuple[int, Any]:
+  """The newest good checkpoint: ``(step, read(mngr, step))`` for the newest of ``steps`` that ``read`` reads.
 
-  Newer ones that fail are set aside (or, with ``set_aside_bad=False``, only skipped), each with a warning.
+  The one search for the newest good checkpoint, for the trainer (resume, the best checkpoint it keeps, the step
+  its messages name) and for every reader (``loading.load_model``). ``read`` raises ``CheckpointError`` for a
+  checkpoint that is not good; by default it only checks the files against their record (``verify``) and returns
+  None. ``steps`` defaults to all of ``mngr``'s.
+
+  Each newer checkpoint that fails is set aside with one warning (``set_aside_bad``: the trainer, which must never
+  read it again), or else only skipped with one warning (readers leave the workdir as it is).
+
+  Raises:
+    CheckpointError: none is good; the message names each checkpoint tried and why it failed.
   """
-  for step in sorted(mngr.all_steps(), reverse=True):
+  steps = sorted(mngr.all_steps() if steps is None else steps, reverse=True)
+  problems = []
+  for i, step in enumerate(steps):
     try:
-      return step, restore(mngr, step, **abstract_trees)
+      return step, (read or _check)(mngr, step)
     except CheckpointError as e:
+      problems.append(str(e))
       if set_aside_bad:
         set_aside(mngr, step, str(e).split(": ", 1)[-1])
-      else:
-        log.warning("%s; falling back to an older checkpoint", e)
-  return None, None
+      elif i + 1 < len(steps):
+        log.warning("%s; trying an older one", e)
+  raise CheckpointError("; ".join(problems) or f"no checkpoint in {mngr.directory}")
 
 
 def delete_after(mngr: ocp.CheckpointManager, step: int | None) -> list[int]:
@@ -380,27 +390,3 @@ def checkpoint_choice(workdir: str, path: str, checkpoint: str) -> tuple[str, li
         log.warning("%s has no best checkpoint (no evaluation ran); using its latest, step %d", workdir, max(steps))
       return directory, sorted(steps, reverse=True)
   raise FileNotFoundError(f"{workdir}: no {checkpoint} checkpoint yet")
-
-
-def restore_for_inference(directory: str, steps: list[int], restore_fn: Callable[[ocp.CheckpointManager, int], Any]
-                          ) -> tuple[int, Any]:
-  """``(step, restore_fn(mngr, step))`` for the first of ``steps`` that restores; warns naming each bad one.
-
-  Raises:
-    CheckpointError: none of them restores (the message names each and why).
-  """
-  mngr = manager(directory, create=False)
-  problems = []
-  try:
-    for step in steps:
-      try:
-        result = restore_fn(mngr, step)
-      except CheckpointError as e:
-        problems.append(str(e))
-        if len(steps) > 1:
-          log.warning("%s; trying an older one", e)
-        continue
-      return step, result
-  finally:
-    mngr.close()
-  raise CheckpointError("; ".join(problems))

@@ -274,10 +274,10 @@ def print_help(full: bool) -> None:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """``train.parse_flags`` with this command's help and name in its messages."""
-  from jaxcse import train
+  """``cli.parse_flags`` with this command's help and name in its messages."""
+  from jaxcse import cli
 
-  return train.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
+  return cli.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
 
 
 if __name__ == "__main__":

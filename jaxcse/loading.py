@@ -84,14 +84,17 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
                                         "embed anything")
     return params
 
+  mngr = checkpoints.manager(directory, create=False)
   try:
-    step, params = checkpoints.restore_for_inference(directory, steps, restore_finite)
+    step, params = checkpoints.newest_good(mngr, restore_finite, steps=steps, set_aside_bad=False)
   except checkpoints.CheckpointError as e:
     if os.path.basename(directory) != os.path.basename(checkpoints.BEST_DIR):
       raise
     raise checkpoints.CheckpointError(f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
                                       "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
                                       ) from None
+  finally:
+    mngr.close()
   return Loaded(spec, params, described=True, step=step)
 
 

@@ -3,10 +3,12 @@ r"""Training: the loop around the jitted train step, with evaluation, checkpoint
   python -m jaxcse.train --config configs/base.py --workdir DIR [--config.train.batch_size=32 ...]
 
 ``train_and_evaluate(config, workdir)`` trains per the config, resuming from
-the workdir's latest checkpoint. The step itself (``train_step``) is pure and
-jitted once with the state donated; the method's loss comes from the
-``objectives`` registry; batches come from ``data`` by step, so a run resumed
-from its latest checkpoint retraces the uninterrupted run exactly.
+the workdir's newest good latest checkpoint (``_resume`` decides where a run
+starts). The step itself (``train_step``) is pure and jitted once with the
+state donated; the method's loss comes from the ``objectives`` registry;
+batches come from ``data`` by step, so a run resumed from its latest checkpoint
+retraces the uninterrupted run exactly. The evaluation during training and the
+best-checkpoint selection are ``validation``'s; the command's flags are ``cli``'s.
 
 Several hosts run the same command, one process each (or one per GPU), with
 ``--coordinator_address/--num_processes/--process_id`` or ``--distributed``
@@ -16,14 +18,13 @@ Several hosts run the same command, one process each (or one per GPU), with
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
+import functools
 import json
 import logging
 import math
 import os
 import shutil
-import sys
 import time
 import zlib
 from typing import Any
@@ -35,10 +36,9 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxcse import checkpoints, configuration, data as data_lib, distributed, embedder as embedder_lib
-from jaxcse import sts_data, sts_metrics
-from jaxcse import errors, files, hub, loading, mlm, models, objectives, provenance, train_step as step_lib
-from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, report
+from jaxcse import checkpoints, cli, configuration, data as data_lib, distributed, errors, files, hub, loading, models
+from jaxcse import objectives, provenance, sts_data, train_step as step_lib, validation
+from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
 log = logging.getLogger("jaxcse")
@@ -133,32 +133,6 @@ def _check_same_run(config, workdir: str) -> None:
                 "version wrote it; resuming", workdir, ", ".join(unknown))
 
 
-def _resume_point(workdir: str, latest, best) -> int | None:
-  """The step to resume from (the newest good latest checkpoint), or None for a fresh start; removes stale state.
-
-  Checkpoints that are incomplete or corrupt, latest or best, are set aside with a warning. Best checkpoints newer
-  than the resume point (saved after the last latest checkpoint of a killed run) are deleted: the resumed run
-  (``_check_same_run``: with the same config) evaluates those steps again, so the best checkpoint served is always
-  the one this run reports.
-  """
-  resume_step = None
-  for step in sorted(latest.all_steps(), reverse=True):
-    problem = checkpoints.verify(latest, step)
-    if problem is None:
-      resume_step = step
-      break
-    checkpoints.set_aside(latest, step, problem)
-  stale = checkpoints.delete_after(best, resume_step)
-  if stale:
-    log.info("%s: deleted best checkpoints %s, saved after the resume point (%s); the run evaluates those steps "
-             "again", workdir, stale, "none" if resume_step is None else f"step {resume_step}")
-  for step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
-    problem = checkpoints.verify(best, step)
-    if problem:
-      checkpoints.set_aside(best, step, problem)
-  return resume_step
-
-
 def _check_workdir(config, workdir: str, restart: bool) -> bool:
   """Checks, reading only, that a run can use ``workdir``; returns whether it holds checkpoints to resume from.
 
@@ -186,7 +160,7 @@ def _check_workdir(config, workdir: str, restart: bool) -> bool:
 
 
 # --------------------------------------------------------------------------
-# Set-up: the model, the data, the state.
+# Set-up: the model and the data.
 
 
 @dataclasses.dataclass
@@ -194,7 +168,7 @@ class _Inputs:
   """Everything a run reads, loaded and checked before it writes anything (``_read_inputs``)."""
 
   spec: models.ModelSpec  # The configured model's, or the workdir's description when it holds checkpoints.
-  params: Any  # The configured start's parameters; None when the run is to resume from the workdir.
+  params: Any  # The configured model's parameters; None when the workdir holds checkpoints to resume from.
   batches: Any  # data.Batches or data.PackedBatches over the training corpus.
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
@@ -208,8 +182,10 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the
   run with the workdir exactly as it was, and the corrected command then starts cleanly.
   """
-  resumable = _check_workdir(config, workdir, restart)
-  spec, params = _start_model(config, workdir, resume=resumable)
+  if _check_workdir(config, workdir, restart):  # It holds checkpoints: _resume restores their params.
+    spec, params = _described_model(config, workdir), None
+  else:
+    spec, params = configured_model(config)
   batches, heldout = _batches(config, spec)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   replicated = NamedSharding(mesh, PartitionSpec())
@@ -218,32 +194,34 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm)
 
 
-def _start_model(config: ml_collections.ConfigDict, workdir: str, resume: bool) -> tuple[models.ModelSpec, Any]:
-  """``(spec, initial params)``: the configured start, or the workdir's description when resuming (params None).
+def configured_model(config: ml_collections.ConfigDict) -> tuple[models.ModelSpec, Any]:
+  """``(spec, params)`` of the model a fresh run starts from, as the config says; reads only.
 
-  Reads only; ``_save_start`` writes the description and config of a fresh start.
+  ``aot.abstract_model`` builds the same spec and params' shapes without the weights (``tests/test_compile.py``
+  compares them); ``_save_start`` writes the description and config of a fresh start.
   """
   dtype = models.DTYPES[config.model.dtype]
-  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
-  if resume:
-    spec = models.from_description(model_dir, dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing)
-    return spec, None  # _resume_point checked that config.json holds this run.
   pooling = objectives.pooling_of(config)
   with_mlm_head = objectives.get(config.method).masked_lm or config.mlm.enabled
   if config.model.init == "random":
-    spec, params = models.build_random(
+    return models.build_random(
         _architecture(config), _tokenizer(config.model.tokenizer), pooling, seed=config.seed, dtype=dtype,
         gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
         source=f"random init ({config.model.tokenizer})")
-  else:
-    spec, params = models.load_pretrained(
-        config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
-        gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
-        mlm_head=config.mlm.head if config.mlm.enabled else "tied",
-        revision=config.model.revision or None)
-    if spec.mlm is not None and not spec.mlm.pretrained:
-      log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
+  spec, params = models.load_pretrained(
+      config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
+      gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
+      mlm_head=config.mlm.head if config.mlm.enabled else "tied",
+      revision=config.model.revision or None)
+  if spec.mlm is not None and not spec.mlm.pretrained:
+    log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
   return spec, params
+
+
+def _described_model(config: ml_collections.ConfigDict, workdir: str) -> models.ModelSpec:
+  """The spec of the run a workdir holds, from its description (``_check_same_run``: the same config)."""
+  return models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR), dtype=models.DTYPES[config.model.dtype],
+                                 gradient_checkpointing=config.model.gradient_checkpointing)
 
 
 def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str) -> None:
@@ -358,7 +336,94 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
 
 
 # --------------------------------------------------------------------------
-# Evaluation and logging.
+# Where the run starts: fresh, or from the newest good latest checkpoint.
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+  """Where a run starts, as ``_resume`` decided: from the configured model, or from a latest checkpoint."""
+
+  step: int | None  # The latest checkpoint resumed from; None: a fresh start (its first step is 0).
+  spec: models.ModelSpec  # The configured model's, or the workdir's description.
+  batches: Any  # data.Batches or data.PackedBatches over the training corpus.
+  heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
+  total_steps: int
+  tx: Any  # The optimizer (optax), its schedule over total_steps.
+  state: step_lib.TrainState  # Replicated on the mesh: fresh from the configured params, or the checkpoint's.
+  best: validation.BestSoFar  # The model selection so far: the checkpoint's, or none yet.
+  reevaluate: bool  # The run's best checkpoint is gone: evaluate the resume point again (``_resume``).
+
+
+def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, best) -> Start:
+  """The one place that decides between a fresh start and a resume, and puts the workdir in order for it.
+
+  The run resumes from the newest good latest checkpoint (``checkpoints.newest_good``: bad ones are set aside,
+  each with a warning), else starts fresh from the configured model (writing its description and config). Best
+  checkpoints newer than the resume point (saved after the last latest checkpoint of a killed run) are deleted:
+  the resumed run (``_check_same_run``: with the same config) evaluates those steps again, so the best checkpoint
+  served is always the one this run reports; every best checkpoint left must be servable (bad ones are set
+  aside). If the run's best checkpoint is gone, its best becomes the newest good one left (or none) and
+  ``reevaluate`` asks the loop to evaluate the resume point again, so the run keeps serving the best it has.
+  """
+  replicated = NamedSharding(mesh, PartitionSpec())
+  spec, params, batches, heldout = inputs.spec, inputs.params, inputs.batches, inputs.heldout
+  try:
+    step, _ = checkpoints.newest_good(latest, set_aside_bad=True)
+  except checkpoints.CheckpointError:  # None yet, or each was set aside: a fresh start.
+    step = None
+  if step is None and params is None:  # _read_inputs expected to resume: the configured model after all.
+    spec, params = configured_model(config)
+    batches, heldout = _batches(config, spec)
+  if stale := checkpoints.delete_after(best, step):
+    log.info("%s: deleted best checkpoints %s, saved after the resume point (%s); the run evaluates those steps "
+             "again", workdir, stale, "none" if step is None else f"step {step}")
+  for best_step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
+    if problem := checkpoints.verify(best, best_step):
+      checkpoints.set_aside(best, best_step, problem)
+  if step is None and primary:
+    _save_start(config, spec, workdir)
+  total_steps = _total_steps(config, batches)
+  tx = step_lib.make_optimizer(config.train, total_steps)
+  _agree_across_processes(config, batches.corpus, step, params)
+  if step is None:
+    # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
+    # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
+    state = jax.jit(functools.partial(_fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(params))
+    return Start(None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False)
+
+  abstract = jax.eval_shape(functools.partial(_fresh_state, tx=tx), checkpoints.abstract_params(spec, replicated))
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
+  try:  # Unreadable although its files match their record: set aside, fall back to an older one.
+    step, restored = checkpoints.newest_good(
+        latest, lambda mngr, s: checkpoints.restore(mngr, s, params=abstract.params, opt_state=abstract.opt_state),
+        set_aside_bad=True)
+  except checkpoints.CheckpointError:  # A fresh start needs the configured weights, which this run did not load.
+    raise WorkdirError(f"{workdir}: no latest checkpoint could be read (each was set aside); run the same command "
+                       "again to start from the beginning") from None
+  state = step_lib.TrainState(step=jax.device_put(jnp.int32(step), replicated),
+                              params=restored["params"], opt_state=restored["opt_state"])
+  log.info("resumed %s at step %d", workdir, step)
+  checkpoints.delete_after(best, step)  # An unreadable latest checkpoint may have made the resume point older.
+  so_far = validation.BestSoFar.from_meta(restored["meta"])
+  reevaluate = so_far.step is not None and so_far.step not in best.all_steps()
+  if reevaluate:  # Set aside as damaged, or deleted: the best is now the newest good one left, or none.
+    try:
+      kept, meta = checkpoints.newest_good(best, checkpoints.restore_meta, set_aside_bad=True)
+    except checkpoints.CheckpointError:
+      kept, meta = None, {"metric": None}
+    log.warning("%s: the best checkpoint of this run, step %d, is gone (set aside or deleted); the best is now %s, "
+                "and the resume point, step %d, is evaluated again", workdir, so_far.step,
+                "none" if kept is None else f"step {kept}", step)
+    so_far = dataclasses.replace(so_far, step=kept, metric=meta["metric"])
+  return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate)
+
+
+def _fresh_state(params, tx) -> step_lib.TrainState:
+  return step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+
+# --------------------------------------------------------------------------
+# Logging.
 
 
 class MetricsWriter:
@@ -399,123 +464,6 @@ class MetricsWriter:
       self.tensorboard.close()
 
 
-class HeldoutMLM:
-  """Masked-LM loss and accuracy on a held-out corpus: the same packed sequences and masks at every evaluation."""
-
-  def __init__(self, config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus: data_lib.Corpus):
-    batches = data_lib.PackedBatches(corpus, spec.tokenizer, batch_size=config.eval.batch_size,
-                                     max_seq_len=config.data.max_seq_len, seed=config.seed, keep_last=True)
-    self.batches = [batches.batch(i)["input_ids"][:, 0] for i in range(batches.steps_per_epoch)]
-    self.masks = [batches.batch(i)["attention_mask"][:, 0] for i in range(batches.steps_per_epoch)]
-    tok = spec.tokenizer
-    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
-                                                                                  config.mlm.probability)
-    masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
-                   special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability,
-                   num_predictions=num_predictions)
-
-    def sums(params, ids, mask, key):
-      masked, positions, labels, weights = mlm.mask_positions(key, ids, mask, **masking)
-      logits = models.mlm_logits_at(spec, params, masked, mask, positions, train=False)
-      ce, correct = mlm.cross_entropy_sums(logits, labels, weights)
-      return ce, correct, weights.sum()
-
-    self._sums = jax.jit(sums)
-    self._key = jax.random.key(config.seed + 1)  # Fixed masks, apart from the training masks.
-
-  def __call__(self, params) -> dict[str, float]:
-    totals = np.zeros(3)
-    for i, (ids, mask) in enumerate(zip(self.batches, self.masks)):
-      totals += np.asarray(jax.device_get(self._sums(params, ids, mask, jax.random.fold_in(self._key, i))), np.float64)
-    ce, correct, count = totals
-    return {"heldout_mlm_loss": float(ce / count), "heldout_mlm_accuracy": float(correct / count),
-            "heldout_mlm_tokens": int(count)}
-
-
-class Evaluator:
-  """Runs the evaluation during training: STS-B/SICK-R dev (+ its dynamics), held-out MLM; keeps the best."""
-
-  def __init__(self, config, spec: models.ModelSpec, heldout: data_lib.Corpus | None, metrics_log: MetricsWriter,
-               best_manager, meta: dict, dev_sets: dict[str, sts_data.PairSet]):
-    self.config = config
-    self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
-    self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
-                                          attend_padding=objectives.get(config.method).attend_padding(config))
-    self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
-    self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]
-    self.metrics_log, self.best, self.meta = metrics_log, best_manager, meta
-
-  def __call__(self, step: int, params, *, log_record: bool = True) -> float:
-    """Evaluates ``params`` as of ``step``; saves them as the best checkpoint if they are; returns the metric.
-
-    ``log_record=False`` (a re-evaluation of a resume point) leaves metrics.jsonl alone: its lines are the run's
-    scheduled evaluations.
-    """
-    t0 = time.time()
-    scores, table = sts_metrics.dev_scores_and_embeddings(lambda s: self.embedder(s, params), self.dev_sets)
-    # The training dynamics of the MixCSE paper (Fig. 4b) and Wang & Isola's map, from the same embeddings.
-    dynamics = sts_metrics.dev_dynamics(table, self.dev_sets["stsb_dev"])
-    if self.heldout is not None:
-      scores.update(self.heldout(params))
-    metric = self.select(scores)
-    record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
-              **{f"eval/{k}": v for k, v in dynamics.items()}, "eval/seconds": round(time.time() - t0, 2)}
-    if log_record:
-      self.metrics_log.write(record)
-    log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
-    if self.meta["first_eval"] is None:
-      self.meta["first_eval"] = {"step": step, **scores}
-    if self.meta["best_metric"] is None or metric > self.meta["best_metric"]:
-      self.meta["best_metric"], self.meta["best_step"] = metric, step
-      checkpoints.save(self.best, step, meta={"step": step, "metric": metric, **scores}, params=params)
-    return metric
-
-
-def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, float]:
-  """The step's metrics as floats; ``NonFiniteLossError`` if its loss or gradient norm is NaN or infinite."""
-  values = {k: float(v) for k, v in jax.device_get(metrics).items()}
-  if not math.isfinite(values["loss"]) or not math.isfinite(values["grad_norm"]):
-    raise NonFiniteLossError(
-        f"non-finite loss ({values['loss']}) at step {step}; stopped. The last good checkpoint is "
-        f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
-  return values
-
-
-def _last_good(latest) -> str:
-  good = checkpoints.newest_committed(latest)
-  return "none" if good is None else f"step {good}"
-
-
-def _best_lost(best, meta: dict, resume_step: int | None, workdir: str) -> bool:
-  """After a resume: whether the best checkpoint the run recorded is gone (set aside as damaged, or deleted).
-
-  If it is, ``meta``'s best becomes the newest intact best checkpoint at or before the resume point (its metric
-  read from it), or none; the caller then evaluates the resume point again, so that the run keeps serving the
-  best of what it still has. Best checkpoints newer than the resume point are deleted (stale).
-  """
-  if resume_step is None:
-    return False
-  checkpoints.delete_after(best, resume_step)  # The resume point may be older than _resume_point chose.
-  if meta["best_step"] is None or meta["best_step"] in best.all_steps():
-    return False
-  lost = meta["best_step"]
-  meta["best_metric"] = meta["best_step"] = None
-  for step in sorted(best.all_steps(), reverse=True):
-    try:
-      meta["best_metric"], meta["best_step"] = checkpoints.restore_meta(best, step)["metric"], step
-      break
-    except checkpoints.CheckpointError as e:
-      checkpoints.set_aside(best, step, str(e).split(": ", 1)[-1])
-  log.warning("%s: the best checkpoint of this run, step %d, is gone (set aside or deleted); the best is now %s, "
-              "and the resume point, step %d, is evaluated again", workdir, lost,
-              "none" if meta["best_step"] is None else f"step {meta['best_step']}", resume_step)
-  return True
-
-
-# --------------------------------------------------------------------------
-# The loop.
-
-
 class StepLog:
   """Averages the step metrics between log lines and writes them; reads a step's metrics one step late.
 
@@ -554,29 +502,31 @@ class StepLog:
     return record
 
 
-def _initial_state(spec: models.ModelSpec, params, tx, latest, resume_step: int | None, replicated, workdir: str):
-  """``(train state, run metadata, first step)``: fresh from ``params``, or restored from the latest checkpoint."""
+def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, float]:
+  """The step's metrics as floats; ``NonFiniteLossError`` if its loss or gradient norm is NaN or infinite."""
+  values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+  if not math.isfinite(values["loss"]) or not math.isfinite(values["grad_norm"]):
+    raise NonFiniteLossError(f"non-finite loss ({values['loss']}) at step {step}; {_stopped(latest, workdir)}")
+  return values
 
-  def fresh_state(params):
-    return step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
 
-  meta = {"best_metric": None, "best_step": None, "first_eval": None}
-  if resume_step is None:
-    # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
-    # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
-    params = jax.device_get(params)
-    return jax.jit(fresh_state, out_shardings=replicated)(params), meta, 0
-  abstract = jax.eval_shape(fresh_state, checkpoints.abstract_params(spec, replicated))
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
-  # Unreadable although its files match their record (it was verified): set aside, fall back to an older one.
-  resume_step, restored = checkpoints.restore_newest(latest, params=abstract.params, opt_state=abstract.opt_state)
-  if resume_step is None:  # A fresh start needs the configured model's weights, which a resuming run did not load.
-    raise WorkdirError(f"{workdir}: no latest checkpoint could be read (each was set aside); run the same command "
-                       "again to start from the beginning")
-  state = step_lib.TrainState(step=jax.device_put(jnp.int32(resume_step), replicated),
-                              params=restored["params"], opt_state=restored["opt_state"])
-  log.info("resumed %s at step %d", workdir, resume_step)
-  return state, restored["meta"], resume_step
+def _last_good(latest) -> int | None:
+  """The step of the newest good latest checkpoint, for a message (nothing is set aside); None if there is none."""
+  try:
+    return checkpoints.newest_good(latest, set_aside_bad=False)[0]
+  except checkpoints.CheckpointError:
+    return None
+
+
+def _stopped(latest, workdir: str) -> str:
+  """The end of the message of a run stopped by a non-finite loss or model: where it can be resumed from."""
+  good = _last_good(latest)
+  return (f"stopped. The last good checkpoint is {'none' if good is None else f'step {good}'} in "
+          f"{os.path.join(workdir, checkpoints.LATEST_DIR)}")
+
+
+# --------------------------------------------------------------------------
+# The loop.
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False) -> dict:
@@ -628,43 +578,33 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
 
 
 def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs) -> dict:
-  """``_train`` with the checkpoint managers open."""
-  resume_step = _resume_point(workdir, latest, best)
-  spec, params, batches, heldout = inputs.spec, inputs.params, inputs.batches, inputs.heldout
-  if resume_step is None and params is None:  # Its checkpoints were all set aside: a fresh start after all.
-    spec, params = _start_model(config, workdir, resume=False)
-    batches, heldout = _batches(config, spec)
-  if resume_step is None and primary:
-    _save_start(config, spec, workdir)
-  total_steps = _total_steps(config, batches)
-  tx = step_lib.make_optimizer(config.train, total_steps)
-  replicated = NamedSharding(mesh, PartitionSpec())
+  """``_train`` with the checkpoint managers open: the loop."""
+  start = _resume(config, workdir, primary, mesh, inputs, latest, best)
+  spec, batches, total_steps, state, best_so_far = start.spec, start.batches, start.total_steps, start.state, start.best
+  first_step = start.step or 0
   batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
   # This process tokenizes only its rows of each global batch; which examples form the global batch, and in
   # what order, depends on the step alone, never on the number of processes.
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
-  _agree_across_processes(config, batches.corpus, resume_step, params)
-  state, meta, start_step = _initial_state(spec, params, tx, latest, resume_step, replicated, workdir)
-  resume_step = start_step or None  # An unreadable checkpoint may have made it an older one.
-  del params  # The train state owns the params from here on (its buffers are donated).
-
   complementary, complementary_params = inputs.complementary
   augment_mlm, augment_params = inputs.augment_mlm
-  train_step = step_lib.jit_train_step(config, spec, tx, complementary, mesh, augment_mlm=augment_mlm)
-  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), resume_step, enabled=primary,
+  train_step = step_lib.jit_train_step(config, spec, start.tx, complementary, mesh, augment_mlm=augment_mlm)
+  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start.step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
-  run_eval = Evaluator(config, spec, heldout, metrics_log, best, meta, inputs.dev_sets)
-  if start_step == 0 and config.eval.at_start:
-    run_eval(0, state.params)
-  if _best_lost(best, meta, resume_step, workdir):
-    run_eval(start_step, state.params, log_record=False)
+  evaluate = validation.Evaluator(config, spec, attend_padding=objectives.get(config.method).attend_padding(config),
+                                  heldout=start.heldout, dev_sets=inputs.dev_sets, best_manager=best,
+                                  write=metrics_log.write)
+  if start.step is None and config.eval.at_start:
+    best_so_far = evaluate(0, state.params, best_so_far)
+  if start.reevaluate:
+    best_so_far = evaluate(first_step, state.params, best_so_far, log_record=False)
   probe = checkpoints.output_probe(spec)
-  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, start_step,
+  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, first_step,
                      step_lib.make_schedule(config.train, total_steps))
-  progress = Progress(total_steps, initial=start_step, unit="step", desc="train", enabled=primary)
+  progress = Progress(total_steps, initial=first_step, unit="step", desc="train", enabled=primary)
   try:
-    for step, host_batch in enumerate(batches.iterate(start_step, total_steps, positions=local_rows),
-                                      start=start_step):
+    for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
+                                      start=first_step):
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
       state, metrics = train_step(state, batch, complementary_params, augment_params)
@@ -677,19 +617,17 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
         record = step_log.flush(done)
         progress.set(loss=f"{record['loss']:.4g}", lr=f"{record['learning_rate']:.3g}")
       if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
-        raise NonFiniteLossError(f"non-finite parameters after step {done}; stopped. The last good checkpoint is "
-                                 f"{_last_good(latest)} in {os.path.join(workdir, checkpoints.LATEST_DIR)}")
+        raise NonFiniteLossError(f"non-finite parameters after step {done}; {_stopped(latest, workdir)}")
       if (evaluate_now or save_now) and (problem := probe(state.params)):  # Finite weights may still overflow.
         raise NonFiniteLossError(f"after step {done} the model's {problem.removeprefix('its ')} (its parameters "
-                                 f"overflow); stopped. The last good checkpoint is {_last_good(latest)} in "
-                                 f"{os.path.join(workdir, checkpoints.LATEST_DIR)}")
+                                 f"overflow); {_stopped(latest, workdir)}")
       if evaluate_now:
-        run_eval(done, state.params)
+        best_so_far = evaluate(done, state.params, best_so_far)
       if save_now:
-        checkpoints.save(latest, done, meta=copy.deepcopy(meta), params=state.params, opt_state=state.opt_state)
+        checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
     step_log.settle()
   except KeyboardInterrupt:
-    good = checkpoints.newest_committed(latest)
+    good = _last_good(latest)
     raise Interrupted(f"interrupted at step {progress.done}; rerun the same command to resume (" +
                       ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})")
                       ) from None
@@ -697,8 +635,8 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
     progress.close()
     metrics_log.close()
 
-  summary = {"steps": total_steps, "best_step": meta["best_step"], "best_metric": meta["best_metric"],
-             "first_eval": meta["first_eval"], "workdir": workdir}
+  summary = {"steps": total_steps, "best_step": best_so_far.step, "best_metric": best_so_far.metric,
+             "first_eval": best_so_far.first_eval, "workdir": workdir}
   if primary:
     corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
         if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
@@ -714,176 +652,21 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
 
 
 def main(argv: list[str]) -> None:
+  """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``)."""
   del argv
-  from absl import flags
-  from absl import logging as absl_logging
-
-  # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  logging.getLogger("jaxcse").setLevel(logging.INFO)
-  cfg, workdir = flags.FLAGS.config, flags.FLAGS.workdir
-  if flags.FLAGS.data_dir:
-    cfg.data.data_dir = flags.FLAGS.data_dir
-  distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,
-                                     flags.FLAGS.process_id, auto=flags.FLAGS.distributed)
-  try:
-    summary = train_and_evaluate(cfg, workdir, restart=flags.FLAGS.restart)
-  except USER_ERRORS as e:
-    sys.exit(report(e))
-  except KeyboardInterrupt as e:  # Ctrl-C: one line, no traceback; 130 is the shell's code for SIGINT.
-    print(e if isinstance(e, Interrupted) else "interrupted; rerun the same command to resume",
-          file=sys.stderr)
-    sys.exit(130)
-  if jax.process_index() != 0:
-    return
-  first = summary["first_eval"]
-  if first is not None and first["step"] == 0:
-    print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
-  if summary["best_metric"] is not None:
-    print(f"best {cfg.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
-  evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
-  if data_lib.given_root(cfg.data.data_dir or None) is None:  # The full benchmark is not shipped: name its download.
-    print(f"evaluate it: {evaluate_it.replace('evaluate', 'data')} download senteval --data_dir DIR, then "
-          f"{evaluate_it} --model {workdir} --tasks sts --data_dir DIR")
-  else:
-    print(f"evaluate it: {evaluate_it} --model {workdir} --tasks sts")
-
-
-def _define_flags():
-  from absl import flags
-  from ml_collections import config_flags
-
-  config_flags.DEFINE_config_file("config", None, "Training config: a file (configs/base.py) or the name of a config "
-                                  "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
-                                  lock_config=True)
-  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
-  flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
-  flags.DEFINE_bool("restart", False, "Start over in a workdir that holds a previous run (deletes its checkpoints, "
-                    "description and metrics) instead of resuming it.")
-  # Several processes (hosts); see distributed.initialize_distributed. Defaults come from the environment so that a
-  # launcher can set them per process.
-  flags.DEFINE_bool("distributed", os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
-                    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
-                    "GKE); env JAXCSE_DISTRIBUTED=1.")
-  flags.DEFINE_string("coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
-                      "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.")
-  flags.DEFINE_integer("num_processes", _env_int("JAX_NUM_PROCESSES"),
-                       "Number of processes in the run; env JAX_NUM_PROCESSES.")
-  flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
-                       "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
-  flags.mark_flags_as_required(["config", "workdir"])
-
-
-def _env_int(name: str) -> int | None:
-  value = os.environ.get(name)
-  if value is None or value == "":
-    return None
-  try:
-    return int(value)
-  except ValueError:
-    raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
-
-
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
-
-
-def resolve_config(value: str) -> str:
-  """``--config``'s file: ``value`` when it is a path, else the config shipped with jaxcse of that name (``dclr``)."""
-  path = value.split(":", 1)[0]  # ml_collections passes ``file.py:args`` on to the config's get_config.
-  if os.path.exists(path) or path.endswith(".py") or os.sep in path:
-    return value
-  packaged = os.path.join(CONFIGS_DIR, f"{path}.py")
-  return packaged + value[len(path):] if os.path.isfile(packaged) else value
-
-
-def shipped_configs() -> list[str]:
-  return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
-
-
-_HELP = """\
-usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
-
-Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
-pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
-again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
-
-  --config NAME          a config shipped with jaxcse, or a config file (FILE.py); shipped:
-{configs}
-  --config.FIELD=VALUE   override one field of the config, e.g. --config.train.max_steps=100 (the config file
-                         lists every field with a comment)
-
-example: {prog} --config quickstart --workdir workdirs/quickstart
-"""
-
-
-def print_help(full: bool) -> None:
-  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
-  from absl import flags
-
-  import textwrap
-
-  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25,
-                          subsequent_indent=" " * 25)
-  print(_HELP.format(prog=command_name("jaxcse.train"), configs=configs))
-  if full:
-    print("flags (all):" + flags.FLAGS.get_help())
-  else:
-    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("workdir")).strip().split("\n", 1)[1]
-    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
-
-
-def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None) -> list[str]:
-  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
-
-  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
-  and ``--helpfull`` print the help (``help_printer(full)``, default ``print_help``) and exit 0, whatever else is
-  on the line. ``module`` names the command a mistake's message points to (``jaxcse.compile`` parses the same
-  config flags).
-  """
-  from absl import flags
-
-  argv = list(argv)
-  for arg in argv[1:]:
-    if arg == "--":
-      break
-    if arg.split("=", 1)[0] in ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull"):
-      try:
-        (help_printer or print_help)(full="helpfull" in arg)
-        sys.stdout.flush()
-      except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-      sys.exit(0)
-  for i, arg in enumerate(argv):
-    if arg == "--config" and i + 1 < len(argv):
-      argv[i + 1] = resolve_config(argv[i + 1])
-    elif arg.startswith("--config="):
-      argv[i] = "--config=" + resolve_config(arg[len("--config="):])
-  try:
-    rest = flags.FLAGS(argv)
-    if flags.FLAGS.config is not None:  # None: not given (jaxcse.compile --list_targets needs none).
-      flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
-  except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
-    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e  # AttributeError(KeyError("'x'")).
-    missing = str(inner.args[0] if inner.args else inner).strip("'\"")
-    fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
-    named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
-    print(f"error: unknown config field {missing!r} in {', '.join(named)} (the config file lists every field)",
-          file=sys.stderr)
-    sys.exit(2)
-  except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
-    message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} ({command_name(module)} --help lists the flags; shipped configs: "
-          f"{', '.join(shipped_configs())})", file=sys.stderr)
-    sys.exit(2)
-  return rest
+  config, workdir, restart = cli.train_flags()
+  with cli.one_line_errors():
+    summary = train_and_evaluate(config, workdir, restart=restart)
+  if jax.process_index() == 0:
+    cli.print_train_summary(config, workdir, summary)
 
 
 def run() -> None:
   """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script)."""
   from absl import app
 
-  _define_flags()
-  app.run(main, flags_parser=parse_flags)
+  cli.define_train_flags()
+  app.run(main, flags_parser=cli.parse_flags)
 
 
 if __name__ == "__main__":

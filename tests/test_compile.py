@@ -142,7 +142,7 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
   if name == "minilm" and not os.path.isdir(__import__("jaxcse").hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
-  spec, params = train._start_model(config, str(tmp_path), resume=False)
+  spec, params = train.configured_model(config)
   abstract = aot.abstract_model(config)
   assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: params))
   if config.method == "dclr":
@@ -166,7 +166,7 @@ def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shap
   models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(tiny_mlm)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"augment.mlm": 0.15,
                                                                          "augment.mlm_model": tiny_mlm})
-  spec, _ = train._start_model(config, str(tmp_path / "work"), resume=False)
+  spec, _ = train.configured_model(config)
   replicated = jax.sharding.NamedSharding(jax.make_mesh((1,), ("data",)), jax.sharding.PartitionSpec())
   mlm_spec, mlm_params = train._augment_mlm(config, spec, replicated)
   abstract = aot.abstract_augment_mlm(config, aot.abstract_model(config).spec)

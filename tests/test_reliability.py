@@ -468,7 +468,7 @@ def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_d
   def fail(*args, **kwargs):
     raise train.WorkdirError("stopped after the managers were made")
 
-  monkeypatch.setattr(train, "_resume_point", fail)
+  monkeypatch.setattr(train, "_resume", fail)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   with pytest.raises(train.WorkdirError, match="after the managers"):
     train.train_and_evaluate(config, str(tmp_path / "w"))

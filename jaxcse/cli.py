@@ -1,0 +1,197 @@
+"""The commands' plumbing: absl flags, the configs shipped with jaxcse by name, ``--help``, one-line mistakes.
+
+``jaxcse.train`` (``main``/``run``) and ``jaxcse.compile`` parse their flags here: ``parse_flags`` resolves
+``--config NAME`` to a shipped config, prints the command's own help, and turns a mistake into one line (exit 2).
+``train_flags``, ``one_line_errors`` and ``print_train_summary`` are the train command around
+``train.train_and_evaluate`` (the flax examples' ``main.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Iterator
+
+import ml_collections
+
+from jaxcse import data as data_lib, distributed
+from jaxcse.errors import USER_ERRORS, command_name, report
+
+
+def define_train_flags() -> None:
+  """The train command's flags (``--config``, ``--workdir``, ``--data_dir``, ``--restart``, the processes')."""
+  from absl import flags
+  from ml_collections import config_flags
+
+  config_flags.DEFINE_config_file("config", None, "Training config: a file (configs/base.py) or the name of a config "
+                                  "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
+  flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
+  flags.DEFINE_bool("restart", False, "Start over in a workdir that holds a previous run (deletes its checkpoints, "
+                    "description and metrics) instead of resuming it.")
+  # Several processes (hosts); see distributed.initialize_distributed. Defaults come from the environment so that a
+  # launcher can set them per process.
+  flags.DEFINE_bool("distributed", os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
+                    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
+                    "GKE); env JAXCSE_DISTRIBUTED=1.")
+  flags.DEFINE_string("coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
+                      "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.")
+  flags.DEFINE_integer("num_processes", _env_int("JAX_NUM_PROCESSES"),
+                       "Number of processes in the run; env JAX_NUM_PROCESSES.")
+  flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
+                       "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
+  flags.mark_flags_as_required(["config", "workdir"])
+
+
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name)
+  if value is None or value == "":
+    return None
+  try:
+    return int(value)
+  except ValueError:
+    raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
+
+
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+
+
+def resolve_config(value: str) -> str:
+  """``--config``'s file: ``value`` when it is a path, else the config shipped with jaxcse of that name (``dclr``)."""
+  path = value.split(":", 1)[0]  # ml_collections passes ``file.py:args`` on to the config's get_config.
+  if os.path.exists(path) or path.endswith(".py") or os.sep in path:
+    return value
+  packaged = os.path.join(CONFIGS_DIR, f"{path}.py")
+  return packaged + value[len(path):] if os.path.isfile(packaged) else value
+
+
+def shipped_configs() -> list[str]:
+  return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
+TRAIN_HELP = """\
+usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+
+Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
+pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
+again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
+
+  --config NAME          a config shipped with jaxcse, or a config file (FILE.py); shipped:
+{configs}
+  --config.FIELD=VALUE   override one field of the config, e.g. --config.train.max_steps=100 (the config file
+                         lists every field with a comment)
+
+example: {prog} --config quickstart --workdir workdirs/quickstart
+"""
+
+
+def print_train_help(full: bool) -> None:
+  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
+  from absl import flags
+
+  import textwrap
+
+  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25,
+                          subsequent_indent=" " * 25)
+  print(TRAIN_HELP.format(prog=command_name("jaxcse.train"), configs=configs))
+  if full:
+    print("flags (all):" + flags.FLAGS.get_help())
+  else:
+    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("workdir")).strip().split("\n", 1)[1]
+    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
+
+
+def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None) -> list[str]:
+  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
+
+  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
+  and ``--helpfull`` print the help (``help_printer(full)``, default ``print_train_help``) and exit 0, whatever else is
+  on the line. ``module`` names the command a mistake's message points to (``jaxcse.compile`` parses the same
+  config flags).
+  """
+  from absl import flags
+
+  argv = list(argv)
+  for arg in argv[1:]:
+    if arg == "--":
+      break
+    if arg.split("=", 1)[0] in ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull"):
+      try:
+        (help_printer or print_train_help)(full="helpfull" in arg)
+        sys.stdout.flush()
+      except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(0)
+  for i, arg in enumerate(argv):
+    if arg == "--config" and i + 1 < len(argv):
+      argv[i + 1] = resolve_config(argv[i + 1])
+    elif arg.startswith("--config="):
+      argv[i] = "--config=" + resolve_config(arg[len("--config="):])
+  try:
+    rest = flags.FLAGS(argv)
+    if flags.FLAGS.config is not None:  # None: not given (jaxcse.compile --list_targets needs none).
+      flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
+  except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
+    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e  # AttributeError(KeyError("'x'")).
+    missing = str(inner.args[0] if inner.args else inner).strip("'\"")
+    fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
+    named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
+    print(f"error: unknown config field {missing!r} in {', '.join(named)} (the config file lists every field)",
+          file=sys.stderr)
+    sys.exit(2)
+  except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
+    message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
+    print(f"error: {message} ({command_name(module)} --help lists the flags; shipped configs: "
+          f"{', '.join(shipped_configs())})", file=sys.stderr)
+    sys.exit(2)
+  return rest
+
+
+def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
+  """``(config, workdir, restart)`` of the parsed train flags, with ``--data_dir`` applied to the config.
+
+  Also sets the console's logging (jaxcse's progress lines, not orbax's) and joins a multi-process run when the
+  flags or the environment say so (``distributed.initialize_distributed``).
+  """
+  from absl import flags
+  from absl import logging as absl_logging
+
+  # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  logging.getLogger("jaxcse").setLevel(logging.INFO)
+  config = flags.FLAGS.config
+  if flags.FLAGS.data_dir:
+    config.data.data_dir = flags.FLAGS.data_dir
+  distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,
+                                     flags.FLAGS.process_id, auto=flags.FLAGS.distributed)
+  return config, flags.FLAGS.workdir, flags.FLAGS.restart
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+  """A user error as one line (exit 1); Ctrl-C as one line (exit 130, the shell's code for SIGINT); no traceback."""
+  try:
+    yield
+  except USER_ERRORS as e:
+    sys.exit(report(e))
+  except KeyboardInterrupt as e:  # The loop's own (train.Interrupted) says at which step and how to resume.
+    print(str(e) or "interrupted; rerun the same command to resume", file=sys.stderr)
+    sys.exit(130)
+
+
+def print_train_summary(config: ml_collections.ConfigDict, workdir: str, summary: dict) -> None:
+  """What a finished run prints: the first and best dev scores, and the command that evaluates it."""
+  first = summary["first_eval"]
+  if first is not None and first["step"] == 0:
+    print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
+  if summary["best_metric"] is not None:
+    print(f"best {config.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+  evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
+  if data_lib.given_root(config.data.data_dir or None) is None:  # The full benchmark is not shipped: name its download.
+    print(f"evaluate it: {evaluate_it.replace('evaluate', 'data')} download senteval --data_dir DIR, then "
+          f"{evaluate_it} --model {workdir} --tasks sts --data_dir DIR")
+  else:
+    print(f"evaluate it: {evaluate_it} --model {workdir} --tasks sts")
