@@ -32,7 +32,7 @@ which torch cannot use, jaxcse runs alone and the last line says so.
   batch each side fits (jaxcse with and without GradCache and gradient
   checkpointing, PyTorch with and without gradient checkpointing).
 - ``pretrain``: the same for an MLM pretraining step (tokens/s).
-- ``encode``: ``embedder.Embedder`` against sentence-transformers' ``encode``,
+- ``encode``: ``embedder.BucketedEmbedder`` against sentence-transformers' ``encode``,
   same model, sentences and batch size; sentences per second.
 - ``evaluate``: ``evaluate.evaluate_sts`` against SentEval driven as SimCSE's
   ``evaluation.py`` drives it (its batcher: a PyTorch ``AutoModel``, padding
@@ -342,7 +342,7 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
   params = models.init_params(spec, seed=0)
   config = simcse_config(10)
   batch = {"input_ids": jnp.asarray(ids[:, None]), "attention_mask": jnp.asarray(mask[:, None])}
-  module = spec.train_module
+  module = spec.module_for(spec.pooling.pooler)
   rng = jax.random.key(0)
   objective = objectives.get(config.method)
 
@@ -732,7 +732,7 @@ def bench_encode(args) -> str:
     run_st, max_seq_len, st_peak = _baselines().sentence_transformers_encode(
         path, sentences, batch_size=args.batch_size, max_seq_len=max_seq_len, setup=setup)
     sides["sentence-transformers"] = run_st
-  embedder = embedder_lib.Embedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
+  embedder = embedder_lib.BucketedEmbedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
   print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
         f"max_seq_len {embedder.max_seq_len}, jaxcse computes in {dtype_name}; {torch_line}")
 
@@ -774,7 +774,7 @@ def bench_evaluate(args) -> str:
   baselines = _baselines()
   senteval_dir = baselines.senteval_checkout(args.senteval_dir)
   spec, params = models.load_pretrained(path, models.PoolerSpec(args.pooler))
-  embed_with = embedder_lib.Embedder(spec, args.pooler, batch_size=args.batch_size)
+  embed_with = embedder_lib.BucketedEmbedder(spec, args.pooler, batch_size=args.batch_size)
 
   def embedder(sentences):
     return embed_with(sentences, params)
@@ -844,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
 
-  p = sub.add_parser("encode", help="Embedder vs sentence-transformers encode")
+  p = sub.add_parser("encode", help="BucketedEmbedder vs sentence-transformers encode")
   p.add_argument("--model", default="all-MiniLM-L6-v2")
   p.add_argument("--input", default="", help="one sentence a line (default: corpora/wiki_offline.txt of the data root)")
   p.add_argument("--limit", type=int, default=2048)

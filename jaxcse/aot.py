@@ -729,7 +729,7 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
 
 
 # --------------------------------------------------------------------------
-# Inference: the encoder's forward at the Embedder's length buckets.
+# Inference: the encoder's forward at the BucketedEmbedder's length buckets.
 
 
 def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
@@ -750,7 +750,7 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   attend_padding = objectives.get(config.method).attend_padding(config)
   rows = rows or config.eval.batch_size
   max_len = min(max_len or spec.max_positions, spec.max_positions)
-  embed = embedder_lib.Embedder(spec, pooler, batch_size=rows, max_seq_len=max_len, attend_padding=attend_padding)
+  embed = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=rows, max_seq_len=max_len, attend_padding=attend_padding)
   params = embed.params_for_pooler(model.params)
   replicated, _ = distributed.data_shardings(distributed.make_mesh(devices))
   params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params)
@@ -760,7 +760,7 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
     unknown = sorted(set(lengths) - set(buckets))
     if unknown:
       raise CompileError(f"inference lengths {unknown} are not length buckets up to {embed.max_seq_len} (the "
-                         f"Embedder pads every batch to one of {buckets})")
+                         f"BucketedEmbedder pads every batch to one of {buckets})")
     buckets = sorted(set(lengths))
   reports = []
   for length in buckets:

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import ml_collections
 
 from jaxcse import data as data_lib, distributed
-from jaxcse.errors import USER_ERRORS, command_name, report
+from jaxcse.errors import USER_ERRORS, command_name, print_error
 
 
 def define_train_flags() -> None:
@@ -176,7 +176,7 @@ def one_line_errors() -> Iterator[None]:
   try:
     yield
   except USER_ERRORS as e:
-    sys.exit(report(e))
+    sys.exit(print_error(e))
   except KeyboardInterrupt as e:  # The loop's own (train.Interrupted) says at which step and how to resume.
     print(str(e) or "interrupted; rerun the same command to resume", file=sys.stderr)
     sys.exit(130)

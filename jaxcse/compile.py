@@ -126,7 +126,7 @@ def run_command() -> int:
   from absl import flags
 
   from jaxcse import aot, targets
-  from jaxcse.errors import USER_ERRORS, report as report_error
+  from jaxcse.errors import USER_ERRORS, print_error
 
   FLAGS = flags.FLAGS
   config = FLAGS.config
@@ -171,7 +171,7 @@ def run_command() -> int:
         fits = report["fits"]
         print("\n".join(describe(report)))
   except USER_ERRORS as e:
-    return report_error(e)
+    return print_error(e)
   if FLAGS.json:
     from jaxcse import files
 
@@ -215,7 +215,7 @@ def _define_flags():
                     "gradient_checkpointing, grad_cache+gradient_checkpointing.")
   flags.DEFINE_integer("grad_cache_chunk", 0, "With --find_max_batch: GradCache's chunk (default: the config's "
                        "train.grad_cache_chunk, else its train.batch_size).")
-  flags.DEFINE_bool("inference", False, "Compile the evaluation/encoding forward instead (the Embedder's, at "
+  flags.DEFINE_bool("inference", False, "Compile the evaluation/encoding forward instead (the BucketedEmbedder's, at "
                     "eval.batch_size rows), at every length bucket up to --inference_max_len.")
   flags.DEFINE_integer("inference_max_len", 0, "With --inference: the longest length bucket (default: the model's "
                        "maximum positions).")

@@ -17,14 +17,14 @@ from jaxcse.errors import JaxcseError
 from jaxcse.models import ModelSpec
 
 
-class Embedder:
+class BucketedEmbedder:
   """Embeds sentences with any params of one model spec, fast: sorted by length, bucketed shapes, one jit per shape.
 
   Batches are padded to a bucket length (4, 8, ..., 64, 80, ..., 512; see
   ``tokenization.LENGTH_BUCKETS``); full batches have ``batch_size`` rows and
   the last, partial one is padded only to the next power of two (at least 8),
   so a call computes on at most ~2x its rows, never a whole batch for one
-  sentence. Each (length, rows) shape compiles once per Embedder, ever.
+  sentence. Each (length, rows) shape compiles once per BucketedEmbedder, ever.
   """
 
   def __init__(self, spec: ModelSpec, pooler: str | None = None, *, batch_size: int = 128,
@@ -89,9 +89,9 @@ def normalize_rows(x: np.ndarray) -> np.ndarray:
 
 
 def jit_embed(spec: ModelSpec, pooler: str, *, attend_padding: bool = False):
-  """The jitted forward ``(params, ids [rows, len], mask [rows, len]) -> [rows, hidden]`` that an Embedder runs.
+  """The jitted forward ``(params, ids [rows, len], mask [rows, len]) -> [rows, hidden]`` that an BucketedEmbedder runs.
 
-  ``params`` are ``Embedder.params_for_pooler``'s. ``jaxcse.compile --inference`` lowers this same function.
+  ``params`` are ``BucketedEmbedder.params_for_pooler``'s. ``jaxcse.compile --inference`` lowers this same function.
   """
   module = spec.module_for(pooler, attend_padding=attend_padding)
   return jax.jit(lambda params, ids, mask: module.apply({"params": params}, ids, mask, train=False))

@@ -119,12 +119,12 @@ class Encoder:
   def __init__(self, spec: models.ModelSpec, params, pooler: str | None = None, *, batch_size: int = 128,
                max_seq_len: int | None = None, step: int | None = None):
     self.spec = spec
-    self.embedder = embedder_lib.Embedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
+    self.embedder = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
     self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
     self.step = step  # The checkpoint step of a workdir model; None for a Hugging Face folder.
     self._fingerprint: str | None = None
-    self._embedders: dict[int, embedder_lib.Embedder] = {}
+    self._embedders: dict[int, embedder_lib.BucketedEmbedder] = {}
     self._index = None  # [n, dim] unit rows: a device array (jax backend) or numpy (faiss).
     self._faiss = None
 
@@ -150,12 +150,12 @@ class Encoder:
     """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks)."""
     return self._embedder(batch_size)(sentences, self.params)
 
-  def _embedder(self, batch_size: int | None) -> embedder_lib.Embedder:
+  def _embedder(self, batch_size: int | None) -> embedder_lib.BucketedEmbedder:
     """The embedder for a batch size (one per size: each compiles its own shapes once)."""
     if not batch_size or batch_size == self.embedder.batch_size:
       return self.embedder
     if batch_size not in self._embedders:
-      self._embedders[batch_size] = embedder_lib.Embedder(self.spec, self.pooler, batch_size=batch_size,
+      self._embedders[batch_size] = embedder_lib.BucketedEmbedder(self.spec, self.pooler, batch_size=batch_size,
                                                           max_seq_len=self.embedder.max_seq_len)
     return self._embedders[batch_size]
 

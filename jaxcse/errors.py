@@ -19,7 +19,7 @@ class JaxcseError(Exception):
 USER_ERRORS = (JaxcseError, OSError)
 
 
-def report(error: BaseException) -> int:
+def print_error(error: BaseException) -> int:
   """Prints ``error`` as one line on stderr; returns the exit status 1."""
   lines = str(error).strip().splitlines() or [type(error).__name__]
   message = " ".join(line.strip() for line in lines)
@@ -36,7 +36,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
     try:
       return main(*args, **kwargs)
     except USER_ERRORS as e:
-      return report(e)
+      return print_error(e)
 
   wrapped.__doc__, wrapped.__name__, wrapped.__wrapped__ = main.__doc__, main.__name__, main
   return wrapped

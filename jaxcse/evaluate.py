@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
           f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
-  embed_with = embedder_lib.Embedder(loaded.spec, pooler, batch_size=args.batch_size)
+  embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
 
   def embedder(sentences):
     with Progress(len(sentences), unit="sent", desc="embedding") as bar:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import shutil
 import sys
@@ -39,7 +38,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from jaxcse import loading, models, poolers, st_format
-from jaxcse import errors
+from jaxcse import errors, files
 from jaxcse.errors import JaxcseError
 
 # Backbones whose Flax parameter tree has exactly the PyTorch model's module names.
@@ -203,8 +202,8 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
     with open(os.path.join(tmp, "README.md"), "w") as f:
       source = spec.source + (f" (hub revision {spec.revision})" if spec.revision else "")
       f.write(_model_card(pooler, source, architecture, modules))
-    with open(os.path.join(tmp, "jaxcse_export.json"), "w") as f:
-      json.dump({"source": spec.source, "revision": spec.revision, "pooler": pooler}, f, indent=2)
+    files.write_json(os.path.join(tmp, "jaxcse_export.json"),
+                     {"source": spec.source, "revision": spec.revision, "pooler": pooler})
 
   _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)
   return {"out_dir": out_dir, "pooler": pooler, "architecture": architecture, "modules": modules}

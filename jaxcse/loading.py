@@ -49,7 +49,7 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     pooler: for a Hugging Face folder: the pooler to build it with; default: the one its sentence-transformers
       modules compute (read from the hub snapshot too), else ``cls`` (its own pooler layer, as SimCSE's
       evaluation.py) with a warning. For a workdir the saved test pooler is always the model's own; pass
-      ``pooler`` to the ``Embedder``/``Encoder`` to override.
+      ``pooler`` to the ``BucketedEmbedder``/``Encoder`` to override.
     revision: for a hub id, the branch, tag or commit (through ``huggingface_hub``; default main).
   """
   workdir = checkpoints.find_workdir(path)

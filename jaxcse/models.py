@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import hub, poolers
+from jaxcse import files, hub, poolers
 from jaxcse.errors import JaxcseError
 
 JAXCSE_MODEL_FILE = "jaxcse.json"
@@ -88,7 +88,7 @@ def _position_ids(input_ids: jax.Array, padding_idx: int | None) -> jax.Array:
   return jnp.cumsum(not_pad, axis=-1) * not_pad + padding_idx
 
 
-class SentenceEncoder(nn.Module):
+class PooledBackbone(nn.Module):
   """The Flax module: a transformer backbone followed by a pooler.
 
   Params are ``{"backbone": <HF params>, "mlp": {"kernel", "bias"}}``; the
@@ -171,8 +171,8 @@ class ModelSpec:
 
   Immutable; params live apart (``load_pretrained`` and ``loading.load_model``
   return them beside the spec). ``module_for(pooler)`` builds the Flax module
-  that embeds with a pooler; ``train_module`` is the module of the training
-  pooler. The tokenizer is
+  that embeds with a pooler (``pooling.pooler`` while training, with the
+  objective's padding). The tokenizer is
   a Hugging Face object: treat it as read-only.
   """
 
@@ -184,19 +184,15 @@ class ModelSpec:
   mlm: MLMHead | None = None
   revision: str | None = None  # The hub commit the weights came from (None: a local folder or a fresh init).
 
-  def module_for(self, pooler: str, *, attend_padding: bool = False) -> SentenceEncoder:
+  def module_for(self, pooler: str, *, attend_padding: bool = False) -> PooledBackbone:
     padding_idx = self.hf_config.pad_token_id if self.hf_config.model_type in ("roberta", "xlm-roberta") else None
-    return SentenceEncoder(
+    return PooledBackbone(
         backbone=self.backbone,
         pooler=pooler,
         initializer_range=getattr(self.hf_config, "initializer_range", 0.02),
         position_padding_idx=padding_idx,
         attend_padding=attend_padding,
     )
-
-  @property
-  def train_module(self) -> SentenceEncoder:
-    return self.module_for(self.pooling.pooler)
 
   def position_ids(self, input_ids: jax.Array) -> jax.Array:
     return _position_ids(input_ids, self.module_for("avg").position_padding_idx)
@@ -337,7 +333,7 @@ def _load_backbone(path: str, hf_config, dtype, gradient_checkpointing: bool) ->
 
 
 class _MLPAlone(nn.Module):
-  """The ``mlp`` child of ``SentenceEncoder`` alone: same name, so the same init from the same key."""
+  """The ``mlp`` child of ``PooledBackbone`` alone: same name, so the same init from the same key."""
 
   hidden: int
   initializer_range: float
@@ -371,9 +367,9 @@ def params_fingerprint(params: Any) -> str:
 
 
 def init_params(spec: ModelSpec, seed: int) -> dict:
-  """Random params for ``spec.train_module`` (+ MLM head)."""
+  """Random params for the training pooler's module (+ MLM head); padding attended or not, the same params."""
   dummy = jnp.ones((1, 4), jnp.int32)
-  params = spec.train_module.init(jax.random.key(seed), dummy, dummy)["params"]
+  params = spec.module_for(spec.pooling.pooler).init(jax.random.key(seed), dummy, dummy)["params"]
   if spec.mlm is not None:
     full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
     params["mlm_head"] = {k: v for k, v in full.items() if k != spec.mlm.prefix}
@@ -572,5 +568,4 @@ def save_description(spec: ModelSpec, folder: str) -> None:
       "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
       "mlm_head_tied": None if spec.mlm is None else spec.mlm.tied,
   }
-  with open(os.path.join(folder, JAXCSE_MODEL_FILE), "w") as f:
-    json.dump(info, f, indent=2)
+  files.write_json(os.path.join(folder, JAXCSE_MODEL_FILE), info)

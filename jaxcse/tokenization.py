@@ -11,7 +11,7 @@ import numpy as np
 
 # Padded lengths of encoding batches. Steps of 4 up to 64 tokens, where most sentences are: sorted batches
 # then compute on ~1.13x their real tokens (STS, wiki lines with MiniLM's tokenizer) against ~1.5x with
-# powers of two, for at most 12 more compilations, each paid once per Embedder.
+# powers of two, for at most 12 more compilations, each paid once per BucketedEmbedder.
 LENGTH_BUCKETS = (*range(4, 65, 4), *range(80, 129, 16), *range(160, 257, 32), *range(320, 513, 64))
 
 

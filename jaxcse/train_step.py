@@ -83,7 +83,7 @@ def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.A
   return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
 
 
-def embed_views(module: models.SentenceEncoder, params, batch: dict, rng: jax.Array, *, train: bool = True,
+def embed_views(module: models.PooledBackbone, params, batch: dict, rng: jax.Array, *, train: bool = True,
                 same_dropout_mask: bool = False) -> jax.Array:
   """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
 
@@ -246,7 +246,7 @@ class StepLoss:
 
   config: ml_collections.ConfigDict
   objective: objectives.Objective
-  module: models.SentenceEncoder  # The trained model, with the objective's pooler and padding.
+  module: models.PooledBackbone  # The trained model, with the objective's pooler and padding.
   tokens: TokenTerm | None
 
   @classmethod

@@ -94,7 +94,7 @@ class Evaluator:
                heldout: data_lib.Corpus | None, dev_sets: dict[str, sts_data.PairSet], best_manager,
                write: Callable[[dict], None]):
     self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
-    self.embedder = embedder_lib.Embedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
+    self.embedder = embedder_lib.BucketedEmbedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
                                           attend_padding=attend_padding)
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
     self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]

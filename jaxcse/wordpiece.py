@@ -16,7 +16,6 @@ with the corpus's and the vocabulary's sha256.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -86,8 +85,7 @@ def _write_tokenizer(tokenizer, out_dir: str, corpus_path: str, data_dir: str | 
       "limit_alphabet": 1000,
       "vocab_sha256": files.file_sha256(os.path.join(out_dir, "vocab.txt")),
   }
-  with open(os.path.join(out_dir, "wordpiece.json"), "w") as f:
-    json.dump(record, f, indent=2)
+  files.write_json(os.path.join(out_dir, "wordpiece.json"), record)
   return record
 
 

@@ -98,8 +98,8 @@ def test_encode_tiny(capsys, tiny_torch_model_dir, small_data_dir):
 
 
 def test_evaluate_tiny_against_senteval(capsys, tiny_torch_model_dir, real_data_dir, tmp_path):
-  senteval_dir = os.environ.get("JAXCSE_SENTEVAL_DIR", "/work/ref_senteval/SimCSE")
-  if not os.path.isdir(os.path.join(senteval_dir, "SentEval", "senteval")):
+  senteval_dir = os.environ.get("JAXCSE_SENTEVAL_DIR", "")  # A checkout of SimCSE (it holds SentEval).
+  if not senteval_dir or not os.path.isdir(os.path.join(senteval_dir, "SentEval", "senteval")):
     pytest.skip(f"no SentEval checkout at {senteval_dir} (set JAXCSE_SENTEVAL_DIR)")
   pytest.importorskip("sklearn")
   # STS13's three subsets, 40 pairs each: enough for a correlation, quick on both sides.

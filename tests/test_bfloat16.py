@@ -104,7 +104,7 @@ def compare(config, *, dropout: float = 0.1) -> dict:
     metrics, state, has_bf16 = _step(config, spec.with_dtype(dtype), params, batch, tx)
     out[name] = {"loss": float(metrics["loss"]), "grads": state.opt_state, "has_bf16": has_bf16}
   g32, g16 = _flat(out["float32"]["grads"]), _flat(out["bfloat16"]["grads"])
-  embedding = jax.eval_shape(lambda p: train_step.embed_views(spec.with_dtype(jnp.bfloat16).train_module, p, batch,
+  embedding = jax.eval_shape(lambda p: train_step.embed_views(spec.with_dtype(jnp.bfloat16).module_for(spec.pooling.pooler), p, batch,
                                                               jax.random.key(0)), params)
   n = roundings(spec.hf_config.num_hidden_layers, embedding.dtype == jnp.bfloat16)
   return {

@@ -466,5 +466,5 @@ def test_prefetch_thread_does_not_share_the_callers_tokenizer(tokenizer):
   assert batches.tokenizer is not tokenizer
   long_lines = [f"evaluation line {i} " + "token " * (i % 200) for i in range(512)]
   for batch in batches.iterate(0, batches.steps_per_epoch, prefetch=4):
-    tokenization.tokenize(tokenizer, long_lines, 128)  # What the Embedder does during an evaluation.
+    tokenization.tokenize(tokenizer, long_lines, 128)  # What the BucketedEmbedder does during an evaluation.
     assert batch["input_ids"].shape == (256, 1, 32)

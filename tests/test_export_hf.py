@@ -37,7 +37,7 @@ def _loaded(spec_and_params) -> loading.Loaded:
 
 def embed(model: loading.Loaded, pooler: str | None = None, sentences: list[str] = SENTENCES) -> np.ndarray:
   """jaxcse's float32 embeddings ``[len(sentences), hidden]`` (one small batch: fast on CPU)."""
-  return embedder_lib.Embedder(model.spec, pooler, batch_size=len(sentences))(sentences, model.params)
+  return embedder_lib.BucketedEmbedder(model.spec, pooler, batch_size=len(sentences))(sentences, model.params)
 
 
 def _torch_libraries():

@@ -353,5 +353,5 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   assert encode.main(["--model", ref_dir, "--input", str(empty), "--output", str(tmp_path / "e.npy")]) == 0
   assert np.load(tmp_path / "e.npy").shape == (0, 32)
   assert not os.path.exists(tmp_path / "e.npy.progress.json")
-  assert errors.report(OSError(28, "No space left on device", "/x/y")) == 1
+  assert errors.print_error(OSError(28, "No space left on device", "/x/y")) == 1
   assert capsys.readouterr().err == "error: /x/y: No space left on device\n"

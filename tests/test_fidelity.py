@@ -42,10 +42,10 @@ def test_dclr_as_released_trains_and_selects_as_the_released_code(tiny_model_dir
   loaded = loading.load_model(workdir)
   assert loaded.spec.pooling.test_pooler == "cls_before_pooler" and loaded.spec.pooling.dev_pooler == "bert_pooler"
   # The best checkpoint was selected on the pooler layer's output, padding attended: recompute that score.
-  embed = embedder_lib.Embedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size, attend_padding=True)
+  embed = embedder_lib.BucketedEmbedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size, attend_padding=True)
   scores = sts_metrics.dev_scores_and_embeddings(lambda s: embed(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
   assert (scores["stsb_dev"] + scores["sickr_dev"]) / 2 == pytest.approx(summary["best_metric"], abs=1e-12)
-  masked = embedder_lib.Embedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size)
+  masked = embedder_lib.BucketedEmbedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size)
   other = sts_metrics.dev_scores_and_embeddings(lambda s: masked(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
   assert other != scores  # The mask matters, so the check above can fail.
   records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl")) if "loss" in line]

@@ -69,7 +69,7 @@ def test_encoder_cls_mlp_and_padding_invariance(tiny_model_dir):
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True), seed=3)
   assert set(params) == {"backbone", "mlp"}
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a short one", "a somewhat longer sentence here"], 12)
-  with_mlp = spec.train_module.apply({"params": params}, ids, mask)
+  with_mlp = spec.module_for(spec.pooling.pooler).apply({"params": params}, ids, mask)
   without = spec.module_for(spec.pooling.test_pooler).apply({"params": params}, ids, mask)
   dense = params["mlp"]
   np.testing.assert_allclose(with_mlp, jnp.tanh(without @ dense["kernel"] + dense["bias"]), rtol=1e-5, atol=1e-6)
@@ -81,15 +81,15 @@ def test_encoder_cls_mlp_and_padding_invariance(tiny_model_dir):
     b = m.apply({"params": params}, ids2, mask2)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=pooler)
   # Dropout is on in training mode only, and a different rng gives a different mask.
-  r1 = spec.train_module.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)})
-  r2 = spec.train_module.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)})
+  r1 = spec.module_for(spec.pooling.pooler).apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)})
+  r2 = spec.module_for(spec.pooling.pooler).apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)})
   assert not np.allclose(r1, r2) and not np.allclose(r1, with_mlp)
 
 
 def test_embedder_matches_direct_apply_in_input_order(tiny_model_dir):
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
   sentences = [("word " * n).strip() for n in (1, 40, 3, 20, 7, 2, 60)]
-  embedder = embedder_lib.Embedder(spec, batch_size=3)
+  embedder = embedder_lib.BucketedEmbedder(spec, batch_size=3)
   out = embedder(sentences, params)
   assert out.shape == (7, 32) and out.dtype == np.float32
   for i, s in enumerate(sentences):
@@ -125,7 +125,7 @@ def test_hf_folder_cls_uses_the_checkpoint_pooler_layer(tiny_model_dir):
   loaded = loading.load_model(tiny_model_dir)
   assert not loaded.described and loaded.spec.pooling.pooler == "cls"
   ids, mask = tokenization.tokenize_padded(loaded.spec.tokenizer, ["the pooler output"], 8)
-  ours = embedder_lib.Embedder(loaded.spec)(["the pooler output"], loaded.params)
+  ours = embedder_lib.BucketedEmbedder(loaded.spec)(["the pooler output"], loaded.params)
   hf = FlaxBertModel.from_pretrained(tiny_model_dir)(input_ids=ids, attention_mask=mask).pooler_output
   np.testing.assert_allclose(ours, hf, rtol=1e-5, atol=1e-6)
 

@@ -125,7 +125,7 @@ def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monke
   fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"), revision=None)
   monkeypatch.setattr(loading, "load_model",
                       lambda path, checkpoint, pooler, revision: loading.Loaded(fake_spec, None, described=True))
-  monkeypatch.setattr(embedder, "Embedder",
+  monkeypatch.setattr(embedder, "BucketedEmbedder",
                       lambda spec, pooler, batch_size: lambda s, params, progress=None: _numeric_embed(s))
   out = str(tmp_path / "out" / "results.json")
   assert evaluate.main(["--model", "fake", "--tasks", tasks, "--data_dir", stsb_root, "--output", out]) == 0

@@ -53,7 +53,7 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   # The same program as the run's own evaluation (same pooler, batch size and shapes): the same score, exactly.
   # (Another batch size rounds the embeddings differently, and a Spearman over 60 pairs moves by ~1e-4 when two
   # nearly tied cosines swap ranks.)
-  embedder = embedder_lib.Embedder(loaded.spec, batch_size=config.eval.batch_size)
+  embedder = embedder_lib.BucketedEmbedder(loaded.spec, batch_size=config.eval.batch_size)
   dev = sts_metrics.dev_scores_and_embeddings(lambda s: embedder(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
   assert dev["stsb_dev"] == best_record["eval/stsb_dev"]
   # The evaluation CLI takes the workdir too.
@@ -265,7 +265,7 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
   batches = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer,
                              batch_size=8, max_seq_len=16, seed=0)
   # phi at the median complementary similarity: about half the negatives get weight 0.
-  c = embedder_lib.Embedder(complementary.spec)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)],
+  c = embedder_lib.BucketedEmbedder(complementary.spec)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)],
                                                 complementary.params)
   cos = (c / np.linalg.norm(c, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
   config.dclr.phi = float(np.median(cos[~np.eye(8, dtype=bool)]))
