@@ -30,7 +30,7 @@ def main():
   print(f"{len(sentences)} distinct sentences", flush=True)
   start = time.time()
   loaded = loading.load_model(args.model, pooler=args.pooler)
-  embeddings = embedder.Embedder(loaded.spec, args.pooler, batch_size=args.batch_size)(sentences, loaded.params)
+  embeddings = embedder.BucketedEmbedder(loaded.spec, args.pooler, batch_size=args.batch_size)(sentences, loaded.params)
   print(f"embedded in {time.time() - start:.1f} s", flush=True)
   np.savez(args.out, sentences=np.asarray(sentences), embeddings=embeddings)
 
