@@ -1,7 +1,9 @@
 r"""The README's ahead-of-time table, from the JSON reports run.sh wrote: per config and target, per-device memory,
 FLOPs per step, the roofline bound, the largest batch, and the config's whole run at the bound and at 40% of it.
 
-  python experiments/aot/table.py            # prints the markdown table
+  python experiments/aot/table.py            # prints the markdown table, every target
+  python experiments/aot/table.py v5e-1 h100 # only these targets (the main README's table: the issue's six)
+  python experiments/aot/table.py --missing  # what is not compiled yet: cells without a report or a largest batch
 """
 
 from __future__ import annotations
@@ -31,12 +33,12 @@ def _duration(seconds: float) -> str:
   return f"{seconds / 60:.0f} min" if seconds < 3600 * 1.5 else f"{seconds / 3600:.1f} h"
 
 
-def rows() -> list[str]:
+def rows(targets=TARGETS) -> list[str]:
   lines = ["| config (batch) | target | memory per device | TFLOP per device and step | bound per step | "
            "largest batch | run at the bound | at 40% |",
            "|---|---|---|---|---|---|---|---|"]
   for config in CONFIGS:
-    for target in TARGETS:
+    for target in targets:
       report = _load(os.path.join(RESULTS, config, f"{target}.json"))
       if report is None:
         continue
@@ -55,5 +57,24 @@ def rows() -> list[str]:
   return lines
 
 
+def missing() -> list[str]:
+  """One line per config: the targets with no report, and those with no largest batch."""
+  lines = []
+  for config in CONFIGS:
+    absent = [t for t in TARGETS if not os.path.isfile(os.path.join(RESULTS, config, f"{t}.json"))]
+    no_max = [t for t in TARGETS if t not in absent
+              and not os.path.isfile(os.path.join(RESULTS, config, f"{t}.max_batch.json"))]
+    lines.append(f"- `{config}`: not compiled on {', '.join(absent) or 'none'}; no largest batch on "
+                 f"{', '.join(no_max) or 'none'}")
+  return lines
+
+
 if __name__ == "__main__":
-  sys.stdout.write("\n".join(rows()) + "\n")
+  args = sys.argv[1:]
+  if args == ["--missing"]:
+    sys.stdout.write("\n".join(missing()) + "\n")
+  else:
+    unknown = sorted(set(args) - set(TARGETS))
+    if unknown:
+      sys.exit(f"table.py: unknown targets {unknown}; known: {' '.join(TARGETS)}")
+    sys.stdout.write("\n".join(rows(tuple(t for t in TARGETS if t in args) if args else TARGETS)) + "\n")
