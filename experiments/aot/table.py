@@ -43,7 +43,7 @@ def rows(targets=TARGETS) -> list[str]:
       if report is None:
         continue
       largest = _load(os.path.join(RESULTS, config, f"{target}.max_batch.json"))
-      largest = "not run" if largest is None else str(largest["max_batch"][0]["max_batch_size"])
+      largest = "not compiled yet" if largest is None else str(largest["max_batch"][0]["max_batch_size"])
       label = f"`{config}` ({report['batch_size']})"
       if not report["fits"]:
         lines.append(f"| {label} | {target} | does not fit | | | {largest} | | |")
