@@ -629,7 +629,8 @@ def variant_config(config: ml_collections.ConfigDict, variant: str, chunk: int) 
   return config
 
 
-def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 20) -> tuple[int | None, list]:
+def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 20,
+                   near: bool = False) -> tuple[int | None, list]:
   """The largest multiple of ``granularity`` (up to ``limit``) whose program fits, assuming all smaller ones fit.
 
   ``measure(batch) -> (fits, (bytes needed, bytes usable) or None)`` compiles once; the bytes are per device,
@@ -637,8 +638,11 @@ def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 2
   the batch, so the search solves ``needed(batch) = usable`` by the Illinois variant of regula falsi (the line
   through the bracket's two ends, one end's excess halved when the other end moved twice running), falling back
   to the bracket's middle where a number is missing. The bracket comes from ``start``: the line through the two
-  largest fitting batches, else doubling. Ends when the largest fitting and the smallest failing batch are one
-  granularity apart. Returns ``(largest, [(batch, fits), ...])``; largest None when not one granularity fits.
+  largest fitting batches, else doubling. With ``near``, ``start`` is a guess of the answer (e.g. the same config's
+  on a similar target, scaled): the bracket widens from it by 1, 2, 4, ... granularities, up if it fits, else
+  down, so a right guess costs two compilations and one k granularities off about 2 log2(k). Ends when the largest fitting and the smallest
+  failing batch are one granularity apart. Returns ``(largest, [(batch, fits), ...])``; largest None when not one
+  granularity fits.
   """
   tried, excess = [], {}  # excess[batch] = needed - usable (< 0 fits).
 
@@ -652,6 +656,11 @@ def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 2
   def on_grid(x):
     return int(x) // granularity * granularity
 
+  if near:
+    low, high = _widen(probe, max(granularity, min(on_grid(start), on_grid(limit))), granularity, on_grid(limit))
+    if low is None or high is None:
+      return low, tried
+    return _narrow(probe, excess, low, high, granularity, on_grid), tried
   low = max(granularity, on_grid(start))
   while not probe(low):  # The config's own batch may not fit: halve until one does.
     if low == granularity:
@@ -671,6 +680,34 @@ def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 2
       low = candidate
     else:
       high = candidate
+  return _narrow(probe, excess, low, high, granularity, on_grid), tried
+
+
+def _widen(probe, guess: int, granularity: int, limit: int) -> tuple[int | None, int | None]:
+  """A bracket (largest fitting, smallest failing) around ``guess``, by steps of 1, 2, 4, ... granularities.
+
+  (low, None): everything up to ``limit`` fits; (None, high): not even one granularity fits.
+  """
+  step = granularity
+  if probe(guess):
+    low = guess
+    while low < limit:
+      candidate = min(low + step, limit)
+      if not probe(candidate):
+        return low, candidate
+      low, step = candidate, step * 2
+    return low, None
+  high = guess
+  while high > granularity:
+    candidate = max(high - step, granularity)
+    if probe(candidate):
+      return candidate, high
+    high, step = candidate, step * 2
+  return None, high
+
+
+def _narrow(probe, excess: dict, low: int, high: int, granularity: int, on_grid) -> int:
+  """The largest fitting batch in (low, high): Illinois regula falsi on the measured excess, else bisection."""
   weight = {"low": 1.0, "high": 1.0}  # Illinois: the factor on an end's excess that has not moved lately.
   moved = []
   while high - low > granularity:
@@ -690,16 +727,18 @@ def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 2
     if moved[-1:] == [side]:  # The same end twice running: halve the other end's pull.
       weight["high" if side == "low" else "low"] /= 2
     moved.append(side)
-  return low, tried
+  return low
 
 
 def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, variant: str, *, devices=None,
-              chunk: int | None = None, columns: int | None = None, start: int | None = None,
+              chunk: int | None = None, columns: int | None = None, near: int | None = None,
               cache_dir: str | None = None, log=None) -> dict:
   """The largest global batch of ``config`` that fits ``target`` in ``variant``, by compiling only.
 
   GradCache's chunk: ``chunk``, else the config's ``train.grad_cache_chunk``, else its ``train.batch_size``
   (the batch it trains at, one pass at a time). Batches are multiples of the chunk and of 8 rows per device.
+  ``near``: a guess of the answer to search around (``find_max_batch``'s ``near``); else the search starts
+  from the config's batch.
   """
   devices = devices if devices is not None else targets_lib.devices(target)
   chunk = chunk or config.train.grad_cache_chunk or config.train.batch_size
@@ -723,8 +762,8 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
           + (f" ({used[0] / 2**30:.2f} of {used[1] / 2**30:.2f} GiB)" if used else " (the compiler ran out of memory)"))
     return ok, used
 
-  largest, tried = find_max_batch(measure, granularity, start or config.train.batch_size)
-  return {"variant": variant, "max_batch_size": largest, "granularity": granularity,
+  largest, tried = find_max_batch(measure, granularity, near or config.train.batch_size, near=near is not None)
+  return {"variant": variant, "max_batch_size": largest, "granularity": granularity, "near": near,
           "grad_cache_chunk": chunk if "grad_cache" in variant else 0, "tried": tried}
 
 

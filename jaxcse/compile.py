@@ -155,7 +155,8 @@ def run_command() -> int:
       for variant in FLAGS.variants:
         print(f"{target.name}: largest global batch, {variant} ...", flush=True)
         found.append(aot.max_batch(config, target, variant, devices=devices, chunk=FLAGS.grad_cache_chunk or None,
-                                   columns=FLAGS.columns or None, cache_dir=cache_dir, log=print))
+                                   columns=FLAGS.columns or None, near=FLAGS.max_batch_near or None,
+                                   cache_dir=cache_dir, log=print))
         print(f"{target.name}: {variant}: largest batch that fits: {found[-1]['max_batch_size']}", flush=True)
       result.update(target=target.name, num_devices=len(devices), max_batch=found)
     else:
@@ -210,7 +211,11 @@ def _define_flags():
                       "h100, a100-80gb, a100-40gb, ... or cpu (this machine); --list_targets shows them all.")
   flags.DEFINE_string("json", None, "Write the report to this JSON file.")
   flags.DEFINE_bool("find_max_batch", False, "Find the largest global batch that fits, by compiling only "
-                    "(doubling, then bisection; multiples of 8 rows per device), for each of --variants.")
+                    "(a bracket from the config's batch or --max_batch_near, then regula falsi; multiples of 8 rows "
+                    "per device), for each of --variants.")
+  flags.DEFINE_integer("max_batch_near", 0, "With --find_max_batch: a guess of the answer (e.g. the same config's "
+                       "largest batch on a similar target, scaled by the devices' count and memory); the search "
+                       "widens a bracket around it by 1, 2, 4, ... steps, so a good guess costs two compilations.")
   flags.DEFINE_list("variants", list(aot.MEMORY_VARIANTS), "With --find_max_batch: plain, grad_cache, "
                     "gradient_checkpointing, grad_cache+gradient_checkpointing.")
   flags.DEFINE_integer("grad_cache_chunk", 0, "With --find_max_batch: GradCache's chunk (default: the config's "

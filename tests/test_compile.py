@@ -307,6 +307,33 @@ def test_find_max_batch_finds_the_exact_limit_in_few_compilations(memory):
   assert aot.find_max_batch(lambda b: (False, None), granularity=8, start=64)[0] is None
 
 
+@pytest.mark.parametrize("offset", [0, 1, -1, 5, -5, 300, -300])
+def test_find_max_batch_near_a_guess_costs_two_compilations_when_the_guess_is_right(offset):
+  # libtpu rematerializes as memory fills, so memory is not linear near the limit and the line through small
+  # batches undershoots; a guess from a similar target is searched around instead: widened by 1, 2, 4, ...
+  # granularities, then narrowed. Memory here is a staircase the line cannot predict.
+  from jaxcse import aot
+
+  usable, exact = 100, 1240
+
+  def measure(batch):
+    seen.append(batch)
+    used = (90 if batch <= exact else 101) + (batch - exact) // 64  # A step up past the answer.
+    return used <= usable, (used, usable)
+
+  seen = []
+  largest, tried = aot.find_max_batch(measure, granularity=8, start=exact + 8 * offset, near=True)
+  assert largest == exact and [b for b, _ in tried] == seen and len(set(seen)) == len(seen)
+  assert all(b % 8 == 0 for b in seen)
+  # Widening takes about log2(|offset|) probes, narrowing the bracket (about |offset| wide) as many again.
+  assert len(seen) <= 2 * math.ceil(math.log2(abs(offset) + 1)) + 2, seen
+  if offset in (0, 1):  # Right, or one granularity above: one probe each side of the answer.
+    assert len(seen) == 2
+  # Everything fits up to the limit; nothing fits at all.
+  assert aot.find_max_batch(lambda b: (True, None), granularity=8, start=64, limit=100, near=True)[0] == 96
+  assert aot.find_max_batch(lambda b: (False, None), granularity=8, start=64, near=True)[0] is None
+
+
 def test_collectives_are_counted_by_kind_once_per_async_pair():
   from jaxcse import aot
 

@@ -5,6 +5,7 @@
 #
 #   bash experiments/aot/run.sh [table|max_batch|inference|all]
 #   CONFIGS="base dclr" TARGETS="v5e-1 h100" bash experiments/aot/run.sh table   # a part of the grid
+#   CONFIGS=mixcse TARGETS=v5e-8 NEAR=9920 bash experiments/aot/run.sh max_batch   # search around a guess
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=experiments/aot/results
@@ -30,7 +31,8 @@ fi
 if [[ $stage == max_batch || $stage == all ]]; then
   for config in "${CONFIGS[@]}"; do
     for target in "${TARGETS[@]}"; do
-      compile "$config" "$target" --find_max_batch --variants=plain --json "$OUT/$config/$target.max_batch.json"
+      compile "$config" "$target" --find_max_batch --variants=plain ${NEAR:+--max_batch_near="$NEAR"} \
+        --json "$OUT/$config/$target.max_batch.json"
     done
   done
 fi
