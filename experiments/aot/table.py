@@ -33,6 +33,19 @@ def _duration(seconds: float) -> str:
   return f"{seconds / 60:.0f} min" if seconds < 3600 * 1.5 else f"{seconds / 3600:.1f} h"
 
 
+def _largest(config: str, target: str) -> str:
+  """The largest batch found to fit, over every search of the cell (``.max_batch.json`` from the config's batch,
+  ``.max_batch_near.json`` around a guess), and any smaller batch found not to fit: near the limit the compilers'
+  rematerialization makes fitting non-monotone in the batch."""
+  searches = [_load(os.path.join(RESULTS, config, f"{target}.{kind}.json")) for kind in ("max_batch", "max_batch_near")]
+  tried = [(batch, fits) for s in searches if s is not None for batch, fits in s["max_batch"][0]["tried"]]
+  if not tried:
+    return "not compiled yet"
+  largest = max(s["max_batch"][0]["max_batch_size"] or 0 for s in searches if s is not None)
+  below = sorted({batch for batch, fits in tried if not fits and batch < largest})
+  return str(largest) + (f" ({', '.join(map(str, below))} not)" if below else "")
+
+
 def rows(targets=TARGETS) -> list[str]:
   lines = ["| config (batch) | target | memory per device | TFLOP per device and step | bound per step | "
            "largest batch | run at the bound | at 40% |",
@@ -42,8 +55,7 @@ def rows(targets=TARGETS) -> list[str]:
       report = _load(os.path.join(RESULTS, config, f"{target}.json"))
       if report is None:
         continue
-      largest = _load(os.path.join(RESULTS, config, f"{target}.max_batch.json"))
-      largest = "not compiled yet" if largest is None else str(largest["max_batch"][0]["max_batch_size"])
+      largest = _largest(config, target)
       label = f"`{config}` ({report['batch_size']})"
       if not report["fits"]:
         lines.append(f"| {label} | {target} | does not fit | | | {largest} | | |")
