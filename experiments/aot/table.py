@@ -42,6 +42,8 @@ def _largest(config: str, target: str) -> str:
   if not tried:
     return "not compiled yet"
   largest = max(s["max_batch"][0]["max_batch_size"] or 0 for s in searches if s is not None)
+  if not largest:
+    return "none"
   below = sorted({batch for batch, fits in tried if not fits and batch < largest})
   return str(largest) + (f" ({', '.join(map(str, below))} not)" if below else "")
 
