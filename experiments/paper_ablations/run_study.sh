@@ -149,7 +149,10 @@ for stage in $STAGES; do
     ablate dclr no_instance_weighting dclr --config.dclr.instance_weighting=none
     ablate dclr no_noise_negatives dclr --config.dclr.noise_negatives=none
     ablate dclr random_noise dclr --config.dclr.noise_negatives=random
-    ablate dclr self_instance_weighting dclr --config.dclr.instance_weighting=self ;;
+    ablate dclr self_instance_weighting dclr --config.dclr.instance_weighting=self
+    # Not in the paper: at phi 0.9 our complementary model zeroes no negative (its largest in-batch cosine is
+    # 0.78, negative_similarity.json), so the weighting is inert; phi 0.37 (its 99th percentile) zeroes 1%.
+    ablate dclr phi0.37 dclr --config.dclr.phi=0.37 ;;
   dynamics)
     # SimCSE's Fig. 2 (alignment-uniformity trajectories of SimCSE, no dropout, fixed 0.1, delete one word) and
     # DCLR's Fig. 4 (uniformity during training, DCLR vs SimCSE): seed 1, evaluated from the start every

@@ -121,7 +121,8 @@ EXPERIMENTS = {
          Row("w/o instance weighting", "dclr.instance_weighting=none", "dclr", "no_instance_weighting", None),
          Row("w/o noise-based negatives", "dclr.noise_negatives=none", "dclr", "no_noise_negatives", None),
          Row("random noise (no gradient ascent)", "dclr.noise_negatives=random", "dclr", "random_noise", None),
-         Row("self instance weighting", "dclr.instance_weighting=self", "dclr", "self_instance_weighting", None)),
+         Row("self instance weighting", "dclr.instance_weighting=self", "dclr", "self_instance_weighting", None),
+         Row("instance weighting at phi 0.37 (not in the paper)", "dclr.phi=0.37", "dclr", "phi0.37", None)),
         note="Knowledge distillation, the paper's other variant, is not a switch of jaxcse."),
 }
 # The papers' main results (STS avg of the seven test sets, BERT-base): reference.md, section 3.
