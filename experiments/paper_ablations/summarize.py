@@ -243,7 +243,7 @@ def experiment_table(name: str, experiment: Experiment, runs: list[Run]) -> list
   header = ["row", "switch", f"paper ({metric})", *(["paper v1"] if has_v1 else []), "ours: STS-B dev",
             "ours: STS avg", "alignment", "uniformity", "seeds", "lr"]
   lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
-  ours, ours_v1_pairs, notes = [], [], []
+  ours, notes = [], []
   for row in experiment.rows:
     row_runs, lr, other_lrs = _row_runs(runs, row.group, row.row)
     if other_lrs:
