@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 
+from jaxcse import losses
 from jaxcse.encode import Encoder
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999, 0.9999)
@@ -26,9 +27,10 @@ QUANTILES = (0.5, 0.9, 0.99, 0.999, 0.9999)
 
 def in_batch_negative_cosines(embeddings: np.ndarray, batch_size: int) -> np.ndarray:
   """Cosines of every ordered pair (i, j), i != j, inside each consecutive batch of ``[n, dim]`` embeddings."""
-  unit = embeddings / np.linalg.norm(embeddings, axis=-1, keepdims=True)
+  # The cosine DCLR's instance weights compare with phi (losses.dclr_instance_weights), float32 as in training.
   off_diagonal = ~np.eye(batch_size, dtype=bool)
-  cosines = [(block @ block.T)[off_diagonal] for block in np.split(unit, len(unit) // batch_size)]
+  cosines = [np.asarray(losses.cosine_similarity_matrix(block, block))[off_diagonal]
+             for block in np.split(np.asarray(embeddings, np.float32), len(embeddings) // batch_size)]
   return np.concatenate(cosines)
 
 
