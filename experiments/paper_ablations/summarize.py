@@ -369,15 +369,16 @@ def plot_fig2(out: str, plots: str) -> str | None:
 
 
 def plot_uniformity(out: str, plots: str) -> str | None:
-  """DCLR's Fig. 4: uniformity of the STS-B dev embeddings during training, DCLR against SimCSE."""
+  """DCLR's Fig. 4: uniformity of the STS-B dev embeddings during training, DCLR against SimCSE (and DCLR with
+  its loss on SimCSE's scale, if run)."""
   curves = []
-  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR")):
+  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR"), ("dclr_loss_x128", "DCLR, loss x 128")):
     d = _dynamics_dir(out, row)
     if d is not None:
       _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
       points = [(r["step"], r[plot.UNIFORMITY]) for r in evals if plot.UNIFORMITY in r]
-      if points:
-        curves.append((label, points))
+      if points:  # Each method at its own best rate, so the rate is in the label.
+        curves.append((f"{label}, lr {os.path.basename(d).split('-lr')[1].rsplit('-seed', 1)[0]}", points))
   if not curves:
     return None
   fig = _figure(figsize=(6.4, 4.4))
