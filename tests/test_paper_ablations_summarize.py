@@ -74,9 +74,10 @@ def study(tmp_path):
   for row, base in [("fixed0.1", 40.0), ("p0.0", 50.0), ("p0.5", 51.0), ("p0.1", 60.0)]:
     for seed, delta in [(1, -2.0), (2, 0.0), (3, 2.0)]:
       _fake_run(out, "dropout", f"{row}-lr3e-4-seed{seed}", avg=base - 10 + delta, stsb_dev=base + delta)
-  # Dynamics: the four runs of SimCSE's Fig. 2 and DCLR's two, with alignment and uniformity at every evaluation.
+  # Dynamics: the four runs of SimCSE's Fig. 2 and DCLR's three, with alignment and uniformity at every evaluation.
   for i, name in enumerate(["simcse-lr3e-4-seed1", "no_dropout-lr3e-4-seed1", "fixed0.1-lr3e-4-seed1",
-                            "delete_one_word-lr3e-4-seed1", "dclr-lr1e-4-seed1", "dclr_loss_x128-lr1e-4-seed1"]):
+                            "delete_one_word-lr3e-4-seed1", "dclr-lr1e-4-seed1", "dclr_loss_x128-lr1e-4-seed1",
+                            "dclr_eps_div128-lr1e-4-seed1"]):
     trajectory = [(0.10, -1.5), (0.15 + 0.1 * i, -2.0 - 0.1 * i), (0.18 + 0.2 * i, -2.4 - 0.1 * i)]
     _fake_run(out, "dynamics", name, avg=50.0 + i, stsb_dev=60.0, align_uniform=trajectory)
   return out

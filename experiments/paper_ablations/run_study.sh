@@ -168,6 +168,7 @@ for stage in $STAGES; do
     # by 128 is exactly DCLR with its loss multiplied by 128 (Adam is scale-free but for epsilon): does that scale
     # explain DCLR's slower uniformity?
     dynamic dclr_loss_x128 dclr --config.train.max_grad_norm=0.0078125 --config.train.adam_eps=7.8125e-11
+    dynamic dclr_eps_div128 dclr --config.train.adam_eps=7.8125e-11  # Which of the two: epsilon alone.
     after=() ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;

@@ -370,9 +370,10 @@ def plot_fig2(out: str, plots: str) -> str | None:
 
 def plot_uniformity(out: str, plots: str) -> str | None:
   """DCLR's Fig. 4: uniformity of the STS-B dev embeddings during training, DCLR against SimCSE (and DCLR with
-  its loss on SimCSE's scale, if run)."""
+  its loss on SimCSE's scale, or only its Adam epsilon scaled, if run)."""
   curves = []
-  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR"), ("dclr_loss_x128", "DCLR, loss x 128")):
+  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR"), ("dclr_loss_x128", "DCLR, loss x 128"),
+                     ("dclr_eps_div128", "DCLR, Adam eps / 128")):
     d = _dynamics_dir(out, row)
     if d is not None:
       _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
