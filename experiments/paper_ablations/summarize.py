@@ -384,8 +384,9 @@ def plot_uniformity(out: str, plots: str) -> str | None:
     return None
   fig = _figure(figsize=(6.4, 4.4))
   ax = fig.subplots()
-  for label, points in curves:
-    ax.plot([s for s, _ in points], [u for _, u in points], marker="o", label=label)
+  for i, (label, points) in enumerate(curves):  # Later curves smaller and dashed: they can lie on DCLR's.
+    ax.plot([s for s, _ in points], [u for _, u in points], marker="o", markersize=6 - i, label=label,
+            linestyle="-" if i < 2 else "--")
   ax.set_xlabel("step")
   ax.set_ylabel("uniformity, STS-B dev (lower is better)")
   ax.set_title("uniformity during training (DCLR's Fig. 4)")
