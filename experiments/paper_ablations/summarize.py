@@ -308,6 +308,10 @@ def main_table(runs: list[Run], best: dict[str, str]) -> list[str]:
     paper, source = PAPER_MAIN[method]
     lines.append(f"| {method} | {lr or '–'} | {len(seeds)} | {cell(_values(seeds, 'stsb_dev'))} | {cell(avg)} | "
                  f"{paper:.2f} ({source}) |")
+  clipped = sorted((r for r in runs if r.group == "main_clip" and r.row == "dclr"), key=lambda r: r.seed)
+  if clipped:  # Not in the paper, not in tau: DCLR with its loss clipped as SimCSE's is (run_study.sh main_clip).
+    lines.append(f"| dclr, clipped as SimCSE (max_grad_norm / 128) | {clipped[0].lr} | {len(clipped)} | "
+                 f"{cell(_values(clipped, 'stsb_dev'))} | {cell(_values(clipped, 'sts_avg'))} | – |")
   tau = kendall([PAPER_MAIN[m][0] for m in METHODS], ours)
   lines.append("")
   lines.append("Kendall's tau (paper vs ours, STS avg): " + (
