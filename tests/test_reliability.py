@@ -50,6 +50,9 @@ if fill:
   checkpoints.save = fill_then_save
 sigint = os.environ.get("SIGINT_AT_STEP_INDEX")  # Ctrl-C when the batch of this step index is asked for.
 if sigint:
+  # Python's Ctrl-C handler, even when this test runs in the background of a non-interactive shell, which starts
+  # its jobs with SIGINT ignored (inherited through exec: Python then installs no handler and the signal is lost).
+  signal.signal(signal.SIGINT, signal.default_int_handler)
   iterate = data_lib.Batches.iterate
   def interrupted(self, start, end, *rest, **kwargs):
     for step, batch in enumerate(iterate(self, start, end, *rest, **kwargs), start=start):
