@@ -165,9 +165,9 @@ for stage in $STAGES; do
     dynamic delete_one_word simcse --config.augment.delete_one_word=True
     dynamic dclr dclr
     # Not in the paper: DCLR's released loss averages over the B + k = 128 columns of each row, so its gradients
-    # are about 1/128 of SimCSE's, and AdamW's epsilon and the clipping threshold act 128x more. Dividing both
-    # by 128 is exactly DCLR with its loss multiplied by 128 (Adam is scale-free but for epsilon): does that scale
-    # explain DCLR's slower uniformity?
+    # are about 1/100 of SimCSE's, and AdamW's epsilon and the clipping threshold act that much more. Dividing
+    # both by 128 is exactly DCLR with its loss multiplied by 128 (clip(c g, 1) = c clip(g, 1/c), and Adam is
+    # scale-free but for epsilon): does that scale explain DCLR's slower uniformity?
     dynamic dclr_loss_x128 dclr --config.train.max_grad_norm=0.0078125 --config.train.adam_eps=7.8125e-11
     dynamic dclr_eps_div128 dclr --config.train.adam_eps=7.8125e-11  # Which of the two: epsilon alone.
     after=() ;;
