@@ -36,8 +36,8 @@ schedule, evaluations run every 125 steps only (not at the last step).
 
 The released loss averages over all batch x (batch + noise) cells, so its
 gradients are about 1/100 of SimCSE's and the inherited clipping at norm 1.0
-never acts (SimCSE's first steps are clipped). In 250-step runs of a small
-encoder that cost DCLR 4 STS points. ``--config.train.max_grad_norm`` at
+may never act (in our small-encoder study it never did, while SimCSE's first
+steps were clipped; that cost DCLR about 4 STS points in 250 and 500 steps). ``--config.train.max_grad_norm`` at
 1 / (batch + noise) (here 1/256 = 0.00390625) clips it as SimCSE is clipped:
 see experiments/paper_ablations/README.md. Kept as released by default.
 """

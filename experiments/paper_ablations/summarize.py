@@ -383,7 +383,7 @@ def plot_uniformity(out: str, plots: str) -> str | None:
       _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
       points = [(r["step"], r[plot.UNIFORMITY]) for r in evals if plot.UNIFORMITY in r]
       if points:  # Each method at its own best rate, so the rate is in the label.
-        curves.append((f"{label}, lr {os.path.basename(d).split('-lr')[1].rsplit('-seed', 1)[0]}", points))
+        curves.append((f"{label}, lr {RUN_NAME.match(os.path.basename(d))['lr']}", points))
   if not curves:
     return None
   fig = _figure(figsize=(6.4, 4.4))
