@@ -8,9 +8,9 @@
 # Stages, in order: lr_grid (every method at three learning rates, seed 1), main (each method at its own best
 # rate, seeds 2-3), the ablations (dropout, augment, mixcse, dclr: every row for ABLATION_SEEDS at
 # ABLATION_STEPS, each method at its lr_grid best rate), dynamics (SimCSE's Fig. 2 runs and DCLR, evaluated every
-# 25 steps), main_clip (DCLR's main result with its loss clipped as SimCSE's: see README), and report
-# (summarize.py: tables and plots). Every run is skipped when its results file exists and
-# resumes from its latest checkpoint otherwise, so the same command continues a killed study. OUT (default: this
+# 25 steps), main_clip (DCLR with its loss clipped as SimCSE's, its own rate grid and main result: see README),
+# and report (summarize.py: tables and plots). Every run is skipped when its results file exists and resumes from
+# its latest checkpoint otherwise, so the same command continues a killed study. OUT (default: this
 # folder) receives results/, runs/ (metrics, summary, config) and logs/; the ablations need lr_grid done first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -66,8 +66,8 @@ run() {
   mv "$f.partial" "$f"
 }
 
-best_lr() {  # The grid's learning rate with the best selection metric (dev) for a method, seed 1.
-  python - "$OUT/runs/lr_grid" "$1" <<'PY'
+best_lr() {  # best_lr METHOD [GROUP]: the rate of GROUP's (default lr_grid) seed-1 runs with the best dev metric.
+  python - "$OUT/runs/${2:-lr_grid}" "$1" <<'PY'
 import glob, json, os, re, sys
 runs = {}
 for path in glob.glob(f"{sys.argv[1]}/{sys.argv[2]}-lr*-seed1/summary.json"):
@@ -75,7 +75,7 @@ for path in glob.glob(f"{sys.argv[1]}/{sys.argv[2]}-lr*-seed1/summary.json"):
   lr = re.fullmatch(rf"{re.escape(sys.argv[2])}-lr(.+)-seed1", os.path.basename(os.path.dirname(path))).group(1)
   runs[lr] = json.load(open(path))["best_metric"]
 if not runs:
-  sys.exit(f"no lr_grid runs of {sys.argv[2]} yet")
+  sys.exit(f"no seed-1 runs of {sys.argv[2]} in {sys.argv[1]} yet")
 print(max(runs, key=runs.get))
 PY
 }
@@ -172,12 +172,18 @@ for stage in $STAGES; do
     dynamic dclr_eps_div128 dclr --config.train.adam_eps=7.8125e-11  # Which of the two: epsilon alone.
     after=() ;;
   main_clip)
-    # Not in the papers: DCLR's main result with its loss clipped as SimCSE's is (README: DCLR's Fig. 4): the
-    # clipping threshold divided by batch + noise = 128, seeds 1-3 at DCLR's best rate, the main setting.
-    lr=$(best_lr dclr)
-    for seed in 1 2 3; do
+    # Not in the papers: DCLR with its loss clipped as SimCSE's is (README: DCLR's Fig. 4): the clipping threshold
+    # divided by batch + noise = 128. The grid above chose DCLR's rate unclipped, so the clipped method gets its
+    # own grid (seed 1, GRID_LRS) and then seeds 2-3 at its best clipped rate, the main setting.
+    clip=(--config.train.max_grad_norm=0.0078125)
+    for lr in $GRID_LRS; do
+      run main_clip "dclr-lr$lr-seed1" "$STEPS" $(method_config dclr) --config.train.learning_rate="$lr" \
+          --config.seed=1 "${clip[@]}"
+    done
+    lr=$(best_lr dclr main_clip)
+    for seed in $MAIN_SEEDS; do
       run main_clip "dclr-lr$lr-seed$seed" "$STEPS" $(method_config dclr) --config.train.learning_rate="$lr" \
-          --config.seed="$seed" --config.train.max_grad_norm=0.0078125
+          --config.seed="$seed" "${clip[@]}"
     done ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;
