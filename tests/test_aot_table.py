@@ -49,8 +49,21 @@ def test_a_cells_searches_are_merged_and_smaller_failures_shown(table):
   assert "| 3768 (1344 not) |" in line and line.startswith("| `simcse_sup` (512) | h100 | 23.57 of 59.33 GiB |")
   # 1,614 steps at the 25.83 ms bound: 42 s; at 40% of it: 104 s.
   assert line.endswith("| 42 s | 104 s |")
-  missing = table.missing()
-  assert "- `simcse_sup`: not compiled on" in missing[1] and "h100" not in missing[1].split("no largest batch on")[1]
+  others = ", ".join(t for t in table.TARGETS if t != "h100")
+  assert table.missing()[1] == f"- `simcse_sup`: not compiled on {others}"
+
+
+def test_missing_names_only_the_gaps(table, monkeypatch):
+  monkeypatch.setattr(table, "TARGETS", ("v5e-1", "h100"))
+  monkeypatch.setattr(table, "CONFIGS", ("base",))
+  assert table.missing() == ["- `base`: not compiled on v5e-1, h100"]
+  _write(table.RESULTS, "base/v5e-1.json", {"batch_size": 64, "fits": True})
+  assert table.missing() == ["- `base`: not compiled on h100; no largest batch on v5e-1"]
+  _write(table.RESULTS, "base/h100.json", {"batch_size": 64, "fits": True})
+  _write(table.RESULTS, "base/v5e-1.max_batch.json", _search(1240, [[1240, True]]))
+  assert table.missing() == ["- `base`: no largest batch on h100"]
+  _write(table.RESULTS, "base/h100.max_batch.json", _search(2008, [[2008, True]]))
+  assert table.missing() == ["- `base`: every target compiled, each with its largest batch"]
 
 
 def test_nothing_fits_reads_as_none(table):

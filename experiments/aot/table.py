@@ -78,8 +78,9 @@ def missing() -> list[str]:
     absent = [t for t in TARGETS if not os.path.isfile(os.path.join(RESULTS, config, f"{t}.json"))]
     no_max = [t for t in TARGETS if t not in absent
               and not os.path.isfile(os.path.join(RESULTS, config, f"{t}.max_batch.json"))]
-    lines.append(f"- `{config}`: not compiled on {', '.join(absent) or 'none'}; no largest batch on "
-                 f"{', '.join(no_max) or 'none'}")
+    gaps = ([f"not compiled on {', '.join(absent)}"] if absent else []) + (
+        [f"no largest batch on {', '.join(no_max)}"] if no_max else [])
+    lines.append(f"- `{config}`: {'; '.join(gaps) or 'every target compiled, each with its largest batch'}")
   return lines
 
 
