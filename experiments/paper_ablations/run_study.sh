@@ -57,6 +57,7 @@ run() {
   f=$OUT/results/$group/$name.json
   [ -f "$f" ] && return 0
   mkdir -p "$OUT/results/$group" "$OUT/logs/$group" "$OUT/runs/$group/$name"
+  case " $* " in *" configs/dclr.py "*) complementary ;; esac
   wd=$W/$group/$name
   python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
       2>&1 | tee "$OUT/logs/$group/train-$name.log"
@@ -64,6 +65,32 @@ run() {
   python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" \
       2>&1 | tee "$OUT/logs/$group/eval-$name.log"
   mv "$f.partial" "$f"
+}
+
+# complementary: makes sure DCLR's complementary model is on disk. It is a workdir (WORKDIRS), not part of the
+# repository: a fresh clone has the committed results of lr_grid/simcse-lr3e-4-seed1 (so run skips it) but not its
+# weights. Trains it again with the lr_grid command and checks that its metrics (losses, evaluations) equal the
+# committed run's; training is deterministic (on a fresh machine they matched bit for bit), so a difference means a
+# different library or CPU, and the DCLR runs after it would not be the committed ones': warn loudly.
+complementary() {
+  [ -f "$COMPLEMENTARY/summary.json" ] && return 0
+  echo "DCLR's complementary model $COMPLEMENTARY is not on disk: training it again (lr_grid/simcse-lr3e-4-seed1)"
+  mkdir -p "$(dirname "$COMPLEMENTARY")"
+  python -m jaxcse.train $(method_config simcse) --config.train.learning_rate=3e-4 --config.seed=1 "${common[@]}" \
+      --config.train.max_steps="$STEPS" --workdir "$COMPLEMENTARY" 2>&1 | tee "$COMPLEMENTARY.log"
+  python - "$COMPLEMENTARY/metrics.jsonl" "$OUT/runs/lr_grid/simcse-lr3e-4-seed1/metrics.jsonl" <<'PY'
+import json, os, sys
+if not os.path.exists(sys.argv[2]):
+  sys.exit(0)  # Nothing committed to compare with: this study trained the grid itself.
+def values(path):  # Every logged number except timings, which differ between any two runs.
+  return [{k: v for k, v in json.loads(line).items() if k not in ("steps_per_sec", "eval/seconds")}
+          for line in open(path)]
+if values(sys.argv[1]) == values(sys.argv[2]):
+  print(f"the complementary model's metrics equal {sys.argv[2]}'s: the same model")
+else:
+  print(f"WARNING: the complementary model trained again differs from {sys.argv[2]} (another jax or CPU?): "
+        "DCLR runs from here on use a different complementary model than the committed ones", file=sys.stderr)
+PY
 }
 
 best_lr() {  # best_lr METHOD [GROUP]: the rate of GROUP's (default lr_grid) seed-1 runs with the best dev metric.
