@@ -1,8 +1,8 @@
-"""Sentence encoders: a Flax transformer backbone plus a pooler, described apart from their weights.
+"""Sentence encoders: one of jaxcse's own Flax encoders plus a pooler, described apart from their weights.
 
-This is the only module that builds Hugging Face transformers models: loading
-backbones and tokenizers, building fresh backbones from a config, saving the
-model description. Swapping the backbone library is a change to this file.
+The encoders are jaxcse's (``bert.py``: BERT, RoBERTa, XLM-R; ``modernbert.py``), chosen by the Hugging Face
+config's ``model_type`` (``families.py``), their weights read from Hugging Face folders by ``weights.py``.
+transformers is used only for configs (``AutoConfig``) and tokenizers (``AutoTokenizer``).
 
 A ``ModelSpec`` is what a model *is* (backbone module, tokenizer, poolers, HF
 config, optional MLM head) and never changes; its parameters are a separate
@@ -18,12 +18,12 @@ with, so that evaluation cannot silently use the wrong one.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import hashlib
 import json
 import os
-from typing import Any, NamedTuple
+import logging
+from typing import Any
 
 import flax
 import flax.linen as nn
@@ -33,6 +33,10 @@ import numpy as np
 
 from jaxcse import files, hub, poolers
 from jaxcse.errors import JaxcseError
+from jaxcse.models import families, weights
+from jaxcse.models.outputs import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
+
+log = logging.getLogger("jaxcse")
 
 JAXCSE_MODEL_FILE = "jaxcse.json"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -80,27 +84,16 @@ class PoolerSpec:
     return self.test_pooler_override or self.dev_pooler
 
 
-def _position_ids(input_ids: jax.Array, padding_idx: int | None) -> jax.Array:
-  if padding_idx is None:  # BERT: 0 .. len-1.
-    return jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
-  # RoBERTa: padding_idx + 1 + rank among non-padding tokens; padding_idx at padding.
-  not_pad = (input_ids != padding_idx).astype(jnp.int32)
-  return jnp.cumsum(not_pad, axis=-1) * not_pad + padding_idx
-
-
 class PooledBackbone(nn.Module):
   """The Flax module: a transformer backbone followed by a pooler.
 
-  Params are ``{"backbone": <HF params>, "mlp": {"kernel", "bias"}}``; the
+  Params are ``{"backbone": <encoder params>, "mlp": {"kernel", "bias"}}``; the
   ``mlp`` entry exists only for poolers with an MLP (``cls``).
 
   Attributes:
-    backbone: a transformers Flax module (``FlaxBertModule``,
-      ``FlaxRobertaModule``).
+    backbone: an encoder of ``families`` (``bert.BertModel``, ``modernbert.ModernBertModel``).
     pooler: a name in ``poolers``.
     initializer_range: std of the MLP's normal init (BERT's init, as SimCSE).
-    position_padding_idx: RoBERTa numbers positions after its padding index;
-      ``None`` for BERT's ``0..len-1``.
     attend_padding: attend to the padding tokens too, as a model called without an attention mask on a batch
       padded to its longest sentence does (DCLR's released code); positions past the batch's longest sentence
       stay hidden, so the result does not depend on how far jaxcse padded. Pooling still uses the real mask.
@@ -109,7 +102,6 @@ class PooledBackbone(nn.Module):
   backbone: nn.Module
   pooler: str = "cls"
   initializer_range: float = 0.02
-  position_padding_idx: int | None = None
   attend_padding: bool = False
 
   @nn.compact
@@ -120,17 +112,10 @@ class PooledBackbone(nn.Module):
       longest = jnp.max(jnp.sum(attention_mask, axis=-1))
       attended = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]) < longest, input_ids.shape).astype(
           attention_mask.dtype)
-    outputs = self.backbone(
-        input_ids,
-        attended,
-        token_type_ids=jnp.zeros_like(input_ids),
-        position_ids=_position_ids(input_ids, self.position_padding_idx),
-        head_mask=None,
-        deterministic=not train,
-        output_hidden_states=pooler.needs_hidden_states,
-    )
+    outputs = self.backbone(input_ids, attended, deterministic=not train,
+                            output_hidden_states=pooler.needs_hidden_states)
     pooled = poolers.pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states,
-                          getattr(outputs, "pooler_output", None))
+                          outputs.pooler_output)
     if pooler.has_mlp:
       dense = nn.Dense(
           pooled.shape[-1],
@@ -146,12 +131,10 @@ class PooledBackbone(nn.Module):
 class MLMHead:
   """A masked-language-model head on the encoder's backbone (MLM pretraining and SimCSE's ``do_mlm``).
 
-  ``module`` is the transformers ``Flax*ForMaskedLM`` module; its backbone
-  params are the encoder's own (``params["backbone"]``) under ``prefix``, and
-  its head params live in ``params["mlm_head"]``. ``tied``: the output
-  projection is the input word embeddings (BERT's pretraining); untied, it is
-  a matrix of its own (SimCSE's ``do_mlm`` head), so the MLM loss reaches the
-  word embeddings only through the encoder.
+  ``module`` is the family's masked-LM module; its backbone params are the encoder's own (``params["backbone"]``)
+  under ``prefix``, and its head params live in ``params["mlm_head"]``. ``tied``: the output projection is the
+  input word embeddings (BERT's pretraining); untied, it is a matrix of its own (SimCSE's ``do_mlm`` head), so the
+  MLM loss reaches the word embeddings only through the encoder.
   """
 
   module: nn.Module
@@ -185,23 +168,20 @@ class ModelSpec:
   revision: str | None = None  # The hub commit the weights came from (None: a local folder or a fresh init).
 
   def module_for(self, pooler: str, *, attend_padding: bool = False) -> PooledBackbone:
-    padding_idx = self.hf_config.pad_token_id if self.hf_config.model_type in ("roberta", "xlm-roberta") else None
     return PooledBackbone(
         backbone=self.backbone,
         pooler=pooler,
         initializer_range=getattr(self.hf_config, "initializer_range", 0.02),
-        position_padding_idx=padding_idx,
         attend_padding=attend_padding,
     )
 
-  def position_ids(self, input_ids: jax.Array) -> jax.Array:
-    return _position_ids(input_ids, self.module_for("avg").position_padding_idx)
+  @property
+  def family(self) -> families.Family:
+    return families.get(self.hf_config.model_type)
 
   @property
   def max_positions(self) -> int:
-    # RoBERTa's position table has padding_idx + 1 unusable rows.
-    n = self.hf_config.max_position_embeddings
-    return n - 2 if self.hf_config.model_type in ("roberta", "xlm-roberta") else n
+    return self.family.max_positions(self.hf_config)  # RoBERTa's table has pad_token_id + 1 unusable rows.
 
   @property
   def hidden_size(self) -> int:
@@ -220,32 +200,8 @@ def _mlm_variables(spec: ModelSpec, params) -> dict:
 def mlm_logits(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool,
                rng: jax.Array | None = None) -> jax.Array:
   """Vocabulary logits ``[batch, len, vocab]`` of the MLM head on the encoder's backbone, at every position."""
-  return spec.mlm.module.apply(
-      _mlm_variables(spec, params), input_ids, attention_mask, jnp.zeros_like(input_ids),
-      spec.position_ids(input_ids), None, deterministic=not train, rngs={"dropout": rng} if train else {},
-  ).logits
-
-
-def _logits_at_positions(prefix: str):
-  """A method of a ``Flax*ForMaskedLMModule``: its forward with the output layer only at ``positions``.
-
-  The same computation as the module's ``__call__`` (backbone, then the
-  prediction head with the tied word embeddings), gathered before the head.
-  ``prefix`` names the backbone submodule (``bert``, ``roberta``).
-  """
-
-  def method(module, input_ids, attention_mask, token_type_ids, position_ids, positions, deterministic):
-    backbone = getattr(module, prefix)
-    hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids, None,
-                      deterministic=deterministic).last_hidden_state
-    gathered = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [batch, predictions, hidden]
-    shared = None
-    if module.config.tie_word_embeddings:
-      shared = backbone.variables["params"]["embeddings"]["word_embeddings"]["embedding"]
-    head = module.lm_head if hasattr(module, "lm_head") else module.cls  # RoBERTa's name, BERT's name.
-    return head(gathered, shared_embedding=shared)
-
-  return method
+  return spec.mlm.module.apply(_mlm_variables(spec, params), input_ids, attention_mask, deterministic=not train,
+                               rngs={"dropout": rng} if train else {})
 
 
 def mlm_logits_at(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, positions: jax.Array,
@@ -256,41 +212,28 @@ def mlm_logits_at(spec: ModelSpec, params, input_ids: jax.Array, attention_mask:
   output layer (hidden x vocab, the largest matmul of a small BERT) at the
   ~85% of positions that are not predicted.
   """
-  return spec.mlm.module.apply(
-      _mlm_variables(spec, params), input_ids, attention_mask, jnp.zeros_like(input_ids),
-      spec.position_ids(input_ids), positions, not train, method=_logits_at_positions(spec.mlm.prefix),
-      rngs={"dropout": rng} if train else {},
-  )
+  return spec.mlm.module.apply(_mlm_variables(spec, params), input_ids, attention_mask, positions=positions,
+                               deterministic=not train, rngs={"dropout": rng} if train else {})
 
 
 # --------------------------------------------------------------------------
-# Building and loading.
-
-
-def _flax_model_class(hf_config, *, masked_lm: bool = False):
-  from transformers import FlaxAutoModel, FlaxAutoModelForMaskedLM
-
-  mapping = (FlaxAutoModelForMaskedLM if masked_lm else FlaxAutoModel)._model_mapping  # config class -> Flax class
-  try:
-    return mapping[type(hf_config)]
-  except KeyError:
-    what = "masked-LM head" if masked_lm else "implementation"
-    raise ValueError(f"model type {hf_config.model_type!r} has no Flax {what} in transformers") from None
+# Building and loading: one builder (``build_spec``) for every model; its params are ``init_params`` (random),
+# ``jax.eval_shape`` of it (shapes only: jaxcse-compile) or a checkpoint's tensors filled into those shapes.
 
 
 def hf_config_from_pretrained(path: str, dropout: float | None = None):
+  """The model's Hugging Face config (``config.json``), with the dropout override (SimCSE: 0.1) if given."""
   from transformers import AutoConfig
 
   hf_config = AutoConfig.from_pretrained(path)
   if dropout is not None:
-    hf_config.hidden_dropout_prob = dropout
-    hf_config.attention_probs_dropout_prob = dropout
+    families.get(hf_config.model_type).set_dropout(hf_config, dropout)
   return hf_config
 
 
 @contextlib.contextmanager
 def quiet_transformers():
-  """transformers' warnings off (e.g. "position_ids not used", "cls.* newly initialized"): we report what matters."""
+  """transformers' warnings off while jaxcse reads configs and tokenizers: we report what matters."""
   from transformers.utils import logging as hf_logging
 
   verbosity = hf_logging.get_verbosity()
@@ -302,59 +245,34 @@ def quiet_transformers():
 
 
 def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True) -> MLMHead:
-  cls = _flax_model_class(hf_config, masked_lm=True)
-  if not tied:
-    hf_config = copy.deepcopy(hf_config)
-    hf_config.tie_word_embeddings = False
-  module = cls(hf_config, dtype=dtype, _do_init=False).module
-  return MLMHead(module, cls.base_model_prefix, pretrained, tied)
+  module = families.get(hf_config.model_type).masked_lm(hf_config, dtype=dtype, tied=tied)
+  return MLMHead(module, module.backbone_prefix, pretrained, tied)
 
 
-class _LoadedBackbone(NamedTuple):
-  module: nn.Module
-  params: Any
-
-
-def _load_backbone(path: str, hf_config, dtype, gradient_checkpointing: bool) -> _LoadedBackbone:
-  """The Flax backbone and its weights. Flax weights load without transformers' random initialisation (which
-  compiles hundreds of small programs: seconds per process); PyTorch-named ``model.safetensors`` convert only
-  against initialised params, so they take that path."""
-  cls = _flax_model_class(hf_config)
-  kwargs = dict(config=hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing)
-  try:
-    model, params = cls.from_pretrained(path, _do_init=False, **kwargs)
-    expected = set(flax.traverse_util.flatten_dict(model.params_shape_tree))
-    if expected <= set(flax.traverse_util.flatten_dict(params)):
-      return _LoadedBackbone(model.module, params)
-  except ValueError:  # PyTorch weights: transformers needs the initialised params to convert them.
-    pass
-  model = cls.from_pretrained(path, **kwargs)  # Missing weights (e.g. no pooler layer) get BERT's init.
-  return _LoadedBackbone(model.module, model.params)
-
-
-class _MLPAlone(nn.Module):
-  """The ``mlp`` child of ``PooledBackbone`` alone: same name, so the same init from the same key."""
+class _DenseAlone(nn.Module):
+  """One Dense layer named ``name`` at the top: the same init, from the same key, as that child of a bigger module."""
 
   hidden: int
   initializer_range: float
+  child: str
 
   @nn.compact
   def __call__(self, x):
     return nn.Dense(self.hidden, kernel_init=nn.initializers.normal(self.initializer_range),
-                    bias_init=nn.initializers.zeros, name="mlp")(x)
+                    bias_init=nn.initializers.zeros, name=self.child)(x)
 
 
-def _fresh_mlp(spec: ModelSpec, seed: int) -> dict:
+def _fresh_dense(spec: ModelSpec, seed: int, child: str = "mlp") -> dict:
   """SimCSE's MLP as ``init_params`` initialises it (bit for bit), without initialising the whole backbone."""
-  module = _MLPAlone(spec.hidden_size, getattr(spec.hf_config, "initializer_range", 0.02))
+  module = _DenseAlone(spec.hidden_size, getattr(spec.hf_config, "initializer_range", 0.02), child)
   # Eagerly, as init_params runs: under jit the normal sampler's ops fuse and round differently (~1 ulp).
-  return module.init(jax.random.key(seed), jnp.ones((1, spec.hidden_size), jnp.float32))["params"]["mlp"]
+  return module.init(jax.random.key(seed), jnp.ones((1, spec.hidden_size), jnp.float32))["params"][child]
 
 
 def _fresh_mlm_head(spec: ModelSpec, seed: int) -> dict:
   dummy = jnp.ones((1, 4), jnp.int32)
-  full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)  # As init_params does.
-  return {k: v for k, v in full["params"].items() if k != spec.mlm.prefix}
+  full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy)["params"]
+  return {k: v for k, v in full.items() if k != spec.mlm.prefix}
 
 
 def params_fingerprint(params: Any) -> str:
@@ -371,9 +289,34 @@ def init_params(spec: ModelSpec, seed: int) -> dict:
   dummy = jnp.ones((1, 4), jnp.int32)
   params = spec.module_for(spec.pooling.pooler).init(jax.random.key(seed), dummy, dummy)["params"]
   if spec.mlm is not None:
-    full = spec.mlm.module.init(jax.random.key(seed), dummy, dummy, dummy, dummy, None)["params"]
-    params["mlm_head"] = {k: v for k, v in full.items() if k != spec.mlm.prefix}
+    params["mlm_head"] = _fresh_mlm_head(spec, seed)
   return params
+
+
+def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtype: Any = jnp.float32,
+               gradient_checkpointing: bool = False, with_mlm_head: bool = False, mlm_head: str = "tied",
+               mlm_pretrained: bool = False, source: str = "", revision: str | None = None) -> ModelSpec:
+  """The spec of an encoder of ``hf_config`` (any of ``families``): real params come from ``load_pretrained`` or
+  ``init_params``, their shapes from ``jax.eval_shape(lambda: init_params(spec, seed))``.
+
+  ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
+  """
+  if with_mlm_head and mlm_head not in MLM_HEADS:
+    raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
+  family = families.get(hf_config.model_type)
+  module = family.backbone(hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
+                           add_pooling_layer=family.has_pooler)
+  head = _mlm_head(hf_config, dtype, pretrained=mlm_pretrained, tied=mlm_head == "tied") if with_mlm_head else None
+  return ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head, revision=revision)
+
+
+def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, seed: int = 0,
+                 dtype: Any = jnp.float32, gradient_checkpointing: bool = False, with_mlm_head: bool = False,
+                 source: str = "random") -> tuple[ModelSpec, dict]:
+  """A randomly initialised backbone of ``hf_config`` (BERT's own initialisation), for pretraining from scratch."""
+  spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
+                    with_mlm_head=with_mlm_head, source=source)
+  return spec, init_params(spec, seed)
 
 
 def load_pretrained(
@@ -391,14 +334,16 @@ def load_pretrained(
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 
-  Weights come from ``flax_model.msgpack`` or ``model.safetensors`` (torch is
-  not needed for safetensors). The pooler's MLP, when there is one, is freshly
-  initialised from ``seed``.
+  Weights come from ``model.safetensors`` (PyTorch names; single or sharded with its index) or transformers'
+  Flax ``flax_model.msgpack``, into jaxcse's own modules (``families``); neither torch nor transformers' model
+  classes are needed. Every encoder tensor must be there and every checkpoint tensor must be used (other heads'
+  excepted): ``weights.WeightsError`` names the first that is not. Only what the method defines as new is
+  initialised: the pooler's MLP (``cls``) from ``seed``, and a missing NSP pooler layer or MLM head (one line each).
 
   Args:
     name_or_path: a local folder, a hub id, or a name in ``hub.OFFLINE_PACKAGES``.
     pooling: the pooler to train with (and the test pooler it implies).
-    dropout: overrides the config's hidden and attention dropout (SimCSE: 0.1).
+    dropout: overrides the config's dropout (SimCSE: 0.1; BERT's hidden and attention dropout).
     seed: seeds the MLP head's initialisation.
     dtype: computation dtype of the backbone (params stay float32).
     gradient_checkpointing: rematerialise each layer in the backward pass.
@@ -419,98 +364,71 @@ def load_pretrained(
   path, commit = hub.local_folder(name_or_path, revision)
   hf_config = hf_config_from_pretrained(path, dropout)
   with quiet_transformers():
-    hf_model = _load_backbone(path, hf_config, dtype, gradient_checkpointing)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    head, head_params = None, None
-    if with_mlm_head:
-      if mlm_head not in MLM_HEADS:
-        raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
-      if mlm_head == "untied_fresh":
-        head = _mlm_head(hf_config, dtype, pretrained=False, tied=False)
-      else:
-        head, head_params = _load_mlm_head(path, hf_config, dtype, seed)
-        if mlm_head == "untied_pretrained":
-          head = _mlm_head(hf_config, dtype, pretrained=head.pretrained, tied=False)
-          head_params = _untie(head, head_params, hf_model.params)
-  spec = ModelSpec(hf_config, tokenizer, hf_model.module, pooling, source=name_or_path, mlm=head, revision=commit)
-  params = {"backbone": hf_model.params}
-  if poolers.get(pooling.pooler).has_mlp:
-    params["mlp"] = _fresh_mlp(spec, seed)
-  if head is not None:
-    params["mlm_head"] = head_params if head_params is not None else _fresh_mlm_head(spec, seed)
-  if mlp_from_backbone_pooler and "mlp" in params:
-    if "pooler" not in hf_model.params:
-      raise ValueError(f"{name_or_path}: pooler 'cls' needs the checkpoint's pooler layer, and it has none")
-    params["mlp"] = hf_model.params["pooler"]["dense"]
-  return spec, params
-
-
-def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtype: Any = jnp.float32,
-               gradient_checkpointing: bool = False, with_mlm_head: bool = False, mlm_head: str = "tied",
-               source: str = "") -> ModelSpec:
-  """The spec of a backbone of ``hf_config``, without weights (``jax.eval_shape(init_params)`` gives their shapes).
-
-  ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
-  """
-  if with_mlm_head and mlm_head not in MLM_HEADS:
-    raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
-  with quiet_transformers():
-    module = _flax_model_class(hf_config)(hf_config, dtype=dtype, _do_init=False,
-                                          gradient_checkpointing=gradient_checkpointing).module
-    head = _mlm_head(hf_config, dtype, pretrained=False, tied=mlm_head == "tied") if with_mlm_head else None
-  return ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head)
-
-
-def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, seed: int = 0,
-                 dtype: Any = jnp.float32, gradient_checkpointing: bool = False, with_mlm_head: bool = False,
-                 source: str = "random") -> tuple[ModelSpec, dict]:
-  """A randomly initialised backbone of ``hf_config`` (BERT's own initialisation), for pretraining from scratch."""
   spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                    with_mlm_head=with_mlm_head, source=source)
-  return spec, init_params(spec, seed)
+                    with_mlm_head=with_mlm_head, mlm_head=mlm_head, source=name_or_path, revision=commit)
+  shapes = jax.eval_shape(lambda: init_params(spec, seed))
+  state = weights.read_state(path)
+  family = spec.family
+  backbone, absent, used = weights.fill(shapes["backbone"], state, prefixes=("", spec_prefix(spec) + "."),
+                                        where=path, optional=("pooler",))
+  if absent:  # BERT's NSP pooler layer, which masked-LM checkpoints lack.
+    needed = poolers.get(pooling.pooler).needs_pooler_output or mlp_from_backbone_pooler
+    if needed:
+      raise weights.WeightsError(f"{name_or_path}: pooler {pooling.pooler!r} needs the checkpoint's pooler layer "
+                                 "(pooler.dense), and it has none")
+    log.info("%s has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)",
+             name_or_path)
+    backbone["pooler"] = {"dense": _fresh_dense(spec, seed, "dense")}
+  params = {"backbone": backbone}
+  if poolers.get(pooling.pooler).has_mlp:
+    params["mlp"] = _fresh_dense(spec, seed)
+  if with_mlm_head:
+    head, head_used = _checkpoint_head(spec, shapes["mlm_head"], state, backbone, mlm_head, path)
+    used |= head_used
+    spec = dataclasses.replace(spec, mlm=dataclasses.replace(spec.mlm, pretrained=head is not None))
+    params["mlm_head"] = head if head is not None else _fresh_mlm_head(spec, seed)
+  weights.check_all_used(state, used, ignored=family.heads, where=path)
+  if mlp_from_backbone_pooler and "mlp" in params:
+    params["mlp"] = backbone["pooler"]["dense"]
+  return spec, jax.tree_util.tree_map(jnp.asarray, params)
 
 
-def _load_mlm_head(path: str, hf_config, dtype, seed: int) -> tuple[MLMHead, dict]:
-  """The checkpoint's MLM head (or a fresh one if it has none) and its params."""
-  cls = _flax_model_class(hf_config, masked_lm=True)
-  prefix = cls.base_model_prefix
-  try:
-    mlm_model, loaded = cls.from_pretrained(path, config=hf_config, dtype=dtype, _do_init=False)
-    expected = {k for k in flax.traverse_util.flatten_dict(mlm_model.params_shape_tree) if k[0] != prefix}
-    present = {k for k in flax.traverse_util.flatten_dict(loaded) if k[0] != prefix}
-    pretrained = expected <= present
-  except ValueError:  # PyTorch-named weights (model.safetensors) convert only against initialised params.
-    mlm_model = cls.from_pretrained(path, config=hf_config, dtype=dtype, seed=seed)
-    loaded = mlm_model.params
-    pretrained = _torch_checkpoint_has_head(path)
-  if pretrained:
-    head = {k: v for k, v in loaded.items() if k != prefix}
-  else:  # e.g. sentence-transformers checkpoints keep no MLM head.
-    fresh = mlm_model.init_weights(jax.random.key(seed), (1, 4))
-    head = {k: v for k, v in fresh.items() if k != prefix}
-  return MLMHead(mlm_model.module, prefix, pretrained), head
+def spec_prefix(spec: ModelSpec) -> str:
+  """The encoder's name prefix in the family's masked-LM checkpoints (``bert``, ``roberta``, ``model``)."""
+  return spec.family.masked_lm.backbone_prefix
 
 
-def _untie(head: MLMHead, tied_params: dict, backbone_params: dict) -> dict:
-  """Head params for the untied ``head``: the tied head's, and a copy of the word embeddings as the output matrix."""
-  shapes = jax.eval_shape(lambda: head.module.init(jax.random.key(0), *([jnp.ones((1, 4), jnp.int32)] * 4), None))
-  flat = flax.traverse_util.flatten_dict(tied_params)
-  embeddings = np.asarray(backbone_params["embeddings"]["word_embeddings"]["embedding"])
-  for key in flax.traverse_util.flatten_dict(shapes["params"]):
-    if key[0] != head.prefix and "decoder" in key and key[-1] == "kernel":
-      flat[key] = jnp.array(embeddings.T)  # [hidden, vocab], a copy: trained apart from the embeddings.
-  return flax.traverse_util.unflatten_dict(flat)
+def _checkpoint_head(spec: ModelSpec, shapes: dict, state: dict, backbone: dict, kind: str, where: str
+                     ) -> tuple[dict | None, set[str]]:
+  """The checkpoint's MLM head as ``kind`` asks (None: fresh), and the tensor names it took.
+
+  ``untied_fresh`` takes nothing. ``tied`` and ``untied_pretrained`` take the checkpoint's head if it has one (all
+  of it: part of a head is an error); ``untied_pretrained``'s own output matrix starts as a copy of the word
+  embeddings, which is what the tied head computes with.
+  """
+  if kind == "untied_fresh":
+    return None, set()
+  flat = flax.traverse_util.flatten_dict(shapes)
+  own_matrix = [p for p in flat if "decoder" in p and p[-1] == "kernel"]  # Only in an untied head.
+  wanted = flax.traverse_util.unflatten_dict({p: v for p, v in flat.items() if p not in own_matrix})
+  names = {weights.checkpoint_name(p) for p in flax.traverse_util.flatten_dict(wanted)}
+  if not any(n in state for n in names):  # e.g. sentence-transformers checkpoints keep no MLM head.
+    return None, set()
+  head, _, used = weights.fill(wanted, state, where=f"{where} (masked-LM head)")
+  head = flax.traverse_util.flatten_dict(head)
+  embeddings = np.asarray(flax.traverse_util.flatten_dict(backbone)[_word_embeddings_path(backbone)])
+  for p in own_matrix:
+    head[p] = np.array(embeddings.T)  # [hidden, vocab], a copy: trained apart from the embeddings.
+  return flax.traverse_util.unflatten_dict(head), used
 
 
-def _torch_checkpoint_has_head(path: str) -> bool:
-  """Whether a folder's PyTorch ``model.safetensors`` holds a masked-LM head (``cls.*`` BERT, ``lm_head.*`` RoBERTa)."""
-  from safetensors import safe_open
-
-  file = os.path.join(path, "model.safetensors")
-  if not os.path.isfile(file):
-    return False
-  with safe_open(file, framework="numpy") as f:
-    return any(k.startswith(("cls.predictions.", "lm_head.")) for k in f.keys())
+def _word_embeddings_path(backbone: dict) -> tuple[str, ...]:
+  paths = [p for p in flax.traverse_util.flatten_dict(backbone) if p[-1] == "embedding" and (
+      "word_embeddings" in p or "tok_embeddings" in p)]
+  if len(paths) != 1:
+    raise ValueError(f"cannot tell the word embeddings among {paths}")
+  return paths[0]
 
 
 class DescriptionError(JaxcseError, ValueError):
@@ -535,19 +453,15 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
   try:
     with quiet_transformers():
       hf_config = AutoConfig.from_pretrained(folder)
-      module = _flax_model_class(hf_config)(
-          hf_config, dtype=dtype, _do_init=False, gradient_checkpointing=gradient_checkpointing
-      ).module
       tokenizer = AutoTokenizer.from_pretrained(folder)
+    head = info.get("mlm_head")
+    return build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
+                      with_mlm_head=bool(head), mlm_head="tied" if info.get("mlm_head_tied", True) else "untied_fresh",
+                      mlm_pretrained=head == "pretrained", source=info.get("source", folder),
+                      revision=info.get("revision"))
   except (OSError, ValueError, TypeError) as e:
     raise DescriptionError(f"{folder}: the model description is incomplete or unreadable "
                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-  head = None
-  if info.get("mlm_head"):
-    head = _mlm_head(hf_config, dtype, pretrained=info["mlm_head"] == "pretrained",
-                     tied=info.get("mlm_head_tied", True))
-  return ModelSpec(hf_config, tokenizer, module, pooling, source=info.get("source", folder), mlm=head,
-                   revision=info.get("revision"))
 
 
 def save_description(spec: ModelSpec, folder: str) -> None:

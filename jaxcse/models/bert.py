@@ -1,0 +1,335 @@
+"""BERT, RoBERTa and XLM-RoBERTa in Flax (linen): one encoder, three ways of numbering positions.
+
+The three families share one architecture (post-norm transformer encoder: embeddings + LayerNorm, then per layer
+self-attention -> residual -> LayerNorm -> feed-forward -> residual -> LayerNorm, and BERT's NSP pooler on the
+first token). They differ only in how positions are numbered (RoBERTa and XLM-R count from ``pad_token_id + 1``
+over non-padding tokens and give padding ``pad_token_id``), in the number of token types, and in their masked-LM
+heads (BERT's ``cls.predictions``, RoBERTa's ``lm_head``).
+
+Module and parameter names are those of transformers' Flax classes (``FlaxBertModule`` and friends, removed from
+transformers in 5.0), which are also PyTorch's module names: every jaxcse checkpoint and exported folder written
+with those classes loads unchanged, and a PyTorch checkpoint maps by one rule (``weights.py``). The computation is
+the same, operation for operation, including the dropout streams (each ``nn.Dropout`` and the attention-weights
+dropout draw from the same module paths), so a run resumed with these modules continues as it would have.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.linen.attention import dot_product_attention_weights
+
+from jaxcse.models.outputs import BackboneOutput
+
+# transformers' names of the feed-forward activation (config.hidden_act).
+ACTIVATIONS = {
+    "gelu": lambda x: nn.gelu(x, approximate=False),
+    "gelu_new": lambda x: nn.gelu(x, approximate=True),
+    "gelu_pytorch_tanh": lambda x: nn.gelu(x, approximate=True),
+    "relu": nn.relu,
+    "silu": nn.swish,
+    "swish": nn.swish,
+}
+ROBERTA_TYPES = ("roberta", "xlm-roberta")
+
+
+def activation(name: str):
+  try:
+    return ACTIVATIONS[name]
+  except KeyError:
+    raise ValueError(f"hidden_act {name!r} is not supported; supported: {', '.join(ACTIVATIONS)}") from None
+
+
+def default_position_ids(config: Any, input_ids: jax.Array) -> jax.Array:
+  """BERT: ``0 .. len-1``. RoBERTa/XLM-R: ``pad + 1 + rank`` among non-padding tokens, ``pad`` at padding."""
+  if config.model_type not in ROBERTA_TYPES:
+    return jnp.broadcast_to(jnp.arange(input_ids.shape[-1]), input_ids.shape)
+  pad = config.pad_token_id
+  not_pad = (input_ids != pad).astype(jnp.int32)
+  return jnp.cumsum(not_pad, axis=-1) * not_pad + pad
+
+
+def _normal(config: Any):
+  return nn.initializers.normal(config.initializer_range)
+
+
+class BertEmbeddings(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, input_ids, token_type_ids, positions, deterministic: bool):
+    c = self.config
+    words = nn.Embed(c.vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
+                     name="word_embeddings")(input_ids.astype("i4"))
+    places = nn.Embed(c.max_position_embeddings, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
+                      name="position_embeddings")(positions.astype("i4"))
+    types = nn.Embed(c.type_vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
+                     name="token_type_embeddings")(token_type_ids.astype("i4"))
+    hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(words + types + places)
+    return nn.Dropout(rate=c.hidden_dropout_prob, name="dropout")(hidden, deterministic=deterministic)
+
+
+class BertSelfAttention(nn.Module):
+  """Multi-head self-attention over the unmasked keys."""
+
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden, attention_mask, deterministic: bool):
+    c = self.config
+    heads = c.num_attention_heads
+    if c.hidden_size % heads:
+      raise ValueError(f"hidden_size {c.hidden_size} is not a multiple of num_attention_heads {heads}")
+    split = lambda x: x.reshape(x.shape[:2] + (heads, c.hidden_size // heads))  # noqa: E731  [b, len, heads, d]
+    dense = lambda name: nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name=name)  # noqa: E731
+    query, key, value = (split(dense(name)(hidden)) for name in ("query", "key", "value"))
+    mask = jnp.expand_dims(attention_mask, axis=(-3, -2))  # [b, 1, 1, len]: broadcast over heads and queries.
+    bias = jax.lax.select(mask > 0, jnp.full(mask.shape, 0.0).astype(self.dtype),
+                          jnp.full(mask.shape, jnp.finfo(self.dtype).min).astype(self.dtype))
+    rate = c.attention_probs_dropout_prob
+    if (deterministic or rate == 0.0) and jnp.dtype(self.dtype) != jnp.float64:
+      # No dropout on the attention weights: jax's own attention, which can pick a fused kernel on GPUs. With the
+      # query scaled first and scale 1, on CPU it computes exactly what the explicit path below computes in float32
+      # (tests/test_models_golden.py); in 16-bit dtypes it keeps the logits and softmax in float32 (more accurate).
+      # Not in float64: it accumulates the logits in float32.
+      depth = query.shape[-1]
+      scaled = query / jnp.sqrt(depth).astype(self.dtype)
+      out = jax.nn.dot_product_attention(scaled, key, value, bias=bias, scale=1.0)
+    else:
+      # Dropout on the attention weights (or float64) (the mask broadcast over the batch dims, as transformers' Flax BERT):
+      # flax's weights function, so that the dropout stream is the one earlier jaxcse versions drew.
+      dropout = not deterministic and rate > 0.0
+      weights = dot_product_attention_weights(query, key, bias=bias,
+                                              dropout_rng=self.make_rng("dropout") if dropout else None,
+                                              dropout_rate=rate, broadcast_dropout=True, deterministic=not dropout,
+                                              dtype=self.dtype, precision=None)
+      out = jnp.einsum("...hqk,...khd->...qhd", weights, value)
+    return out.reshape(out.shape[:2] + (-1,))
+
+
+class BertResidual(nn.Module):
+  """Dense -> dropout -> LayerNorm(x + residual): the output of the attention block and of the feed-forward block."""
+
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden, residual, deterministic: bool):
+    c = self.config
+    hidden = nn.Dense(c.hidden_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden)
+    hidden = nn.Dropout(rate=c.hidden_dropout_prob, name="dropout")(hidden, deterministic=deterministic)
+    return nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(hidden + residual)
+
+
+class BertAttention(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden, attention_mask, deterministic: bool):
+    attended = BertSelfAttention(self.config, self.dtype, name="self")(hidden, attention_mask, deterministic)
+    return BertResidual(self.config, self.dtype, name="output")(attended, hidden, deterministic)
+
+
+class BertIntermediate(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden):
+    c = self.config
+    return activation(c.hidden_act)(
+        nn.Dense(c.intermediate_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden))
+
+
+class BertLayer(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden, attention_mask, deterministic: bool):
+    attended = BertAttention(self.config, self.dtype, name="attention")(hidden, attention_mask, deterministic)
+    expanded = BertIntermediate(self.config, self.dtype, name="intermediate")(attended)
+    return BertResidual(self.config, self.dtype, name="output")(expanded, attended, deterministic)
+
+
+class BertLayers(nn.Module):
+  """The stack, as children named "0", "1", ... (transformers' ``encoder.layer.N``)."""
+
+  config: Any
+  dtype: Any = jnp.float32
+  gradient_checkpointing: bool = False
+
+  def setup(self):
+    # Rematerialised layers keep their activations out of memory; `deterministic` (argument 3, self counted) is a
+    # Python bool, static for the remat trace.
+    layer = nn.remat(BertLayer, static_argnums=(3,)) if self.gradient_checkpointing else BertLayer
+    self.layers = [layer(self.config, self.dtype, name=str(i)) for i in range(self.config.num_hidden_layers)]
+
+  def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
+    states = [hidden] if output_hidden_states else None
+    for layer in self.layers:
+      hidden = layer(hidden, attention_mask, deterministic)
+      if output_hidden_states:
+        states.append(hidden)
+    return hidden, None if states is None else tuple(states)
+
+
+class BertEncoder(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+  gradient_checkpointing: bool = False
+
+  @nn.compact
+  def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
+    return BertLayers(self.config, self.dtype, self.gradient_checkpointing, name="layer")(
+        hidden, attention_mask, deterministic, output_hidden_states)
+
+
+class BertPooler(nn.Module):
+  """BERT's NSP pooler: Linear + tanh on the first token's state."""
+
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden):
+    c = self.config
+    return nn.tanh(nn.Dense(c.hidden_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden[:, 0]))
+
+
+class BertModel(nn.Module):
+  """The encoder: ``(input_ids, attention_mask) -> BackboneOutput``. BERT, RoBERTa or XLM-R by ``config.model_type``.
+
+  Attributes:
+    config: a transformers config (``BertConfig``, ``RobertaConfig``, ``XLMRobertaConfig``): only its fields are read.
+    dtype: the computation dtype; parameters stay float32.
+    gradient_checkpointing: rematerialise each layer in the backward pass.
+    add_pooling_layer: build the NSP pooler (``pooler_output``); masked-LM models have none.
+  """
+
+  config: Any
+  dtype: Any = jnp.float32
+  gradient_checkpointing: bool = False
+  add_pooling_layer: bool = True
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None, *, deterministic: bool = True,
+               output_hidden_states: bool = False) -> BackboneOutput:
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros_like(input_ids)
+    if position_ids is None:
+      position_ids = default_position_ids(self.config, input_ids)
+    hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(input_ids, token_type_ids, position_ids,
+                                                                        deterministic)
+    hidden, states = BertEncoder(self.config, self.dtype, self.gradient_checkpointing, name="encoder")(
+        hidden, attention_mask, deterministic, output_hidden_states)
+    pooled = BertPooler(self.config, self.dtype, name="pooler")(hidden) if self.add_pooling_layer else None
+    return BackboneOutput(hidden, states, pooled)
+
+
+# --------------------------------------------------------------------------
+# Masked-LM heads.
+
+
+def _project(hidden, word_embeddings, config, dtype, tied: bool, kernel_init):
+  """The output projection to the vocabulary: the word embeddings (tied) or a ``decoder`` matrix of its own."""
+  if tied:  # The same Dense computation on the transposed embedding table, with no parameter of its own.
+    return nn.Dense(config.vocab_size, dtype=dtype, use_bias=False, parent=None).apply(
+        {"params": {"kernel": word_embeddings.T}}, hidden)
+  return nn.Dense(config.vocab_size, dtype=dtype, use_bias=False, kernel_init=kernel_init, name="decoder")(hidden)
+
+
+class BertPredictionTransform(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, hidden):
+    c = self.config
+    # Flax's default init (lecun normal) here, as transformers' Flax head: only a fresh head's values depend on it.
+    hidden = activation(c.hidden_act)(nn.Dense(c.hidden_size, dtype=self.dtype, name="dense")(hidden))
+    return nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(hidden)
+
+
+class BertLMPredictionHead(nn.Module):
+  """BERT's ``cls.predictions``: ``transform`` (dense, activation, LayerNorm), the projection, its ``bias``."""
+
+  config: Any
+  dtype: Any = jnp.float32
+  tied: bool = True
+
+  @nn.compact
+  def __call__(self, hidden, word_embeddings):
+    hidden = BertPredictionTransform(self.config, self.dtype, name="transform")(hidden)
+    hidden = _project(hidden, word_embeddings, self.config, self.dtype, self.tied, nn.initializers.lecun_normal())
+    return hidden + jnp.asarray(self.param("bias", nn.initializers.zeros, (self.config.vocab_size,)), self.dtype)
+
+
+class BertOnlyMLMHead(nn.Module):
+  config: Any
+  dtype: Any = jnp.float32
+  tied: bool = True
+
+  @nn.compact
+  def __call__(self, hidden, word_embeddings):
+    return BertLMPredictionHead(self.config, self.dtype, self.tied, name="predictions")(hidden, word_embeddings)
+
+
+class RobertaLMHead(nn.Module):
+  """RoBERTa's (and XLM-R's) ``lm_head``: dense -> exact GELU -> ``layer_norm``, the projection, its ``bias``."""
+
+  config: Any
+  dtype: Any = jnp.float32
+  tied: bool = True
+
+  @nn.compact
+  def __call__(self, hidden, word_embeddings):
+    c = self.config
+    hidden = nn.gelu(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name="dense")(hidden),
+                     approximate=False)  # GELU whatever config.hidden_act says, as transformers' RoBERTa head.
+    hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="layer_norm")(hidden)
+    hidden = _project(hidden, word_embeddings, c, self.dtype, self.tied, _normal(c))
+    return hidden + jnp.asarray(self.param("bias", nn.initializers.zeros, (c.vocab_size,)), self.dtype)
+
+
+class BertForMaskedLM(nn.Module):
+  """The encoder (without its NSP pooler) and a masked-LM head: vocabulary logits.
+
+  ``backbone_prefix`` names the encoder's child (and its weights' prefix in a PyTorch checkpoint), ``head_name``
+  the head's. ``tied``: the projection is the word embeddings (pretraining); untied, a matrix of its own
+  (SimCSE's ``do_mlm`` head), so the MLM loss reaches the word embeddings only through the encoder.
+  """
+
+  config: Any
+  dtype: Any = jnp.float32
+  gradient_checkpointing: bool = False
+  tied: bool = True
+  backbone_prefix: ClassVar[str] = "bert"
+  head_name: ClassVar[str] = "cls"
+  head: ClassVar[type[nn.Module]] = BertOnlyMLMHead
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None, positions=None, *,
+               deterministic: bool = True) -> jax.Array:
+    """Logits ``[batch, len, vocab]``; with ``positions`` ``[batch, predictions]``, only there (the output layer,
+    the largest matmul of a small BERT, skips the ~85% of positions that are not predicted)."""
+    backbone = BertModel(self.config, self.dtype, self.gradient_checkpointing, add_pooling_layer=False,
+                         name=self.backbone_prefix)
+    hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids, deterministic=deterministic
+                      ).last_hidden_state
+    if positions is not None:
+      hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [batch, predictions, hidden]
+    word_embeddings = backbone.variables["params"]["embeddings"]["word_embeddings"]["embedding"]
+    return self.head(self.config, self.dtype, self.tied, name=self.head_name)(hidden, word_embeddings)
+
+
+class RobertaForMaskedLM(BertForMaskedLM):
+  backbone_prefix: ClassVar[str] = "roberta"
+  head_name: ClassVar[str] = "lm_head"
+  head: ClassVar[type[nn.Module]] = RobertaLMHead

@@ -1,0 +1,86 @@
+"""The encoder families jaxcse implements, by Hugging Face ``model_type``: modules, checkpoint names, export names.
+
+Adding a family is one ``register(Family(...))`` with its modules (the backbone and masked-LM interfaces of
+``bert.BertModel`` / ``bert.BertForMaskedLM``), parameter names that follow PyTorch's (``weights.py``), and the
+config fields its dropout lives in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+
+from jaxcse.models import bert
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """One encoder architecture.
+
+  Attributes:
+    model_type: the Hugging Face ``config.model_type``.
+    backbone: the encoder module: ``(config, dtype, gradient_checkpointing, add_pooling_layer)``, called as
+      ``(input_ids, attention_mask, *, deterministic, output_hidden_states) -> BackboneOutput``.
+    masked_lm: the encoder with its MLM head: ``(config, dtype, gradient_checkpointing, tied)``, called as
+      ``(input_ids, attention_mask, positions=None, *, deterministic) -> logits``; its ``backbone_prefix`` names
+      the encoder's child and its checkpoint prefix.
+    architecture, masked_lm_architecture: transformers' PyTorch class names, written into exported configs.
+    has_pooler: the encoder has BERT's NSP pooler layer (``pooler_output``).
+    dropout_fields: the config fields a dropout override (SimCSE's 0.1) sets.
+    heads: checkpoint name prefixes of heads other than the encoder's (masked-LM, NSP, classifiers): ignored
+      unless the masked-LM head is asked for.
+    position_offset: position ids start after this many reserved rows of the position table (RoBERTa's
+      ``pad_token_id + 1``): the longest input is ``max_position_embeddings`` minus it.
+  """
+
+  model_type: str
+  backbone: type[nn.Module]
+  masked_lm: type[nn.Module]
+  architecture: str
+  masked_lm_architecture: str
+  has_pooler: bool
+  dropout_fields: tuple[str, ...]
+  heads: tuple[str, ...]
+  position_offset: Any = 0  # An int, or a function of the config.
+
+  def set_dropout(self, config: Any, rate: float) -> None:
+    for field in self.dropout_fields:
+      setattr(config, field, rate)
+
+  def max_positions(self, config: Any) -> int:
+    offset = self.position_offset(config) if callable(self.position_offset) else self.position_offset
+    return config.max_position_embeddings - offset
+
+
+_REGISTRY: dict[str, Family] = {}
+
+
+def register(family: Family) -> Family:
+  if family.model_type in _REGISTRY:
+    raise ValueError(f"model type {family.model_type!r} is already registered")
+  _REGISTRY[family.model_type] = family
+  return family
+
+
+def get(model_type: str) -> Family:
+  """The family of ``model_type``; a ValueError naming the supported ones otherwise."""
+  try:
+    return _REGISTRY[model_type]
+  except KeyError:
+    raise ValueError(f"model type {model_type!r} is not supported by jaxcse; supported: "
+                     f"{', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> tuple[str, ...]:
+  return tuple(sorted(_REGISTRY))
+
+
+_BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+_BERT_HEADS = ("cls.", "lm_head.", "classifier.", "qa_outputs.")
+register(Family("bert", bert.BertModel, bert.BertForMaskedLM, "BertModel", "BertForMaskedLM", True, _BERT_DROPOUT,
+                _BERT_HEADS))
+for _type, _name in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta")):
+  register(Family(_type, bert.BertModel, bert.RobertaForMaskedLM, f"{_name}Model", f"{_name}ForMaskedLM", True,
+                  _BERT_DROPOUT, _BERT_HEADS, position_offset=lambda config: config.pad_token_id + 1))
