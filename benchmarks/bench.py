@@ -308,12 +308,8 @@ def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps:
                       grad_cache_chunk: int = 0, gradient_checkpointing: bool = False) -> Side:
   """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``
   as given); params and optimizer state float32 whatever ``dtype`` computes in."""
-  from transformers import FlaxBertModel
-
-  hf_config = shape.bert_config()
-  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False,
-                           gradient_checkpointing=gradient_checkpointing).module
-  spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
+  spec = models.build_spec(shape.bert_config(), None, models.PoolerSpec("cls", mlp_only_train=True), dtype=dtype,
+                           gradient_checkpointing=gradient_checkpointing)
   params = models.init_params(spec, seed=0)
   config = simcse_config(steps)
   config.train.grad_cache_chunk = grad_cache_chunk
@@ -334,11 +330,7 @@ def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps:
 
 def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats: int, dtype=jnp.float32) -> None:
   """Times the parts of jaxcse's step (forward, forward+backward, whole step) and prints XLA's cost analysis."""
-  from transformers import FlaxBertModel
-
-  hf_config = shape.bert_config()
-  backbone = FlaxBertModel(hf_config, seed=0, dtype=dtype, _do_init=False).module
-  spec = models.ModelSpec(hf_config, None, backbone, models.PoolerSpec("cls", mlp_only_train=True))
+  spec = models.build_spec(shape.bert_config(), None, models.PoolerSpec("cls", mlp_only_train=True), dtype=dtype)
   params = models.init_params(spec, seed=0)
   config = simcse_config(10)
   batch = {"input_ids": jnp.asarray(ids[:, None]), "attention_mask": jnp.asarray(mask[:, None])}

@@ -10,12 +10,9 @@ memory against the device's usable memory, FLOPs and bytes per step, a roofline
 lower bound on the step time, and the collectives the program runs.
 ``find_max_batch`` bisects the largest global batch that fits, compiling only.
 
-The model's shape comes without its weights (``model_shape``): a local folder's
-``config.json`` (or a path to one), the encoder shipped with jaxcse, a hub
-snapshot already in the Hugging Face cache, or the published shapes of the
-models the shipped configs name (``PUBLISHED_SHAPES``). The tokenizer matters
-only for the masked-LM objectives (the ids masking reads); it is read from the
-same folder, else taken from the published ids.
+The models come without their weights from the trainer's own builder (``configured.model(config,
+abstract=True)`` and the frozen models beside it): a local folder's ``config.json``, the encoder shipped with
+jaxcse, a hub snapshot already in the Hugging Face cache, or ``configured.PUBLISHED_SHAPES``.
 """
 
 from __future__ import annotations
@@ -34,259 +31,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import checkpoints, configuration, distributed, embedder as embedder_lib, files, hub, models, objectives
-from jaxcse import st_format, targets as targets_lib, tokenization, train_step as step_lib
+from jaxcse import configuration, configured, distributed, embedder as embedder_lib, files, objectives
+from jaxcse import targets as targets_lib, tokenization, train_step as step_lib
 from jaxcse.errors import JaxcseError
 
 
 class CompileError(JaxcseError, RuntimeError):
   """The step cannot be compiled as asked: an unknown model shape, or a program the target cannot hold."""
-
-
-# --------------------------------------------------------------------------
-# The model's shape, without its weights.
-
-
-@dataclasses.dataclass(frozen=True)
-class SpecialTokens:
-  """The part of a tokenizer that a train step reads: the ids BERT's masking needs.
-
-  Stands in for the tokenizer in the abstract ``ModelSpec`` (``_token_term`` reads exactly these three).
-  """
-
-  mask_token_id: int | None
-  pad_token_id: int | None
-  all_special_ids: tuple[int, ...]
-  # The vocabulary (token -> id) when the tokenizer's files were found: the discrete augmentations of
-  # ``config.augment`` build a constant of the step from it (``augment.WordPieces``). None for a published shape.
-  vocab: dict[str, int] | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
-
-  @classmethod
-  def of(cls, tokenizer) -> "SpecialTokens":
-    return cls(tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids),
-               dict(tokenizer.get_vocab()))
-
-  def get_vocab(self) -> dict[str, int]:
-    """The tokenizer's ``get_vocab()``, as ``augment.WordPieces.from_tokenizer`` reads it."""
-    if self.vocab is None:
-      raise CompileError("the tokenizer's vocabulary is not known (a published shape has only its special ids)")
-    return self.vocab
-
-
-# Published config.json shapes (huggingface.co/<id>/blob/main/config.json) of the models jaxcse's configs name,
-# for machines that hold neither their files nor a network: their dropout is the files' own (0.1).
-_BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                  intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
-                  hidden_act="gelu", layer_norm_eps=1e-12, initializer_range=0.02,
-                  position_embedding_type="absolute")
-_BERT_LARGE = {**_BERT_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-               "intermediate_size": 4096}
-_ROBERTA_BASE = dict(model_type="roberta", vocab_size=50265, hidden_size=768, num_hidden_layers=12,
-                     num_attention_heads=12, intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
-                     pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_act="gelu", layer_norm_eps=1e-5,
-                     initializer_range=0.02)
-_ROBERTA_LARGE = {**_ROBERTA_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-                  "intermediate_size": 4096}
-# Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
-# RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
-_BERT_UNCASED_IDS = SpecialTokens(mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103))
-_ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264))
-PUBLISHED_SHAPES = {
-    "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
-    "roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-    "roberta-large": (_ROBERTA_LARGE, _ROBERTA_IDS),
-    # SimCSE's released checkpoints (DCLR's complementary models) are these backbones, trained.
-    "princeton-nlp/unsup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-    "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-}
-for _name in ("bert-base-uncased", "bert-large-uncased"):  # The hub's current names of the same repositories.
-  PUBLISHED_SHAPES["google-bert/" + _name] = PUBLISHED_SHAPES[_name]
-for _name in ("roberta-base", "roberta-large"):
-  PUBLISHED_SHAPES["FacebookAI/" + _name] = PUBLISHED_SHAPES[_name]
-
-# The files of a hub snapshot that describe a model without its weights.
-_DESCRIPTION_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelShape:
-  """A backbone's Hugging Face config, the special ids its tokenizer has (None: unknown), and where both came from."""
-
-  hf_config: Any
-  tokens: SpecialTokens | None
-  source: str
-  folder: str | None = None  # A local folder holding the model's files (its sentence-transformers modules).
-
-
-def _tokens_in(folder: str) -> SpecialTokens | None:
-  from transformers import AutoTokenizer
-
-  try:
-    with models.quiet_transformers():
-      return SpecialTokens.of(AutoTokenizer.from_pretrained(folder))
-  except (OSError, ValueError, TypeError):  # No tokenizer files there.
-    return None
-
-
-def _cached_snapshot(name: str, revision: str | None) -> str | None:
-  """The folder of ``name``'s hub snapshot in the Hugging Face cache (its description files), without the network."""
-  from huggingface_hub import snapshot_download
-  from huggingface_hub.errors import LocalEntryNotFoundError
-
-  try:
-    folder = snapshot_download(name, revision=revision or None, allow_patterns=_DESCRIPTION_FILES,
-                               local_files_only=True)
-  except (LocalEntryNotFoundError, OSError, ValueError):
-    return None
-  return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
-
-
-def model_shape(name: str, *, revision: str | None = None, dropout: float | None = None) -> ModelShape:
-  """The shape of the model ``name`` without reading its weights.
-
-  In order: a path to a ``config.json``; a local folder, a model shipped with jaxcse or an offline package
-  (``hub.resolve_model_path``); the hub snapshot in the Hugging Face cache; ``PUBLISHED_SHAPES``. ``dropout``
-  overrides the config's as ``models.load_pretrained`` does. Raises ``CompileError`` when none has it.
-  """
-  from transformers import AutoConfig
-
-  def with_dropout(hf_config):
-    if dropout is not None:
-      hf_config.hidden_dropout_prob = dropout
-      hf_config.attention_probs_dropout_prob = dropout
-    return hf_config
-
-  if name.endswith(".json") and os.path.isfile(name):
-    folder = os.path.dirname(os.path.abspath(name))
-    hf_config = with_dropout(AutoConfig.from_pretrained(name))
-    tokens = _tokens_in(folder) if os.path.isfile(os.path.join(folder, "tokenizer_config.json")) else None
-    return ModelShape(hf_config, tokens, f"config file {name}", folder)
-  folder = hub.resolve_model_path(name)
-  source = f"folder {folder}"
-  if not os.path.isdir(folder):
-    folder, source = _cached_snapshot(name, revision), "the Hugging Face cache"
-  if folder is not None:
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-      raise CompileError(f"{name}: {folder} holds no config.json (the model's shape)")
-    return ModelShape(models.hf_config_from_pretrained(folder, dropout), _tokens_in(folder), source, folder)
-  if name in PUBLISHED_SHAPES and not revision:
-    shape, tokens = PUBLISHED_SHAPES[name]
-    fields = dict(shape)
-    hf_config = with_dropout(AutoConfig.for_model(fields.pop("model_type"), **fields))
-    return ModelShape(hf_config, tokens, f"the published shape of {name}")
-  known = ", ".join(n for n in PUBLISHED_SHAPES if "/" not in n)
-  raise CompileError(f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
-                     f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
-                     "config.json, or fetch its description first (huggingface-cli download NAME config.json "
-                     "tokenizer.json tokenizer_config.json)")
-
-
-def _random_architecture(config: ml_collections.ConfigDict) -> tuple[Any, SpecialTokens]:
-  """``model.init=random``: the config ``train._architecture`` builds, from the tokenizer's folder (no download)."""
-  from transformers import AutoConfig, AutoTokenizer
-
-  folder = hub.resolve_model_path(config.model.tokenizer)
-  if not os.path.isdir(folder):
-    folder = _cached_snapshot(config.model.tokenizer, None)
-  if folder is None:
-    raise CompileError(f"model.tokenizer {config.model.tokenizer}: not a local folder nor in the Hugging Face cache "
-                       "(its vocabulary size sets the embedding's shape)")
-  with models.quiet_transformers():
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-  arch = dict(config.model.architecture)
-  hf_config = AutoConfig.for_model(arch.pop("model_type", "bert"), vocab_size=len(tokenizer),
-                                   pad_token_id=tokenizer.pad_token_id, hidden_dropout_prob=config.model.dropout,
-                                   attention_probs_dropout_prob=config.model.dropout, **arch)
-  return hf_config, SpecialTokens.of(tokenizer)
-
-
-@dataclasses.dataclass(frozen=True)
-class AbstractModel:
-  """A model as the step sees it: its spec and its params as ``jax.ShapeDtypeStruct`` leaves."""
-
-  spec: models.ModelSpec
-  params: Any
-  source: str
-
-
-def abstract_model(config: ml_collections.ConfigDict) -> AbstractModel:
-  """The model ``train.configured_model`` builds for ``config``, with abstract params (no weights read)."""
-  objective = objectives.get(config.method)
-  with_mlm = objective.masked_lm or config.mlm.enabled
-  if config.model.init == "random":
-    hf_config, tokens = _random_architecture(config)
-    source = f"random init ({config.model.tokenizer})"
-  else:
-    shape = model_shape(config.model.name, revision=config.model.revision or None,
-                        dropout=config.model.dropout)
-    hf_config, tokens, source = shape.hf_config, shape.tokens, shape.source
-  if _augments_tokens(config):
-    _needs_vocabulary(config.model.name, tokens)
-  if with_mlm and (tokens is None or tokens.mask_token_id is None):
-    raise CompileError(f"{config.model.name}: the masked-LM objective needs the tokenizer's [MASK] and special ids, "
-                       "and no tokenizer files were found beside its config.json")
-  spec = models.build_spec(hf_config, tokens, objectives.pooling_of(config), dtype=models.DTYPES[config.model.dtype],
-                           gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm,
-                           mlm_head=config.mlm.head if config.mlm.enabled else "tied",
-                           source=config.model.name)
-  return AbstractModel(spec, jax.eval_shape(lambda: models.init_params(spec, config.seed)), source)
-
-
-def abstract_complementary(config: ml_collections.ConfigDict) -> AbstractModel | None:
-  """DCLR's frozen model as ``train._complementary`` loads it (``loading.load_model``), abstract; None if unused."""
-  if not objectives.get(config.method).needs_complementary(config):
-    return None
-  path = config.dclr.complementary_model
-  workdir = checkpoints.find_workdir(path)
-  if workdir is not None:
-    spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
-    spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
-    source = f"workdir {workdir}"
-  else:
-    shape = model_shape(path)
-    pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
-    spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
-    source = shape.source
-  return AbstractModel(spec, jax.eval_shape(lambda: models.init_params(spec, 0)), source)
-
-
-# --------------------------------------------------------------------------
-# The train step, lowered and compiled.
-
-
-def _augments_tokens(config: ml_collections.ConfigDict) -> bool:
-  """Whether the step rewrites the second view's tokens (``config.augment``'s discrete augmentations)."""
-  a = config.augment
-  return bool(a.crop or a.word_deletion or a.mlm or a.delete_one_word)
-
-
-def _needs_vocabulary(name: str, tokens: SpecialTokens | None) -> None:
-  if tokens is None or tokens.vocab is None:
-    raise CompileError(f"{name}: config.augment's discrete augmentations read the tokenizer's vocabulary (which "
-                       "pieces continue a word), and no tokenizer files were found: fetch them first "
-                       f"(huggingface-cli download {name} config.json vocab.txt tokenizer.json tokenizer_config.json)")
-
-
-def abstract_augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec) -> AbstractModel | None:
-  """The frozen masked LM of ``config.augment.mlm`` as ``train._augment_mlm`` loads it, abstract; None if unused.
-
-  ``augment.mlm_model``, else ``model.name``, with its (tied) MLM head, in the run's dtype and its own dropout.
-  """
-  if not config.augment.mlm:
-    return None
-  name = config.augment.mlm_model or config.model.name
-  shape = model_shape(name, revision=None if config.augment.mlm_model else config.model.revision or None)
-  _needs_vocabulary(name, shape.tokens)
-  if spec.tokenizer.get_vocab() != shape.tokens.get_vocab():
-    raise CompileError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples would be other "
-                       "tokens")
-  mlm_spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec("avg"),
-                               dtype=models.DTYPES[config.model.dtype], with_mlm_head=True, mlm_head="tied",
-                               source=name)
-  return AbstractModel(mlm_spec, jax.eval_shape(lambda: models.init_params(mlm_spec, 0)), shape.source)
 
 
 def stand_in_total_steps(config: ml_collections.ConfigDict) -> int:
@@ -309,9 +60,9 @@ class StepProgram:
 
   jitted: Any
   args: tuple
-  model: AbstractModel
-  complementary: AbstractModel | None
-  augment_mlm: AbstractModel | None
+  model: configured.Built
+  complementary: configured.Built | None
+  augment_mlm: configured.Built | None
   mesh: jax.sharding.Mesh
   batch_size: int
   columns: int
@@ -330,10 +81,10 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   mesh = distributed.make_mesh(devices)
   if batch_size % mesh.size:
     raise configuration.ConfigError(f"train.batch_size {batch_size} must be divisible by the {mesh.size} devices")
-  model = abstract_model(config)
-  complementary = abstract_complementary(config)
+  model = configured.model(config, abstract=True)
+  complementary = configured.complementary(config, abstract=True)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
-  augment_mlm = abstract_augment_mlm(config, model.spec)
+  augment_mlm = configured.augment_mlm(config, model.spec, abstract=True)
   jitted = step_lib.jit_train_step(config, model.spec, tx, complementary and complementary.spec, mesh,
                                    augment_mlm=augment_mlm and augment_mlm.spec)
   # The arguments as the trainer places them: the state as train._resume makes it (step 0, the params, the
@@ -783,7 +534,7 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   """
   devices = devices if devices is not None else targets_lib.devices(target)
   configuration.validate(config)
-  model = abstract_model(config)
+  model = configured.model(config, abstract=True)
   spec = model.spec
   pooler = spec.pooling.dev_pooler
   attend_padding = objectives.get(config.method).attend_padding(config)

@@ -32,34 +32,24 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
-import flax
 import jax
 import numpy as np
 from safetensors.numpy import save_file
 
 from jaxcse import loading, models, poolers, st_format
+from jaxcse.models import weights
 from jaxcse import errors, files
 from jaxcse.errors import JaxcseError
-
-# Backbones whose Flax parameter tree has exactly the PyTorch model's module names.
-SUPPORTED_MODEL_TYPES = {"bert": "BertModel", "roberta": "RobertaModel"}
-
-# Flax leaf name -> PyTorch parameter name.
-_LEAF_NAMES = {"kernel": "weight", "embedding": "weight", "scale": "weight", "bias": "bias"}
-
 
 class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""
 
 
 def torch_state_dict(backbone_params: Any, mlp_params: Any = None) -> dict[str, np.ndarray]:
-  """PyTorch ``BertModel``/``RobertaModel`` state dict (float32 numpy) from Flax backbone params.
+  """The PyTorch base model's state dict (float32 numpy) from jaxcse backbone params (``models.weights.to_state``).
 
-  Flax ``Dense`` kernels are ``[in, out]`` and torch ``Linear`` weights
-  ``[out, in]``, so kernels are transposed; embeddings and LayerNorm keep
-  their shape. ``mlp_params`` (the ``cls`` pooler's Linear + tanh) replace
-  the backbone's ``pooler.dense``, whose forward is the same Linear + tanh on
-  the [CLS] state, so ``AutoModel``'s ``pooler_output`` is the embedding.
+  ``mlp_params`` (the ``cls`` pooler's Linear + tanh) replace the backbone's ``pooler.dense``, whose forward is
+  the same Linear + tanh on the [CLS] state, so ``AutoModel``'s ``pooler_output`` is the embedding.
 
   Args:
     backbone_params: the ``backbone`` subtree of a jaxcse model's params.
@@ -68,18 +58,10 @@ def torch_state_dict(backbone_params: Any, mlp_params: Any = None) -> dict[str, 
   params = jax.device_get(backbone_params)
   if mlp_params is not None:
     params = {**params, "pooler": {"dense": jax.device_get(mlp_params)}}
-  state = {}
-  for path, value in flax.traverse_util.flatten_dict(params).items():
-    *modules, leaf = path
-    if leaf not in _LEAF_NAMES:
-      raise ExportError(f"parameter {'/'.join(path)}: no PyTorch equivalent for a Flax {leaf!r}")
-    value = np.asarray(value, np.float32)
-    if leaf == "kernel":
-      if value.ndim != 2:
-        raise ExportError(f"parameter {'/'.join(path)}: expected a 2-d Dense kernel, got shape {value.shape}")
-      value = value.T
-    state[".".join([*modules, _LEAF_NAMES[leaf]])] = np.ascontiguousarray(value)
-  return state
+  try:
+    return weights.to_state(params)
+  except weights.WeightsError as e:
+    raise ExportError(str(e)) from None
 
 
 _AUTOMODEL_POOLING = {
@@ -170,9 +152,6 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   pooler = pooler or spec.pooling.test_pooler
   if pooler not in poolers.names():
     raise ExportError(f"unknown pooler {pooler!r}; choose one of {', '.join(poolers.names())}")
-  model_type = spec.hf_config.model_type
-  if model_type not in SUPPORTED_MODEL_TYPES:
-    raise ExportError(f"cannot export a {model_type!r} backbone; supported: {sorted(SUPPORTED_MODEL_TYPES)}")
   if not poolers.exportable(pooler):
     raise ExportError(f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export "
                       "the model's test pooler")
@@ -184,8 +163,14 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
 
-  architecture = SUPPORTED_MODEL_TYPES[model_type]
-  state = torch_state_dict(params["backbone"], params["mlp"] if pooler == "cls" else None)
+  family = spec.family
+  architecture = family.architecture
+  mlp = None
+  if pooler == "cls":
+    mlp = weights.to_state({"pooler": {"dense": jax.device_get(params["mlp"])}})
+  # A family with BERT's pooler layer stores the MLP there (AutoModel's pooler_output is then the embedding); one
+  # without (ModernBERT) keeps it in the sentence-transformers Dense module only.
+  state = torch_state_dict(params["backbone"], params["mlp"] if pooler == "cls" and family.has_pooler else None)
   hf_config = copy.deepcopy(spec.hf_config)
   hf_config.architectures = [architecture]
   # Both libraries return every layer's output only when the config asks; the layer-average poolers need them.
@@ -196,7 +181,6 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   modules = []
 
   def pooling_files(tmp: str) -> None:
-    mlp = {k: v for k, v in state.items() if k.startswith("pooler.dense.")}
     modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
                                            spec.max_positions, mlp))
     with open(os.path.join(tmp, "README.md"), "w") as f:
@@ -210,26 +194,23 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
 
 
 def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model_card: str = "") -> dict:
-  """Writes the backbone with its masked-LM head as a Hugging Face ``BertForMaskedLM`` folder (no pooler chain).
+  """Writes the backbone with its masked-LM head as a Hugging Face ``*ForMaskedLM`` folder (no pooler chain).
 
-  For an encoder pretrained with ``method="mlm"``: the folder is a raw BERT,
-  loadable by ``transformers``' ``BertModel``/``BertForMaskedLM`` (PyTorch),
-  ``FlaxBertModel``, and by jaxcse as a model to fine-tune (``model.name``).
-  PyTorch parameter names, float32 ``model.safetensors`` written from numpy; a
-  tied output projection is not stored, as ``save_pretrained`` does. The
-  backbone's pooler layer is kept (untrained by MLM; ``BertModel`` needs it).
-  ``model_card`` becomes README.md.
+  For an encoder pretrained with ``method="mlm"``: the folder is a raw encoder, loadable by transformers'
+  ``AutoModel``/``AutoModelForMaskedLM`` (PyTorch) and by jaxcse as a model to fine-tune (``model.name``).
+  PyTorch parameter names (``models.weights``), float32 ``model.safetensors`` written from numpy; a tied output
+  projection is not stored, as ``save_pretrained`` does. ``model_card`` becomes README.md.
   """
-  if spec.hf_config.model_type != "bert":
-    raise ExportError(f"--masked_lm exports BERT backbones, not {spec.hf_config.model_type!r}")
   if spec.mlm is None or "mlm_head" not in params:
     raise ExportError("this model has no masked-LM head (train it with method mlm, or mlm.enabled)")
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
-  state = {f"bert.{k}": v for k, v in torch_state_dict(params["backbone"]).items()}
-  state.update(torch_state_dict(params["mlm_head"]))  # cls.predictions.{transform.*, bias}
+  family = spec.family
+  # The backbone's NSP pooler, if it has one, is kept (untrained by MLM; BertModel and RobertaModel need it).
+  state = weights.to_state(params["backbone"], prefix=spec.mlm.prefix + ".")
+  state.update(weights.to_state(params["mlm_head"]))  # e.g. cls.predictions.{transform.*, bias}, lm_head.*
   hf_config = copy.deepcopy(spec.hf_config)
-  hf_config.architectures = ["BertForMaskedLM"]
+  hf_config.architectures = [family.masked_lm_architecture]
   hf_config.tie_word_embeddings = spec.mlm.tied  # An untied head's output matrix is stored as decoder.weight.
   tokenizer = copy.deepcopy(spec.tokenizer)
   tokenizer.model_max_length = spec.max_positions
@@ -240,7 +221,7 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
         f.write(model_card)
 
   _write_folder(out_dir, hf_config, tokenizer, state, card)
-  return {"out_dir": out_dir, "architecture": "BertForMaskedLM", "tensors": len(state)}
+  return {"out_dir": out_dir, "architecture": family.masked_lm_architecture, "tensors": len(state)}
 
 
 @errors.cli
@@ -262,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   if args.masked_lm:
     summary = export_masked_lm(loaded.spec, loaded.params, args.out_dir)
-    print(f"wrote {summary['out_dir']}: BertForMaskedLM, {summary['tensors']} tensors")
+    print(f"wrote {summary['out_dir']}: {summary['architecture']}, {summary['tensors']} tensors")
     return 0
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "

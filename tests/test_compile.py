@@ -48,13 +48,8 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
   class FirstStep(Exception):
     """Raised in place of the trainer's first step, once its arguments are lowered."""
 
-  from transformers import FlaxBertForMaskedLM
-
-  from jaxcse import models
-
-  tiny_mlm = tempfile.mkdtemp(prefix="drift_tiny_mlm_")  # The tiny BERT with a (random) MLM head saved with it.
-  FlaxBertForMaskedLM.from_pretrained(model_dir).save_pretrained(tiny_mlm)
-  models.load_pretrained(model_dir)[0].tokenizer.save_pretrained(tiny_mlm)
+  # The tiny BERT with a (random) MLM head saved with it.
+  tiny_mlm = helpers.make_tiny_mlm_dir(model_dir, os.path.join(tempfile.mkdtemp(prefix="drift_tiny_mlm_"), "model"))
   real = train_step.jit_train_step
   results = {}
   for name, (config_name, overrides) in DRIFT_VARIANTS.items():
@@ -135,59 +130,55 @@ def _shapes(tree):
 def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_data_dir, tmp_path, name):
   import jax
 
-  from jaxcse import aot, train
+  from jaxcse import configured
   from tests import helpers
 
   config_name, overrides = SHAPE_VARIANTS[name]
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
   if name == "minilm" and not os.path.isdir(__import__("jaxcse").hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
-  spec, params = train.configured_model(config)
-  abstract = aot.abstract_model(config)
-  assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: params))
+  real = configured.model(config)
+  abstract = configured.model(config, abstract=True)
+  assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: real.params))
   if config.method == "dclr":
-    replicated = jax.sharding.NamedSharding(jax.make_mesh((1,), ("data",)), jax.sharding.PartitionSpec())
-    comp_spec, comp_params = train._complementary(config, replicated)
-    comp = aot.abstract_complementary(config)
-    assert comp.spec.pooling == comp_spec.pooling
-    assert _shapes(comp.params) == _shapes(jax.eval_shape(lambda: comp_params))
+    comp_real, comp = configured.complementary(config), configured.complementary(config, abstract=True)
+    assert comp.spec.pooling == comp_real.spec.pooling
+    assert _shapes(comp.params) == _shapes(jax.eval_shape(lambda: comp_real.params))
 
 
 def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shape_has_no_vocabulary(
     tiny_model_dir, small_data_dir, tmp_path):
   import jax
-  from transformers import FlaxBertForMaskedLM
 
-  from jaxcse import aot, models, train
+  from jaxcse import configured
   from tests import helpers
 
-  tiny_mlm = str(tmp_path / "tiny_mlm")  # The tiny BERT with a (random) masked-LM head saved with it.
-  FlaxBertForMaskedLM.from_pretrained(tiny_model_dir).save_pretrained(tiny_mlm)
-  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(tiny_mlm)
+  tiny_mlm = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"augment.mlm": 0.15,
                                                                          "augment.mlm_model": tiny_mlm})
-  spec, _ = train.configured_model(config)
-  replicated = jax.sharding.NamedSharding(jax.make_mesh((1,), ("data",)), jax.sharding.PartitionSpec())
-  mlm_spec, mlm_params = train._augment_mlm(config, spec, replicated)
-  abstract = aot.abstract_augment_mlm(config, aot.abstract_model(config).spec)
-  assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: mlm_params))
-  assert (abstract.spec.backbone.dtype, abstract.spec.pooling) == (mlm_spec.backbone.dtype, mlm_spec.pooling)
+  spec = configured.model(config).spec
+  real = configured.augment_mlm(config, spec)
+  abstract = configured.augment_mlm(config, configured.model(config, abstract=True).spec, abstract=True)
+  assert _shapes(abstract.params) == _shapes(jax.eval_shape(lambda: real.params))
+  assert (abstract.spec.backbone.dtype, abstract.spec.pooling) == (real.spec.backbone.dtype, real.spec.pooling)
   # bert-base-uncased's published shape has its special ids but not its vocabulary, which the augmentations read.
   config = helpers.tiny_config("bert-base-uncased", small_data_dir, "base", **{"augment.crop": 0.1})
-  with pytest.raises(aot.CompileError, match="bert-base-uncased: config.augment's discrete augmentations read the "
-                                             "tokenizer's vocabulary"):
-    aot.abstract_model(config)
+  with pytest.raises(configured.ShapeError, match="bert-base-uncased: config.augment's discrete augmentations read "
+                                                  "the tokenizer's vocabulary"):
+    configured.model(config, abstract=True)
 
 
-def test_random_init_builds_the_trainers_architecture(small_data_dir):
-  from jaxcse import aot, train
+def test_random_init_builds_the_configured_architecture(small_data_dir):
+  from jaxcse import configured
   from tests import helpers
 
   config = helpers.tiny_config("", small_data_dir, "pretrain_mlm")
-  hf_config, tokens = aot._random_architecture(config)
-  assert hf_config.to_dict() == train._architecture(config).to_dict()
-  tokenizer = train._tokenizer(config.model.tokenizer)
-  assert tokens == aot.SpecialTokens.of(tokenizer)
+  built = configured.model(config, abstract=True)
+  arch = config.model.architecture
+  assert (built.spec.hf_config.hidden_size, built.spec.hf_config.num_hidden_layers) == (arch.hidden_size,
+                                                                                         arch.num_hidden_layers)
+  assert built.spec.hf_config.vocab_size == len(built.spec.tokenizer) == 8192  # The shipped 8k WordPiece.
+  assert built.spec.hf_config.hidden_dropout_prob == config.model.dropout
 
 
 def _hub_cache(monkeypatch, folder) -> None:
@@ -201,12 +192,12 @@ def _hub_cache(monkeypatch, folder) -> None:
 def _backbone_parameters(name: str) -> int:
   import jax
 
-  from jaxcse import aot
+  from jaxcse import configured
   from tests import helpers
 
   config = helpers.tiny_config(name, "", "base", **{"model.pooler": "cls_before_pooler", "model.mlp_only_train": False,
                                                     "data.max_seq_len": 32})
-  abstract = aot.abstract_model(config)
+  abstract = configured.model(config, abstract=True)
   assert set(abstract.params) == {"backbone"}
   return sum(math.prod(x.shape) for x in jax.tree.leaves(abstract.params))
 
@@ -222,41 +213,42 @@ def _backbone_parameters(name: str) -> int:
 ])
 def test_published_shapes_have_the_published_parameter_counts(name, parameters, monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")  # Not cached: the published shape answers.
-  from jaxcse import aot
+  from jaxcse import configured
 
-  assert aot.model_shape(name).source == f"the published shape of {name}"
+  assert configured.model_shape(name).source == f"the published shape of {name}"
   assert _backbone_parameters(name) == parameters
 
 
 def test_published_bert_ids_are_the_bert_uncased_tokenizers(tokenizer):
   # all-MiniLM-L6-v2 ships bert-base-uncased's vocabulary and special tokens.
-  from jaxcse import aot
+  from jaxcse import configured
 
-  assert aot.SpecialTokens.of(tokenizer) == aot.PUBLISHED_SHAPES["bert-base-uncased"][1]
+  assert configured.SpecialTokens.of(tokenizer) == configured.PUBLISHED_SHAPES["bert-base-uncased"][1]
 
 
 def test_a_config_json_path_is_a_shape_and_mlm_needs_a_tokenizer(tiny_model_dir, small_data_dir, tmp_path):
   import shutil
 
-  from jaxcse import aot
+  from jaxcse import configured
   from tests import helpers
 
   shutil.copy(os.path.join(tiny_model_dir, "config.json"), tmp_path / "config.json")
   config = helpers.tiny_config(str(tmp_path / "config.json"), small_data_dir, "base")
-  abstract = aot.abstract_model(config)
+  abstract = configured.model(config, abstract=True)
   assert abstract.spec.hf_config.hidden_size == 32 and abstract.source.startswith("config file")
   config.mlm.enabled = True
-  with pytest.raises(aot.CompileError, match="needs the tokenizer's"):
-    aot.abstract_model(config)
+  with pytest.raises(configured.ShapeError, match="needs the tokenizer's"):
+    configured.model(config, abstract=True)
 
 
 def test_an_unknown_model_offline_is_one_clear_error(monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")
-  from jaxcse import aot
+  from jaxcse import configured
 
-  with pytest.raises(aot.CompileError, match=r"someone/unknown-model: no local folder, no snapshot in the Hugging "
-                                             r"Face cache and no published shape .* point --config.model.name"):
-    aot.model_shape("someone/unknown-model")
+  with pytest.raises(configured.ShapeError, match=r"someone/unknown-model: no local folder, no snapshot in the "
+                                                  r"Hugging Face cache and no published shape .* point "
+                                                  r"--config.model.name"):
+    configured.model_shape("someone/unknown-model")
 
 
 def test_a_cached_hub_snapshot_is_read_without_the_network(tiny_model_dir, monkeypatch, tmp_path):
@@ -269,9 +261,9 @@ def test_a_cached_hub_snapshot_is_read_without_the_network(tiny_model_dir, monke
   (repo / "refs").mkdir()
   (repo / "refs" / "main").write_text(commit)
   _hub_cache(monkeypatch, tmp_path / "hub")
-  from jaxcse import aot
+  from jaxcse import configured
 
-  shape = aot.model_shape("someone/tiny-bert", dropout=0.0)
+  shape = configured.model_shape("someone/tiny-bert", dropout=0.0)
   assert shape.source == "the Hugging Face cache" and shape.hf_config.hidden_size == 32
   assert shape.hf_config.hidden_dropout_prob == 0.0 and shape.tokens.mask_token_id == 103
 
@@ -423,7 +415,7 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   from tests import helpers
 
   parameters = sum(math.prod(x.shape) for x in jax.tree.leaves(
-      aot.abstract_model(helpers.tiny_config(tiny_model_dir, "", "base")).params))
+      configured.model(helpers.tiny_config(tiny_model_dir, "", "base"), abstract=True).params))
   assert m["alias"] >= 12 * parameters
   assert report["overrides"] == [a for a in args if a.startswith("--config.")]
   # The fingerprint names the program whatever the process traced before (this one traced much more).

@@ -178,7 +178,9 @@ def test_trained_mlp_becomes_the_bert_pooler(trained_workdir, tmp_path, capsys):
 def test_roberta_round_trips(tmp_path):
   """RoBERTa's parameter tree maps the same way; positions start after the padding index in both libraries."""
   _torch_libraries()
-  from transformers import AutoTokenizer, FlaxRobertaModel, RobertaConfig
+  import torch
+  from safetensors.torch import save_file
+  from transformers import AutoTokenizer, RobertaConfig, RobertaModel
 
   folder = str(tmp_path / "tiny_roberta")
   minilm_tokenizer = hub.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
@@ -187,7 +189,10 @@ def test_roberta_round_trips(tmp_path):
   config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                          intermediate_size=64, max_position_embeddings=130, pad_token_id=0, bos_token_id=101,
                          eos_token_id=102, type_vocab_size=1)
-  FlaxRobertaModel(config, seed=1).save_pretrained(folder)
+  torch.manual_seed(1)
+  config.save_pretrained(folder)
+  save_file({k: v.contiguous() for k, v in RobertaModel(config).state_dict().items()},
+            os.path.join(folder, "model.safetensors"))
   AutoTokenizer.from_pretrained(minilm_tokenizer).save_pretrained(folder)
   model = _loaded(models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3))  # A fresh MLP, unlike the pooler layer.
   for pooler in ("cls", "avg_first_last"):

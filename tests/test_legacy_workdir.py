@@ -1,7 +1,7 @@
 """A workdir written before jaxcse had its own encoders (transformers' Flax BERT) reads, encodes and resumes.
 
 tests/fixtures/legacy_workdir was made by tests/fixtures/make_legacy_workdir.py with jaxcse at commit 8691b44
-(transformers 4.57.6's FlaxBertModel): a tiny BERT trained 2 of 4 steps with SimCSE + the MLM term (backbone, MLP,
+(transformers 4.57.6's Flax BERT classes): a tiny BERT trained 2 of 4 steps with SimCSE + the MLM term (backbone, MLP,
 untied MLM head), its embeddings of a few sentences, and the metrics and final parameters of the same run trained
 straight through. Today's modules keep transformers' parameter names and compute the same operations in the same
 order, so the numbers agree; the bounds below allow only for another CPU's float32 rounding (the fixture was

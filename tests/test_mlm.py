@@ -190,13 +190,7 @@ def test_pretraining_from_random_init_learns_and_exports_a_bert(small_data_dir, 
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a [MASK] sentence", "another one"], 10)
   ours = np.asarray(models.mlm_logits(loaded.spec, loaded.params, ids, mask, train=False))
   np.testing.assert_array_equal(models.mlm_logits(spec, params, ids, mask, train=False), ours)
-  # Flax and PyTorch transformers load the folder with no missing weights and compute the same.
-  from transformers import FlaxBertModel
-
-  flax_out = FlaxBertModel.from_pretrained(out)(input_ids=ids, attention_mask=mask).last_hidden_state
-  jaxcse_out = loaded.spec.backbone.apply({"params": loaded.params["backbone"]}, ids, mask, jnp.zeros_like(ids),
-                                          loaded.spec.position_ids(ids), None).last_hidden_state
-  np.testing.assert_allclose(flax_out, jaxcse_out, rtol=1e-5, atol=1e-5)
+  # PyTorch transformers loads the folder with no missing weights and computes the same.
   torch = pytest.importorskip("torch")
   from transformers import BertForMaskedLM, BertModel
 

@@ -118,16 +118,34 @@ def test_model_spec_is_immutable(tiny_model_dir):
   assert not hasattr(spec, "params")
 
 
+def _torch_model(folder: str):
+  """transformers' PyTorch AutoModel of ``folder`` (eval mode), or skip without torch."""
+  pytest.importorskip("torch")
+  from transformers import AutoModel
+
+  return AutoModel.from_pretrained(folder).eval()
+
+
+def _torch_forward(model, ids, mask=None):
+  import torch
+
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(np.asarray(ids)).long(),
+                 attention_mask=None if mask is None else torch.tensor(np.asarray(mask)).long())
+
+
+# float32 in two libraries: the same products summed in another order; activations O(1) after LayerNorm.
+TORCH_TOL = dict(rtol=1e-5, atol=1e-5)
+
+
 def test_hf_folder_cls_uses_the_checkpoint_pooler_layer(tiny_model_dir):
   """SimCSE's evaluation.py 'cls' is BERT's pooler output: a released model keeps its MLP there."""
-  from transformers import FlaxBertModel
-
   loaded = loading.load_model(tiny_model_dir)
   assert not loaded.described and loaded.spec.pooling.pooler == "cls"
   ids, mask = tokenization.tokenize_padded(loaded.spec.tokenizer, ["the pooler output"], 8)
   ours = embedder_lib.BucketedEmbedder(loaded.spec)(["the pooler output"], loaded.params)
-  hf = FlaxBertModel.from_pretrained(tiny_model_dir)(input_ids=ids, attention_mask=mask).pooler_output
-  np.testing.assert_allclose(ours, hf, rtol=1e-5, atol=1e-6)
+  hf = _torch_forward(_torch_model(tiny_model_dir), ids, mask).pooler_output.numpy()
+  np.testing.assert_allclose(ours, hf, **TORCH_TOL)
 
 
 def test_offline_package_name_resolves():
@@ -139,19 +157,28 @@ def test_offline_package_name_resolves():
   assert hub.resolve_model_path("no/such-model") == "no/such-model"
 
 
-def test_roberta_positions_follow_padding_idx():
-  from transformers import FlaxRobertaModel, RobertaConfig
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_roberta_positions_follow_padding_idx(tmp_path, model_type):
+  torch = pytest.importorskip("torch")
+  from safetensors.torch import save_file
+  from transformers import AutoConfig, AutoModel
 
-  config = RobertaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                         intermediate_size=32, max_position_embeddings=40, pad_token_id=1)
-  hf = FlaxRobertaModel(config, seed=0)
-  spec = models.ModelSpec(config, None, hf.module, models.PoolerSpec("avg"))
-  params = {**models.init_params(spec, 0), "backbone": hf.params}
+  config = AutoConfig.for_model(model_type, vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=32, max_position_embeddings=40,
+                                pad_token_id=1)
+  torch.manual_seed(0)
+  model = AutoModel.from_config(config).eval()
+  config.save_pretrained(tmp_path)
+  save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+  spec = models.build_spec(config, None, models.PoolerSpec("avg"))
+  backbone, absent, _ = models.weights.fill(jax.eval_shape(lambda: models.init_params(spec, 0))["backbone"],
+                                            models.weights.read_state(str(tmp_path)), where=str(tmp_path))
+  assert not absent
   ids = jnp.array([[0, 5, 6, 2, 1, 1]])
   mask = (ids != 1).astype(jnp.int32)
-  ours = spec.module_for(spec.pooling.test_pooler).apply({"params": params}, ids, mask)
-  ref = hf(input_ids=ids, attention_mask=mask).last_hidden_state  # HF computes RoBERTa positions itself.
-  np.testing.assert_allclose(ours[0], (ref[0, :4]).mean(axis=0), rtol=1e-5, atol=1e-6)
+  ours = spec.module_for("avg").apply({"params": {"backbone": backbone}}, ids, mask)
+  ref = _torch_forward(model, ids, mask).last_hidden_state.numpy()  # PyTorch computes RoBERTa positions itself.
+  np.testing.assert_allclose(ours[0], (ref[0, :4]).mean(axis=0), **TORCH_TOL)
   assert spec.max_positions == 38
 
 
@@ -203,16 +230,14 @@ def test_hub_model_reads_its_pooling_from_the_hub_snapshot(tiny_model_dir, tmp_p
 
 def test_attend_padding_is_the_model_without_a_mask_on_a_batch_cut_at_its_longest(tiny_model_dir):
   """DCLR's released code: no attention mask, a batch padded to its longest sentence."""
-  from transformers import FlaxBertModel
-
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("bert_pooler"))
   sentences = ["a short one", "a somewhat longer sentence here with words"]
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, sentences, 24)  # Padded past the longest (12 tokens).
   longest = int(mask.sum(axis=1).max())
-  hf = FlaxBertModel.from_pretrained(tiny_model_dir)
-  reference = hf(input_ids=ids[:, :longest], attention_mask=None).pooler_output  # All-ones mask: pads attended.
+  hf = _torch_model(tiny_model_dir)
+  reference = _torch_forward(hf, ids[:, :longest]).pooler_output.numpy()  # No mask: pads attended.
   ours = spec.module_for("bert_pooler", attend_padding=True).apply({"params": params}, ids, mask)
-  np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(ours, reference, **TORCH_TOL)
   masked = spec.module_for("bert_pooler").apply({"params": params}, ids, mask)
   assert not np.allclose(masked[0], ours[0])  # The short sentence sees its padding now.
-  np.testing.assert_allclose(masked, hf(input_ids=ids, attention_mask=mask).pooler_output, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(masked, _torch_forward(hf, ids, mask).pooler_output.numpy(), **TORCH_TOL)

@@ -237,23 +237,25 @@ def test_bad_corpus_is_a_clear_error(tiny_model_dir, small_data_dir, fresh_workd
 
 
 def test_pretrained_mlm_head_is_loaded_not_reinitialised(tiny_model_dir, tmp_path):
-  from transformers import FlaxBertForMaskedLM
+  torch = pytest.importorskip("torch")
+  from safetensors.numpy import load_file
+  from transformers import BertForMaskedLM
 
-  mlm_dir = str(tmp_path / "tiny_mlm")
-  hf = FlaxBertForMaskedLM.from_pretrained(tiny_model_dir)  # Random head, saved with the backbone.
-  hf.save_pretrained(mlm_dir)
-  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(mlm_dir)
+  mlm_dir = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))  # Random head, saved.
   spec, params = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, seed=123)
   assert spec.mlm.pretrained
-  saved = flax.traverse_util.flatten_dict(hf.params["cls"])
-  loaded = flax.traverse_util.flatten_dict(params["mlm_head"]["cls"])
+  saved = {k: v for k, v in load_file(os.path.join(mlm_dir, "model.safetensors")).items() if k.startswith("cls.")}
+  loaded = models.weights.to_state(params["mlm_head"])
   assert saved.keys() == loaded.keys()
   for key in saved:
     np.testing.assert_array_equal(saved[key], loaded[key])
-  # Logits equal transformers' own masked-LM forward.
+  # Logits equal transformers' own (PyTorch) masked-LM forward; float32 in two libraries, logits O(1).
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a [MASK] sentence"], 8)
   ours = models.mlm_logits(spec, params, ids, mask, train=False)
-  np.testing.assert_allclose(ours, hf(input_ids=ids, attention_mask=mask).logits, rtol=1e-4, atol=1e-4)
+  with torch.no_grad():
+    theirs = BertForMaskedLM.from_pretrained(mlm_dir).eval()(input_ids=torch.tensor(np.asarray(ids)).long(),
+                                                           attention_mask=torch.tensor(np.asarray(mask)).long())
+  np.testing.assert_allclose(ours, theirs.logits.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_dir, small_data_dir, fresh_workdir):
@@ -289,19 +291,14 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
 @pytest.mark.parametrize("head", ["untied_fresh", "untied_pretrained", "tied"])
 def test_auxiliary_mlm_heads(tiny_model_dir, small_data_dir, tmp_path, head):
   """SimCSE's do_mlm head is untied: the MLM loss then reaches the word embeddings only through the encoder."""
-  from transformers import FlaxBertForMaskedLM
-
-  mlm_dir = str(tmp_path / "tiny_mlm")
-  FlaxBertForMaskedLM.from_pretrained(tiny_model_dir).save_pretrained(mlm_dir)  # A (random) pretrained head.
-  models.load_pretrained(tiny_model_dir)[0].tokenizer.save_pretrained(mlm_dir)
+  mlm_dir = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))  # A (random) pretrained head.
   spec, params = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, mlm_head=head,
                                         seed=5)
   embeddings = np.asarray(params["backbone"]["embeddings"]["word_embeddings"]["embedding"])
   flat = flax.traverse_util.flatten_dict(params["mlm_head"], sep="/")
   decoder = flat.get("cls/predictions/decoder/kernel")
   assert spec.mlm.tied == (head == "tied") and (decoder is None) == (head == "tied")
-  pretrained_dense = flax.traverse_util.flatten_dict(FlaxBertForMaskedLM.from_pretrained(mlm_dir).params["cls"],
-                                                     sep="/")["predictions/transform/dense/kernel"]
+  pretrained_dense = models.weights.read_state(mlm_dir)["cls.predictions.transform.dense.weight"].T
   same_transform = np.array_equal(flat["cls/predictions/transform/dense/kernel"], pretrained_dense)
   assert same_transform == (head != "untied_fresh")
   if head == "untied_pretrained":

@@ -34,7 +34,7 @@ import numpy as np
 from jaxcse import files, hub, poolers
 from jaxcse.errors import JaxcseError
 from jaxcse.models import families, weights
-from jaxcse.models.outputs import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
+from jaxcse.models.common import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
 
 log = logging.getLogger("jaxcse")
 

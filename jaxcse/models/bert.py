@@ -22,25 +22,9 @@ import jax
 import jax.numpy as jnp
 from flax.linen.attention import dot_product_attention_weights
 
-from jaxcse.models.outputs import BackboneOutput
+from jaxcse.models.common import BackboneOutput, activation
 
-# transformers' names of the feed-forward activation (config.hidden_act).
-ACTIVATIONS = {
-    "gelu": lambda x: nn.gelu(x, approximate=False),
-    "gelu_new": lambda x: nn.gelu(x, approximate=True),
-    "gelu_pytorch_tanh": lambda x: nn.gelu(x, approximate=True),
-    "relu": nn.relu,
-    "silu": nn.swish,
-    "swish": nn.swish,
-}
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
-
-
-def activation(name: str):
-  try:
-    return ACTIVATIONS[name]
-  except KeyError:
-    raise ValueError(f"hidden_act {name!r} is not supported; supported: {', '.join(ACTIVATIONS)}") from None
 
 
 def default_position_ids(config: Any, input_ids: jax.Array) -> jax.Array:

@@ -12,7 +12,7 @@ from typing import Any
 
 import flax.linen as nn
 
-from jaxcse.models import bert
+from jaxcse.models import bert, modernbert
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,3 +84,6 @@ register(Family("bert", bert.BertModel, bert.BertForMaskedLM, "BertModel", "Bert
 for _type, _name in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta")):
   register(Family(_type, bert.BertModel, bert.RobertaForMaskedLM, f"{_name}Model", f"{_name}ForMaskedLM", True,
                   _BERT_DROPOUT, _BERT_HEADS, position_offset=lambda config: config.pad_token_id + 1))
+register(Family("modernbert", modernbert.ModernBertModel, modernbert.ModernBertForMaskedLM, "ModernBertModel",
+                "ModernBertForMaskedLM", False, ("embedding_dropout", "attention_dropout", "mlp_dropout"),
+                ("head.", "decoder.", "classifier.")))

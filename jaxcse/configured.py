@@ -1,0 +1,317 @@
+"""The models a config asks for, built once: with their weights (training, evaluation) or as shapes (compiling).
+
+``model(config)`` is the model a fresh run starts from; ``complementary(config)`` DCLR's frozen complementary
+model; ``augment_mlm(config, spec)`` the frozen masked LM of SimCSE's "MLM k%" augmentation. Each takes
+``abstract``: False reads the weights (the trainer); True reads only the model's description and gives params as
+``jax.ShapeDtypeStruct`` leaves (``jaxcse-compile``, which runs where the weights may not be). Both ways build
+the spec with ``models.build_spec`` and the params' tree from ``models.init_params``, so what is compiled ahead
+of time is what trains.
+
+Without weights, a model's shape comes from ``model_shape``: a local folder's ``config.json`` (or a path to
+one), the encoder shipped with jaxcse, a hub snapshot already in the Hugging Face cache, or the published shapes
+of the models the shipped configs name (``PUBLISHED_SHAPES``). The tokenizer matters to the step only for the
+masked-LM objectives and the discrete augmentations; it is read from the same folder, else its special ids are
+taken from the published ones (``SpecialTokens``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import ml_collections
+
+from jaxcse import checkpoints, configuration, hub, loading, models, objectives, st_format
+from jaxcse.errors import JaxcseError
+
+log = logging.getLogger("jaxcse")
+
+
+class ShapeError(JaxcseError, ValueError):
+  """A model's shape cannot be known without its weights (no description found), or it lacks what the run needs."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+  """A model as a run uses it: its spec, its params (arrays, or ``jax.ShapeDtypeStruct`` leaves), their source."""
+
+  spec: models.ModelSpec
+  params: Any
+  source: str
+
+
+# --------------------------------------------------------------------------
+# A model's description without its weights.
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecialTokens:
+  """The part of a tokenizer that a train step reads: the ids BERT's masking needs.
+
+  Stands in for the tokenizer in an abstract ``ModelSpec`` (``train_step._token_term`` reads exactly these).
+  """
+
+  mask_token_id: int | None
+  pad_token_id: int | None
+  all_special_ids: tuple[int, ...]
+  # The vocabulary (token -> id) when the tokenizer's files were found: the discrete augmentations of
+  # ``config.augment`` build a constant of the step from it (``augment.WordPieces``). None for a published shape.
+  vocab: dict[str, int] | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
+
+  @classmethod
+  def of(cls, tokenizer) -> "SpecialTokens":
+    return cls(tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids),
+               dict(tokenizer.get_vocab()))
+
+  def get_vocab(self) -> dict[str, int]:
+    """The tokenizer's ``get_vocab()``, as ``augment.WordPieces.from_tokenizer`` reads it."""
+    if self.vocab is None:
+      raise ShapeError("the tokenizer's vocabulary is not known (a published shape has only its special ids)")
+    return self.vocab
+
+
+# Published config.json shapes (huggingface.co/<id>/blob/main/config.json) of the models jaxcse's configs name,
+# for machines that hold neither their files nor a network: their dropout is the files' own (0.1).
+_BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                  intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
+                  hidden_act="gelu", layer_norm_eps=1e-12, initializer_range=0.02,
+                  position_embedding_type="absolute")
+_BERT_LARGE = {**_BERT_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+               "intermediate_size": 4096}
+_ROBERTA_BASE = dict(model_type="roberta", vocab_size=50265, hidden_size=768, num_hidden_layers=12,
+                     num_attention_heads=12, intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
+                     pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_act="gelu", layer_norm_eps=1e-5,
+                     initializer_range=0.02)
+_ROBERTA_LARGE = {**_ROBERTA_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
+                  "intermediate_size": 4096}
+# Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
+# RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
+_BERT_UNCASED_IDS = SpecialTokens(mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103))
+_ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264))
+PUBLISHED_SHAPES = {
+    "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+    "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
+    "roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+    "roberta-large": (_ROBERTA_LARGE, _ROBERTA_IDS),
+    # SimCSE's released checkpoints (DCLR's complementary models) are these backbones, trained.
+    "princeton-nlp/unsup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+    "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+    "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+    "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+}
+for _name in ("bert-base-uncased", "bert-large-uncased"):  # The hub's current names of the same repositories.
+  PUBLISHED_SHAPES["google-bert/" + _name] = PUBLISHED_SHAPES[_name]
+for _name in ("roberta-base", "roberta-large"):
+  PUBLISHED_SHAPES["FacebookAI/" + _name] = PUBLISHED_SHAPES[_name]
+
+# The files of a hub snapshot that describe a model without its weights.
+_DESCRIPTION_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelShape:
+  """A backbone's Hugging Face config, the special ids its tokenizer has (None: unknown), and where both came from."""
+
+  hf_config: Any
+  tokens: SpecialTokens | None
+  source: str
+  folder: str | None = None  # A local folder holding the model's files (its sentence-transformers modules).
+
+
+def _tokens_in(folder: str) -> SpecialTokens | None:
+  from transformers import AutoTokenizer
+
+  try:
+    with models.quiet_transformers():
+      return SpecialTokens.of(AutoTokenizer.from_pretrained(folder))
+  except (OSError, ValueError, TypeError):  # No tokenizer files there.
+    return None
+
+
+def _cached_snapshot(name: str, revision: str | None) -> str | None:
+  """The folder of ``name``'s hub snapshot in the Hugging Face cache (its description files), without the network."""
+  from huggingface_hub import snapshot_download
+  from huggingface_hub.errors import LocalEntryNotFoundError
+
+  try:
+    folder = snapshot_download(name, revision=revision or None, allow_patterns=_DESCRIPTION_FILES,
+                               local_files_only=True)
+  except (LocalEntryNotFoundError, OSError, ValueError):
+    return None
+  return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
+
+
+def model_shape(name: str, *, revision: str | None = None, dropout: float | None = None) -> ModelShape:
+  """The shape of the model ``name`` without reading its weights.
+
+  In order: a path to a ``config.json``; a local folder, a model shipped with jaxcse or an offline package
+  (``hub.resolve_model_path``); the hub snapshot in the Hugging Face cache; ``PUBLISHED_SHAPES``. ``dropout``
+  overrides the config's as ``models.load_pretrained`` does. Raises ``ShapeError`` when none has it.
+  """
+  from transformers import AutoConfig
+
+  def with_dropout(hf_config):
+    if dropout is not None:
+      models.families.get(hf_config.model_type).set_dropout(hf_config, dropout)
+    return hf_config
+
+  if name.endswith(".json") and os.path.isfile(name):
+    folder = os.path.dirname(os.path.abspath(name))
+    hf_config = with_dropout(AutoConfig.from_pretrained(name))
+    tokens = _tokens_in(folder) if os.path.isfile(os.path.join(folder, "tokenizer_config.json")) else None
+    return ModelShape(hf_config, tokens, f"config file {name}", folder)
+  folder = hub.resolve_model_path(name)
+  source = f"folder {folder}"
+  if not os.path.isdir(folder):
+    folder, source = _cached_snapshot(name, revision), "the Hugging Face cache"
+  if folder is not None:
+    if not os.path.isfile(os.path.join(folder, "config.json")):
+      raise ShapeError(f"{name}: {folder} holds no config.json (the model's shape)")
+    return ModelShape(models.hf_config_from_pretrained(folder, dropout), _tokens_in(folder), source, folder)
+  if name in PUBLISHED_SHAPES and not revision:
+    shape, tokens = PUBLISHED_SHAPES[name]
+    fields = dict(shape)
+    hf_config = with_dropout(AutoConfig.for_model(fields.pop("model_type"), **fields))
+    return ModelShape(hf_config, tokens, f"the published shape of {name}")
+  known = ", ".join(n for n in PUBLISHED_SHAPES if "/" not in n)
+  raise ShapeError(f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
+                   f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
+                   "config.json, or fetch its description first (huggingface-cli download NAME config.json "
+                   "tokenizer.json tokenizer_config.json)")
+
+
+# --------------------------------------------------------------------------
+# The run's models.
+
+
+def _tokenizer(name: str):
+  """``model.tokenizer``'s tokenizer (a folder, a shipped ``jaxcse/NAME``, or the Hugging Face cache)."""
+  from transformers import AutoTokenizer
+
+  folder = hub.resolve_model_path(name)
+  if not os.path.isdir(folder):
+    folder = _cached_snapshot(name, None)
+  if folder is None:
+    raise ShapeError(f"model.tokenizer {name}: not a local folder nor in the Hugging Face cache (its vocabulary size "
+                     "sets the embedding's shape)")
+  with models.quiet_transformers():
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def random_architecture(config: ml_collections.ConfigDict, tokenizer) -> Any:
+  """The Hugging Face config of a randomly initialised backbone: ``model.architecture``, vocab from the tokenizer."""
+  from transformers import AutoConfig
+
+  arch = dict(config.model.architecture)
+  hf_config = AutoConfig.for_model(arch.pop("model_type", "bert"), vocab_size=len(tokenizer),
+                                   pad_token_id=tokenizer.pad_token_id, **arch)
+  models.families.get(hf_config.model_type).set_dropout(hf_config, config.model.dropout)
+  return hf_config
+
+
+def _abstract_params(spec: models.ModelSpec, seed: int) -> Any:
+  return jax.eval_shape(lambda: models.init_params(spec, seed))
+
+
+def _augments_tokens(config: ml_collections.ConfigDict) -> bool:
+  """Whether the step rewrites the second view's tokens (``config.augment``'s discrete augmentations)."""
+  a = config.augment
+  return bool(a.crop or a.word_deletion or a.mlm or a.delete_one_word)
+
+
+def _needs_vocabulary(name: str, tokens) -> None:
+  if tokens is None or getattr(tokens, "vocab", True) is None:
+    raise ShapeError(f"{name}: config.augment's discrete augmentations read the tokenizer's vocabulary (which "
+                     "pieces continue a word), and no tokenizer files were found: fetch them first "
+                     f"(huggingface-cli download {name} config.json vocab.txt tokenizer.json tokenizer_config.json)")
+
+
+def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built:
+  """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only."""
+  dtype = models.DTYPES[config.model.dtype]
+  pooling = objectives.pooling_of(config)
+  with_mlm = objectives.get(config.method).masked_lm or config.mlm.enabled
+  mlm_head = config.mlm.head if config.mlm.enabled else "tied"
+  build = dict(dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm,
+               mlm_head=mlm_head)
+  if config.model.init == "random":
+    tokenizer = _tokenizer(config.model.tokenizer)
+    source = f"random init ({config.model.tokenizer})"
+    spec = models.build_spec(random_architecture(config, tokenizer), tokenizer, pooling, source=source, **build)
+    return Built(spec, _abstract_params(spec, config.seed) if abstract else models.init_params(spec, config.seed),
+                 source)
+  if not abstract:
+    spec, params = models.load_pretrained(config.model.name, pooling, dropout=config.model.dropout,
+                                          seed=config.seed, revision=config.model.revision or None, **build)
+    if spec.mlm is not None and not spec.mlm.pretrained:
+      log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
+    return Built(spec, params, config.model.name)
+  shape = model_shape(config.model.name, revision=config.model.revision or None, dropout=config.model.dropout)
+  if _augments_tokens(config):
+    _needs_vocabulary(config.model.name, shape.tokens)
+  if with_mlm and (shape.tokens is None or shape.tokens.mask_token_id is None):
+    raise ShapeError(f"{config.model.name}: the masked-LM objective needs the tokenizer's [MASK] and special ids, "
+                     "and no tokenizer files were found beside its config.json")
+  spec = models.build_spec(shape.hf_config, shape.tokens, pooling, source=config.model.name, **build)
+  return Built(spec, _abstract_params(spec, config.seed), shape.source)
+
+
+def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built | None:
+  """DCLR's frozen complementary model, or None when the config does not use one.
+
+  Its embeddings are the representation its threshold phi was tuned for: the official code's complementary
+  model is an unsupervised SimCSE checkpoint run through BERT's pooler layer, which in SimCSE's released
+  checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
+  a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
+  """
+  if not objectives.get(config.method).needs_complementary(config):
+    return None
+  path = config.dclr.complementary_model
+  if not abstract:
+    loaded = loading.load_model(path)
+    spec = loaded.spec
+    if loaded.described:
+      spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
+    return Built(spec, loaded.params, path)
+  workdir = checkpoints.find_workdir(path)
+  if workdir is not None:
+    spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+    spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
+    return Built(spec, _abstract_params(spec, 0), f"workdir {workdir}")
+  shape = model_shape(path)
+  pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
+  spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
+  return Built(spec, _abstract_params(spec, 0), shape.source)
+
+
+def augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, *, abstract: bool = False
+                ) -> Built | None:
+  """The frozen masked LM of ``config.augment.mlm`` (SimCSE's "MLM k%"), or None when unused.
+
+  ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
+  pretrained (tied) MLM head, in the run's dtype. An input of the step, like DCLR's complementary model: no
+  gradient, not saved.
+  """
+  if not config.augment.mlm:
+    return None
+  name = config.augment.mlm_model or config.model.name
+  revision = None if config.augment.mlm_model else config.model.revision or None
+  build = dict(dtype=models.DTYPES[config.model.dtype], with_mlm_head=True, mlm_head="tied")
+  if abstract:
+    shape = model_shape(name, revision=revision)
+    _needs_vocabulary(name, shape.tokens)
+    mlm_spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec("avg"), source=name, **build)
+    params, source = _abstract_params(mlm_spec, 0), shape.source
+  else:
+    mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), revision=revision, **build)
+    source = name
+    if not mlm_spec.mlm.pretrained:
+      raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
+                                      "from (set augment.mlm_model to a model that has one)")
+  if mlm_spec.tokenizer.get_vocab() != spec.tokenizer.get_vocab():
+    raise configuration.ConfigError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples "
+                                    "would be other tokens")
+  return Built(mlm_spec, params, source)
