@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import configuration, configured, distributed, embedder as embedder_lib, files, objectives
+from jaxcse import compat, configuration, configured, distributed, embedder as embedder_lib, files, objectives
 from jaxcse import targets as targets_lib, tokenization, train_step as step_lib
 from jaxcse.errors import JaxcseError
 
@@ -133,11 +133,7 @@ def cost_of(compiled) -> tuple[dict[str, float], str | None]:
     cost = cost[0] if cost else None
   if cost:
     return {k: float(v) for k, v in cost.items()}, "the compiler's cost analysis"
-  from jax._src import xla_bridge
-  from jax._src.lib import xla_client
-
-  modules = compiled.runtime_executable().hlo_modules()
-  cost = xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), modules[0])
+  cost = compat.hlo_module_cost_analysis(compiled.runtime_executable().hlo_modules()[0])
   if not cost:
     return {}, None
   return {k: float(v) for k, v in cost.items()}, "XLA's HLO cost analysis of the optimized module"

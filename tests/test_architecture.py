@@ -147,7 +147,8 @@ LAYERS = (
                 "jaxcse.checkpoints", "jaxcse.st_format", "jaxcse.hub", "jaxcse.mlm"}),
     ("data", {"jaxcse.data", "jaxcse.data.batching", "jaxcse.data.corpora", "jaxcse.data.downloads",
               "jaxcse.data.manifest", "jaxcse.data.root", "jaxcse.tokenization"}),
-    ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.targets"}),
+    ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.targets",
+              "jaxcse.compat"}),
 )
 
 

@@ -22,12 +22,11 @@ from collections.abc import Sequence
 import huggingface_hub
 import huggingface_hub.constants
 import huggingface_hub.errors
-import requests
 
 from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
 from jaxcse.files import file_sha256
 from jaxcse.data.root import DATA_DIR_ENV
-from jaxcse import errors
+from jaxcse import compat, errors
 from jaxcse.errors import JaxcseError
 
 
@@ -75,9 +74,7 @@ def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> Do
 
 
 def _http_error(url: str, error: huggingface_hub.errors.HfHubHTTPError) -> DownloadError:
-  response = error.response
-  status = f"HTTP {response.status_code} {response.reason}" if response is not None else str(error).splitlines()[0]
-  return DownloadError(f"cannot download {url}: {status}")
+  return DownloadError(f"cannot download {url}: {compat.http_status(error)}")
 
 
 def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint: str | None = None,
@@ -96,8 +93,9 @@ def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint:
 
   Raises:
     DownloadError: the hub cannot be reached (offline), answers an HTTP
-      error, the transfer breaks off (the staging folder is kept for a
-      resume), or the digest differs (the download is deleted).
+      error, the transfer breaks off (what was received is kept for a
+      resume where huggingface_hub keeps it), or the digest differs (the
+      download is deleted).
   """
   endpoint = (endpoint or os.environ.get(ENDPOINT_ENV) or huggingface_hub.constants.ENDPOINT).rstrip("/")
   url = huggingface_hub.hf_hub_url(repo_id, filename, repo_type="dataset", revision=revision, endpoint=endpoint)
@@ -106,7 +104,7 @@ def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint:
     announced = huggingface_hub.get_hf_file_metadata(url).etag
   except huggingface_hub.errors.HfHubHTTPError as e:
     raise _http_error(url, e) from None
-  except (requests.ConnectionError, requests.Timeout, huggingface_hub.errors.OfflineModeIsEnabled) as e:
+  except compat.network_errors() as e:
     # After huggingface_hub's own retries. The socket's reason ("[Errno 111] Connection refused") if it is there.
     reason = re.search(r"\[Errno [^\]]*\][^'\")]*", str(e))
     raise _offline_error(url, dest, sha256, reason.group(0) if reason else str(e).splitlines()[0]) from None
@@ -120,9 +118,14 @@ def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint:
                                            endpoint=endpoint, local_dir=staging)
   except huggingface_hub.errors.HfHubHTTPError as e:
     raise _http_error(url, e) from None
-  except (requests.RequestException, OSError) as e:  # Connection lost for good, short read, size mismatch.
-    raise DownloadError(f"download of {url} broke off ({type(e).__name__}: {str(e).splitlines()[0]}); "
-                        f"{staging} is kept and running the command again resumes it") from None
+  except compat.transfer_errors() as e:  # Connection lost for good, short read, size mismatch.
+    # huggingface_hub < 2 keeps the bytes it received (a resume continues from them); 2.x resumes within the call
+    # and deletes them when its retries run out.
+    kept = any(name.endswith(".incomplete") for _, _, names in os.walk(staging) for name in names)
+    then = (f"{staging} is kept and running the command again resumes it" if kept else
+            "running the command again downloads it again")
+    raise DownloadError(f"download of {url} broke off ({type(e).__name__}: {str(e).splitlines()[0]}); {then}"
+                        ) from None
   actual = file_sha256(path)
   expected = sha256 or announced
   if expected is None:

@@ -1,0 +1,90 @@
+"""Where jaxcse meets library versions that differ: each difference behind one function, with why and which versions.
+
+jaxcse supports ranges of jax, huggingface_hub and transformers (pyproject.toml). Where those releases differ in
+an API jaxcse needs, or where jaxcse needs something a library only offers privately, the code that knows it lives
+here, each function saying which versions need it; tests/test_compat.py fails when a workaround stops working or
+is no longer needed. Nothing else in jaxcse imports a private ``jax._src`` / ``xla_client._xla`` name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+
+from packaging.version import Version
+
+
+def version(package: str) -> Version:
+  """The installed version of ``package`` (a distribution name)."""
+  return Version(importlib.metadata.version(package))
+
+
+# --------------------------------------------------------------------------
+# huggingface_hub: 0.x downloads through requests, 1.x through httpx, 2.x through httpx2.
+
+
+def network_errors() -> tuple[type[BaseException], ...]:
+  """The exceptions huggingface_hub lets through when the network cannot be reached (after its own retries).
+
+  huggingface_hub < 1 raises ``requests``' ``ConnectionError``/``Timeout``; 1.x raises ``httpx``'s ``TransportError``
+  family (connect errors, timeouts, broken reads), 2.x the same from ``httpx2``. Each installed one is listed.
+  """
+  import huggingface_hub.errors
+
+  found: list[type[BaseException]] = [huggingface_hub.errors.OfflineModeIsEnabled]
+  for client in ("httpx2", "httpx"):  # huggingface_hub 2.x uses httpx's fork httpx2, 1.x httpx itself.
+    if importlib.util.find_spec(client) is not None:
+      found.append(importlib.import_module(client).TransportError)
+  if importlib.util.find_spec("requests") is not None:
+    import requests
+
+    found.extend([requests.ConnectionError, requests.Timeout])
+  return tuple(found)
+
+
+def transfer_errors() -> tuple[type[BaseException], ...]:
+  """What a download that breaks off midway raises: every network error and a short or failed read."""
+  found = list(network_errors())
+  if importlib.util.find_spec("requests") is not None:
+    import requests
+
+    found.append(requests.RequestException)
+  return (*found, OSError)
+
+
+def http_status(error) -> str:
+  """``"HTTP 404 Not Found"`` of a ``HfHubHTTPError``: requests' response has ``reason``, httpx's ``reason_phrase``."""
+  response = getattr(error, "response", None)
+  if response is None:
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+  reason = getattr(response, "reason_phrase", None) or getattr(response, "reason", None) or ""
+  return f"HTTP {response.status_code} {reason}".rstrip()
+
+
+def reset_hub_sessions() -> None:
+  """Drops huggingface_hub's cached HTTP session(s), so the next call reads the offline flag and endpoint anew.
+
+  huggingface_hub < 1 calls it ``reset_sessions`` (requests); 1.x and 2.x ``close_session`` (httpx).
+  """
+  import huggingface_hub.utils
+
+  reset = getattr(huggingface_hub.utils, "close_session", None) or huggingface_hub.utils.reset_sessions
+  reset()
+
+
+# --------------------------------------------------------------------------
+# jax: XLA's HLO cost analysis has no public API.
+
+
+def hlo_module_cost_analysis(hlo_module) -> dict:
+  """XLA's cost analysis (flops, bytes accessed, ...) of an optimized ``HloModule``, on this machine's CPU client.
+
+  The device-less GPU executable (jaxcse-compile for a GPU that is not here) offers no ``cost_analysis()``; XLA's
+  analysis of its optimized module is reachable only through jaxlib's private ``_xla`` extension (jax 0.7 to
+  0.12 at least: tests/test_compat.py calls it on a real module, so a jax that moves it fails there first).
+  """
+  from jax._src import xla_bridge
+  from jax._src.lib import xla_client
+
+  return xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), hlo_module)
