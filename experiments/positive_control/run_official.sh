@@ -18,7 +18,11 @@ head -n 16000 "$DATA/corpora/wiki_offline.txt" > "$WORK/wiki16k.txt"
 for d in STS SICK; do ln -sfn "$DATA/senteval/downstream/$d" "$SIMCSE/SentEval/data/downstream/$d"; done
 for S in $SEEDS; do
   [ -f "$HERE/results/official-seed$S.json" ] && { echo "official seed $S: done, skipped"; continue; }
-  W="$WORK/official-seed$S"; rm -rf "$W"; mkdir -p "$W"
+  W="$WORK/official-seed$S"
+  if [ -f "$W/train/train_results.txt" ]; then  # trained already: score it
+    train_s=$(sed -n "s/^train_runtime = //p" "$W/train/train_results.txt")
+  else
+  rm -rf "$W"; mkdir -p "$W"
   start=$(date +%s)
   # Launched with denormals flushed to zero (torch.set_flush_denormal), as XLA on CPU computes jaxcse's runs:
   # once the loss is ~1e-4 the gradients hold subnormal floats that make the CPU ~6x slower; no code change.
@@ -28,8 +32,9 @@ for S in $SEEDS; do
     --pooler_type avg --temp 0.05 --do_train --seed "$S" \
     --eval_strategy steps --eval_steps 125 --save_strategy steps --save_steps 125 \
     --metric_for_best_model stsb_spearman --load_best_model_at_end \
-    --logging_steps 10 --report_to none --overwrite_output_dir --overwrite_cache) > "$HERE/logs/official-seed$S.train.log" 2>&1
+    --logging_steps 10 --report_to none --overwrite_output_dir --overwrite_cache) 2>&1 | grep --line-buffered -v "Trainer.tokenizer is now deprecated" > "$HERE/logs/official-seed$S.train.log"
   train_s=$(( $(date +%s) - start ))
+  fi
   for step in 125 250; do
     "$VENV/bin/python" "$HERE/export_encoder.py" "$W/train/checkpoint-$step" "$W/encoder-step$step"
     PYTHONPATH="$PC_CODE" JAXCSE_DATA_DIR="$DATA" nice -n 19 "$PC_VENV/bin/python" -m jaxcse.evaluate \
