@@ -74,6 +74,22 @@ def reset_hub_sessions() -> None:
 
 
 # --------------------------------------------------------------------------
+# jax: float64 for a block.
+
+
+def enable_x64(enabled: bool = True):
+  """A context manager: jax computes in 64 bits inside it (float64 tests). ``jax.enable_x64`` from jax 0.8 on;
+  ``jax.experimental.enable_x64`` (removed in 0.9) before."""
+  import jax
+
+  if hasattr(jax, "enable_x64"):
+    return jax.enable_x64(enabled)
+  from jax import experimental
+
+  return experimental.enable_x64(enabled) if enabled else experimental.disable_x64()
+
+
+# --------------------------------------------------------------------------
 # jax: XLA's HLO cost analysis has no public API.
 
 

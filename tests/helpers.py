@@ -147,7 +147,7 @@ STEP_VARIANTS = {
 
 
 def in_float64(spec, params):
-  """``(spec, params)`` computing in float64 with float64 params (call under ``jax.enable_x64(True)``).
+  """``(spec, params)`` computing in float64 with float64 params (call under ``compat.enable_x64(True)``).
 
   Tests that compare two ways of computing the same thing (1 vs 2 devices,
   GradCache chunks vs one batch) run in float64: the two differ only by the
@@ -161,7 +161,7 @@ def in_float64(spec, params):
   import numpy as np
 
   if not jax.config.jax_enable_x64:
-    raise RuntimeError("in_float64 needs jax.enable_x64(True)")
+    raise RuntimeError("in_float64 needs compat.enable_x64(True)")
   params = jax.tree.map(lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
                         jax.device_get(params))
   return spec.with_dtype(jnp.float64), params

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse import augment, configuration, data as data_lib, losses, models, objectives, train, train_step
+from jaxcse import augment, compat, configuration, data as data_lib, losses, models, objectives, train, train_step
 from tests import helpers
 
 BATCH = 8
@@ -51,7 +51,7 @@ def _sgd_step(config, spec, params, batch, **step_kwargs):
 
 @pytest.mark.parametrize("chunk", [0, 4])
 def test_same_dropout_mask_gives_identical_views_and_the_two_pass_gradient(tiny_model_dir, small_data_dir, chunk):
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{
         "augment.same_dropout_mask": True, "train.batch_size": BATCH, "train.grad_cache_chunk": chunk})
     spec, params = helpers.in_float64(*models.load_pretrained(
@@ -106,7 +106,7 @@ def tiny_mlm_dir(tiny_model_dir, tmp_path_factory):
 def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_dir, small_data_dir, overrides):
   """The step's loss is SimCSE's on (sentence, its augmentation with the step's augmentation key), the first view
   untouched; the frozen MLM gets no gradient."""
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"train.batch_size": BATCH, **overrides})
     spec, params = helpers.in_float64(*models.load_pretrained(
         tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.0, seed=0))
@@ -224,7 +224,7 @@ def _full_formula(config, z, rng, weights, noise="ascent"):
                                              ("complementary", "none"), ("complementary", "random"),
                                              ("self", "random"), ("none", "none")])
 def test_dclr_variants_equal_their_formulas(weighting, noise):
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z, complementary = _toy_views()
     config = _dclr_config(instance_weighting=weighting, noise_negatives=noise)
     objectives.get("dclr").check_config(config)
@@ -242,7 +242,7 @@ def test_dclr_variants_equal_their_formulas(weighting, noise):
 
 def test_dclr_variants_differ_from_the_full_method():
   """Each switch changes the loss on views where it matters (so the formula checks above can fail)."""
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z, complementary = _toy_views()
     rng = jax.random.key(7)
     values = {}
@@ -255,7 +255,7 @@ def test_dclr_variants_differ_from_the_full_method():
 
 def test_dclr_self_weights_carry_no_gradient():
   """Self weighting: the gradient is the loss's with the weights held constant (computed from the same views)."""
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z, _ = _toy_views()
     config = _dclr_config(instance_weighting="self", noise_negatives="none", loss_form="infonce")
     rng = jax.random.key(7)

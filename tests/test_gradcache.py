@@ -23,7 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
   sys.path.insert(0, REPO)
 
-from jaxcse import data as data_lib, distributed, loading, models, train_step  # noqa: E402
+from jaxcse import compat, data as data_lib, distributed, loading, models, train_step  # noqa: E402
 from tests import helpers  # noqa: E402
 
 BATCH = 16
@@ -47,7 +47,7 @@ def _one_step(model_dir: str, data_dir: str, method: str, *, dropout: float, chu
   In float64 (``helpers.in_float64``): chunked and whole-batch steps, or 1 and 2 devices, differ only in the
   order of their sums, which float64 leaves at ~1e-15 on any CPU.
   """
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     return _one_step_float64(model_dir, data_dir, method, dropout=dropout, chunk=chunk,
                              cache_gradients=cache_gradients)
 
@@ -173,7 +173,7 @@ def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
   """gradcache alone, in float64: chunked = one graph = the plain gradient, for a batch loss and a summed loss."""
   from jaxcse import gradcache
 
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     rng = np.random.default_rng(0)
     params = {"w": rng.normal(size=(6, 4)), "b": rng.normal(size=(4,))}
     xs = {"x": rng.normal(size=(12, 6))}

@@ -12,6 +12,7 @@ import pytest
 from jax import test_util
 
 import jaxcse.losses
+from jaxcse import compat
 from jaxcse.losses import cosine_similarity_matrix, simcse_loss
 
 
@@ -116,7 +117,7 @@ def test_doctest():
 def test_grads_unsupervised():
   # float64 only inside this test: finite differences in float32 are too noisy.
   default_dtype = jnp.ones(1).dtype
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z1, z2 = jnp.asarray(_random(0, 4, 5), jnp.float64), jnp.asarray(_random(1, 4, 5), jnp.float64)
     assert z1.dtype == jnp.float64
     test_util.check_grads(jax.jit(lambda a, b: simcse_loss(a, b, temperature=0.1)), (z1, z2), order=1,
@@ -125,7 +126,7 @@ def test_grads_unsupervised():
 
 
 def test_grads_with_hard_negatives():
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z1, z2, z3 = (jnp.asarray(_random(k, 3, 4), jnp.float64) for k in range(3))
     assert z1.dtype == jnp.float64
     f = jax.jit(lambda a, b, c: simcse_loss(a, b, c, temperature=0.2, hard_negative_weight=0.7))

@@ -18,6 +18,7 @@ import pytest
 from jax import test_util
 
 import jaxcse.losses
+from jaxcse import compat
 from jaxcse.losses import (
     cosine_similarity_matrix,
     dclr_initial_noise,
@@ -327,7 +328,7 @@ def test_mixcse_check_grads_without_stop_gradient(neighbour, symmetric):
   default_dtype = jnp.ones(1).dtype
   z1 = _random(0, 4, 5).astype(np.float64)
   z2 = z1 + 0.5 * _random(1, 4, 5).astype(np.float64)
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z1, z2 = jnp.asarray(z1), jnp.asarray(z2)
     assert z1.dtype == jnp.float64
     f = jax.jit(lambda a, b: mixcse_loss(a, b, temperature=0.1, neighbour=neighbour, symmetric=symmetric,
@@ -360,7 +361,7 @@ def test_mixcse_stop_gradient_matches_fixed_mix_finite_differences():
       out[symmetric, sg] = jax.value_and_grad(f, argnums=(0, 1))(a, b)
     return out
 
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     results = jax.jit(all_grads)(z1, z2)
   for symmetric in (True, False):
     kw = dict(temperature=0.1, mix_lambda=0.2, nb12=nb12, nb21=nb21, symmetric=symmetric, mix_src=(z1, z2))
@@ -456,7 +457,7 @@ def test_noise_negatives_match_numpy(batch, num, dim, x64):
     z1, z2, n0 = _random(seed, batch, dim), _random(seed + 1, batch, dim), _random(seed + 2, num, dim)
     want = np_noise_negatives(z1, z2, n0, temperature=temperature, steps=4, step_size=step_size)
     if x64:
-      with jax.enable_x64(True):
+      with compat.enable_x64(True):
         got = _noise(z1.astype(np.float64), z2.astype(np.float64), n0.astype(np.float64), temperature=temperature,
                      steps=4, step_size=step_size)
         assert got.shape == (num, dim) and got.dtype == jnp.float64
@@ -480,7 +481,7 @@ def test_noise_ascent_increases_its_objective_every_step():
   start = _random(2, 8, 16).astype(np.float64)
   noise = start
   values = [np_noise_objective_and_grad(z1, z2, noise, 0.05)[0]]
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     for _ in range(8):
       new = np.asarray(_noise(z1, z2, noise, steps=1))
       # Normalised per noise vector: every row moves by exactly the step size (a global norm would not).
@@ -525,7 +526,7 @@ def test_noise_with_zero_gradient_row_is_reset_to_zero():
   z2 = _random(0, 8, 16).astype(np.float64)
   n0 = _random(1, 8, 16).astype(np.float64)
   n0[0] = z1[0]
-  with jax.enable_x64(True):  # The shapes and dtype of test_noise_ascent_increases_its_objective_every_step.
+  with compat.enable_x64(True):  # The shapes and dtype of test_noise_ascent_increases_its_objective_every_step.
     out = np.asarray(_noise(z1, z2, n0, steps=1))
   np.testing.assert_array_equal(out[0], np.zeros(16))
   assert np.isfinite(out).all()
@@ -671,7 +672,7 @@ def test_dclr_infonce_with_ones_and_no_noise_is_simcse():
 def test_dclr_check_grads():
   z1, z2, noise, weights = _dclr_inputs(0, 4, 3, 5)
   assert weights.min() == 0.0
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     z1, z2, noise, weights = (jnp.asarray(x, jnp.float64) for x in (z1, z2, noise, weights))
     assert z1.dtype == jnp.float64
     # Both forms at once, as a vector: rev mode checks a random combination of the two.

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from transformers import AutoConfig
 
+from jaxcse import compat
 from jaxcse.models import bert, weights
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "flax_golden")
@@ -55,7 +56,7 @@ def _outputs(family: str, dtype):
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_equal_to_transformers_flax_classes(family, dtype):
-  with jax.enable_x64(dtype == "float64"):
+  with compat.enable_x64(dtype == "float64"):
     golden, ours = _outputs(family, jnp.dtype(dtype))
     for name, value in ours.items():
       reference = golden[f"{name}_{dtype}"]

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import hub, models, tokenization
+from jaxcse import compat, hub, models, tokenization
 from jaxcse.models import weights
 from tests import helpers
 
@@ -104,7 +104,7 @@ def _compare(ours, theirs, bound: float):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_equal_to_pytorch_in_float64(family, tmp_path):
   config, model = _torch_folder(family, str(tmp_path))
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     ours = _ours(str(tmp_path), jnp.float64)
   _compare(ours, _torch_outputs(model, torch.float64), _bound(U64, config))
 
@@ -125,7 +125,7 @@ def test_the_base_model_and_its_pooler_equal_pytorchs(family, tmp_path):
   for name in os.listdir(tmp_path / "mlm"):
     if name.startswith(("tokenizer", "vocab", "special")):
       shutil.copy(tmp_path / "mlm" / name, tmp_path / "base")
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     spec, params = models.load_pretrained(str(tmp_path / "base"), models.PoolerSpec("bert_pooler"))
     spec, params = helpers.in_float64(spec, params)
     ours = spec.module_for("bert_pooler").apply({"params": params}, IDS, MASK)
@@ -144,7 +144,7 @@ def test_minilm_real_weights_equal_pytorch():
   with torch.no_grad():
     theirs = model(input_ids=torch.tensor(np.asarray(ids)).long(), attention_mask=torch.tensor(np.asarray(mask)).long(),
                    output_hidden_states=True).hidden_states
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     spec64, params64 = helpers.in_float64(spec, params)
     ours = spec64.backbone.apply({"params": params64["backbone"]}, ids, mask, output_hidden_states=True).hidden_states
   real = np.asarray(mask).astype(bool)
@@ -157,7 +157,7 @@ def test_minilm_real_weights_equal_pytorch():
 
 
 def test_gradients_match_finite_differences_in_float64(tiny_model_dir):
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     spec, params = helpers.in_float64(*models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg")))
     module = spec.module_for("avg")
     ids, mask = IDS, MASK

@@ -26,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file  # noqa: E402
 from transformers.models.modernbert import modeling_modernbert as torch_modernbert  # noqa: E402
 
+from jaxcse import compat  # noqa: E402
 from jaxcse.models import modernbert as mb, weights  # noqa: E402
 
 LENGTH = 20  # Longer than the local window (local_attention 8: distance <= 4), so windows matter.
@@ -196,7 +197,7 @@ def test_parity_float64(torch_reference, monkeypatch):
   model.set_attn_implementation("sdpa")
   _float64_rotary(monkeypatch, model)
   ref_logits, ref_hidden = torch_outputs(model, torch.float64)
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     ours, logits = our_outputs(config, tensors, jnp.float64)
     assert ours.last_hidden_state.dtype == jnp.float64
     _compare(config, ours, logits, ref_logits, ref_hidden, _bound(config, U64), "float64 vs torch sdpa float64")
@@ -277,7 +278,7 @@ def test_finite_differences_float64():
   D(2h) - D(h) = 3 c h^2 (Richardson), so |D(2h) - D(h)| bounds it with a factor-3 margin. Rounding: each
   evaluation of f errs by at most steps * u64 * S (S: the sum of |terms| of the scalar), so D(h) by that / h.
   """
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     config = tiny_config()
     module = mb.ModernBertForMaskedLM(config, dtype=jnp.float64)
     ids, mask = batch()

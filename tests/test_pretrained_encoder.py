@@ -14,7 +14,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse import hub, loading, tokenization
+from jaxcse import compat, hub, loading, tokenization
 from tests import helpers
 
 NAME = "jaxcse/bert-mini-wiki-uncased"
@@ -44,7 +44,7 @@ def test_loads_by_name_and_computes_as_pytorch_transformers(folder):
 
   loaded = loading.load_model(NAME, pooler="avg")
   ids, mask = tokenization.tokenize_padded(loaded.spec.tokenizer, SENTENCES, 16)
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     # float64 on both sides: they differ only in the order of their sums, ~1e-15 of activations of size ~1.
     spec, params = helpers.in_float64(loaded.spec, loaded.params)
     ours = np.asarray(spec.backbone.apply({"params": params["backbone"]}, ids, mask).last_hidden_state)
