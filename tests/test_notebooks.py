@@ -66,6 +66,7 @@ def test_quickstart_notebook(kernel, tmp_path, monkeypatch):
   nb = run_notebook("quickstart.ipynb", kernel, workdir, {}, monkeypatch)
   out = text_output(nb)
   assert "smoke setting: True" in out
+  assert "kept: {" in out and "replaced" not in out  # The environment's jax, flax, transformers stay as they are.
   assert "STS-B dev before training:" in out and "best:" in out
   assert os.path.isfile(os.path.join(workdir, "sts.json"))
   assert os.path.isfile(os.path.join(workdir, "plots", "quickstart_training.png"))
