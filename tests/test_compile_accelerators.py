@@ -100,6 +100,20 @@ def test_a_multi_host_slice_compiles_the_global_batch_over_its_hosts(tiny_model_
   assert report["collectives"].get("all-gather", 0) >= 1 and report["collectives"].get("all-reduce", 0) >= 1
 
 
+def test_modernbert_compiles_for_a_tpu_chip(tmp_path):
+  """configs/modernbert.py on a tiny random ModernBERT (rotary, local/global attention, GeGLU) for Colab's v5e-1."""
+  from jaxcse import aot, targets
+  from tests import helpers
+
+  folder = helpers.make_tiny_modernbert_dir(str(tmp_path / "tiny_modernbert"))
+  config = helpers.tiny_config(folder, "", "modernbert", **{"train.batch_size": 16, "data.max_seq_len": 16,
+                                                           "model.dtype": "bfloat16"})
+  target = targets.get("v5e-1")
+  report = aot.compile_train_step(config, target, devices=targets.devices(target), cache_dir=CACHE)
+  assert report["fits"] and report["num_devices"] == 1 and report["batch_shape"] == [16, 1, 16]
+  assert report["flops_per_device"] > 0
+
+
 def test_the_usable_hbm_in_the_table_is_libtpus():
   # A program far too large for any chip: libtpu's refusal names the HBM it makes available, as the table has it.
   import jax
