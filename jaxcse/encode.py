@@ -192,6 +192,12 @@ class Encoder:
     out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
     return embedder_lib.normalize_rows(out) if normalize_embeddings else out
 
+  def mteb(self, name: str | None = None, **kwargs):
+    """This encoder as an MTEB 2 model, for ``mteb.evaluate`` (``pip install mteb``; see docs/mteb.md)."""
+    from jaxcse.mteb_model import MtebEncoder
+
+    return MtebEncoder(self, name=name, **kwargs)
+
   def similarity(self, a: str | Sequence[str] | np.ndarray, b: str | Sequence[str] | np.ndarray) -> np.ndarray:
     """Cosine similarities ``[len(a), len(b)]`` between sentences or embeddings."""
     ea = embedder_lib.normalize_rows(np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a)))
@@ -267,17 +273,34 @@ class EncodeError(JaxcseError, RuntimeError):
   """An encoding job that cannot go on as asked; the message says why and what to do."""
 
 
+def sidecar_path(output_path: str) -> str:
+  """The JSON written beside an output ``X.npy``: ``X.json`` (model, pooler, provenance of the rows)."""
+  return os.path.splitext(output_path)[0] + ".json"
+
+
+def check_not_overwriting(output_path: str, overwrite: bool) -> None:
+  """Refuses an output, or its sidecar, that exists already, unless ``overwrite``: nothing is replaced unasked."""
+  if overwrite:
+    return
+  for path, what in ((output_path, "the output"), (sidecar_path(output_path), "its sidecar")):
+    if os.path.exists(path):
+      raise EncodeError(f"{path} exists ({what}{' of ' + output_path if path != output_path else ''}); pass "
+                        "--overwrite to replace it, or choose another --output")
+
+
 def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
                 normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
-                progress: bool = True) -> dict:
+                progress: bool = True, overwrite: bool = False) -> dict:
   """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar.
 
   A run resumes a partial output only if everything that determines its rows is the same: the input file, the
   model (its checkpoint step and a fingerprint of its parameters), pooler, dtype, normalisation, length and
-  chunking; a partial output of another job is refused (``EncodeError``), never continued.
+  chunking; a partial output of another job is refused (``EncodeError``), never continued. An existing
+  ``output_path`` or sidecar (``sidecar_path``) is refused unless ``overwrite``.
   """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
+  check_not_overwriting(output_path, overwrite)
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
   stat = os.stat(input_path)
   job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
@@ -334,7 +357,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   sidecar["provenance"] = provenance.provenance(model=model_name, checkpoint_step=encoder.step,
                                                 revision=encoder.spec.revision,
                                                 data={os.path.basename(input_path): files.file_sha256(input_path)})
-  files.write_json(os.path.splitext(output_path)[0] + ".json", sidecar)
+  files.write_json(sidecar_path(output_path), sidecar)
   return sidecar
 
 
@@ -353,17 +376,22 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens")
   parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
   parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused")
   args = parser.parse_args(argv)
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
   errors.check_output(args.output, folder=False)
+  check_not_overwriting(args.output, args.overwrite)
   next(iter(read_rows(args.input, args.column)), None)
   encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
                          batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
-                        dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model)
-  print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']})")
+                        dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model,
+                        overwrite=args.overwrite)
+  print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']}) "
+        f"and its sidecar {sidecar_path(args.output)}")
   return 0
 
 

@@ -128,8 +128,22 @@ def test_cli_writes_npy_and_sidecar(tiny_model_dir, tmp_path, capsys):
   assert encode.main(["--model", tiny_model_dir, "--input", str(tmp_path / "in.txt"), "--output", out,
                       "--pooler", "avg", "--normalize"]) == 0
   assert np.load(out).shape == (4, 32)
-  assert "wrote" in capsys.readouterr().out
+  assert f"and its sidecar {tmp_path / 'emb.json'}" in capsys.readouterr().out
   assert json.load(open(tmp_path / "emb.json"))["normalized"] is True
+
+
+def test_an_existing_output_or_sidecar_is_never_replaced_unasked(tiny_model_dir, tmp_path, capsys):
+  (tmp_path / "in.txt").write_text("one\ntwo\n", encoding="utf-8")
+  args = ["--model", tiny_model_dir, "--input", str(tmp_path / "in.txt"), "--pooler", "avg"]
+  for existing, output in (("exist.npy", "exist.npy"), ("other.json", "other.npy")):  # The output; its sidecar.
+    (tmp_path / existing).write_bytes(b"the user's own file")
+    assert encode.main([*args, "--output", str(tmp_path / output)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / existing} exists" in err[0] and "--overwrite" in err[0], err
+    assert (tmp_path / existing).read_bytes() == b"the user's own file"
+    assert sorted(os.listdir(tmp_path)) == sorted({"in.txt", "exist.npy", existing})
+  assert encode.main([*args, "--output", str(tmp_path / "exist.npy"), "--overwrite"]) == 0
+  assert np.load(tmp_path / "exist.npy").shape == (2, 32)
 
 
 def test_encode_takes_the_sentence_transformers_and_mteb_call_shape(encoder):
