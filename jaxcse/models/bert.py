@@ -71,7 +71,8 @@ class BertSelfAttention(nn.Module):
       raise ValueError(f"hidden_size {c.hidden_size} is not a multiple of num_attention_heads {heads}")
     split = lambda x: x.reshape(x.shape[:2] + (heads, c.hidden_size // heads))  # noqa: E731  [b, len, heads, d]
     dense = lambda name: nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name=name)  # noqa: E731
-    query, key, value = (split(dense(name)(hidden)) for name in ("query", "key", "value"))
+    projected = [dense(name)(hidden) for name in ("query", "key", "value")]  # All three, then the heads (the
+    query, key, value = (split(x) for x in projected)  # order transformers' Flax BERT traced: the same program).
     mask = jnp.expand_dims(attention_mask, axis=(-3, -2))  # [b, 1, 1, len]: broadcast over heads and queries.
     bias = jax.lax.select(mask > 0, jnp.full(mask.shape, 0.0).astype(self.dtype),
                           jnp.full(mask.shape, jnp.finfo(self.dtype).min).astype(self.dtype))
