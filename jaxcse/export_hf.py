@@ -165,11 +165,11 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
 
   family = spec.family
   architecture = family.architecture
-  mlp = None
-  if pooler == "cls":
-    mlp = weights.to_state({"pooler": {"dense": jax.device_get(params["mlp"])}})
-  # A family with BERT's pooler layer stores the MLP there (AutoModel's pooler_output is then the embedding); one
-  # without (ModernBERT) keeps it in the sentence-transformers Dense module only.
+  # The Dense module of cls (SimCSE's MLP) or bert_pooler (the backbone's own pooler layer). A family with BERT's
+  # pooler layer also stores the MLP there (AutoModel's pooler_output is then the embedding); one without
+  # (ModernBERT) keeps it in the sentence-transformers Dense module only.
+  dense = {"cls": params.get("mlp"), "bert_pooler": params["backbone"].get("pooler", {}).get("dense")}.get(pooler)
+  mlp = None if dense is None else weights.to_state({"pooler": {"dense": jax.device_get(dense)}})
   state = torch_state_dict(params["backbone"], params["mlp"] if pooler == "cls" and family.has_pooler else None)
   hf_config = copy.deepcopy(spec.hf_config)
   hf_config.architectures = [architecture]
