@@ -123,8 +123,9 @@ def main() -> None:
       lines.append(f"| {names[impl]} | {label} | {c['n'][0]} vs {c['n'][1]} | {c['d']:+.2f} | {c['sp']:.2f} | "
                    f"{verdict} | [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}] | {c['welch_t']:.2f} ({c['df']:.1f}), "
                    f"{c['welch_p']:.3f} | {paired} |")
-  lines += ["", "n = 3 per group: the t tests have little power and the intervals are wide; the verdict is the "
-            "pre-registered |d| <= pooled SD rule alone.", ""]
+  lines += ["", "Pooled SD: sqrt(((n1-1) s1² + (n2-1) s2²) / (n1 + n2 - 2)), which is sqrt((s1² + s2²) / 2) at n = 3 "
+            "each. With 2-3 seeds per group the t tests have little power and the intervals are wide; the verdict is "
+            "the pre-registered |d| <= pooled SD rule alone. The paired t needs equal seed counts.", ""]
   with open(a.out, "w") as f:
     f.write("\n".join(lines))
   print("\n".join(lines))
