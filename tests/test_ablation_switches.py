@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse import augment, compat, configuration, data as data_lib, losses, models, objectives, train, train_step
+from jaxcse import augment, compat, configuration, data as data_lib, loading, losses, models, objectives, train, train_step
 from tests import helpers
 
 BATCH = 8
@@ -150,7 +150,7 @@ def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(tiny_mod
   assert summary["steps"] == 2
   # The frozen MLM is not part of the trained model: no MLM head in the checkpoint.
   saved = flax.traverse_util.flatten_dict(jax.device_get(
-      train.loading.load_model(str(tmp_path / "ok"), checkpoint="latest").params), sep="/")
+      loading.load_model(str(tmp_path / "ok"), checkpoint="latest").params), sep="/")
   assert not any(k.startswith("mlm_head") for k in saved)
   config.augment.mlm_model = ""  # model.name: the tiny BERT, which has no MLM head.
   with pytest.raises(configuration.ConfigError, match="has no pretrained masked-LM head"):

@@ -411,7 +411,7 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   # moments (3 x 4 bytes a parameter).
   import jax
 
-  from jaxcse import aot
+  from jaxcse import aot, configured
   from tests import helpers
 
   parameters = sum(math.prod(x.shape) for x in jax.tree.leaves(

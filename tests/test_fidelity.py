@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse import configuration, embedder as embedder_lib, loading, sts_data, sts_metrics, models, objectives, train, train_step
+from jaxcse import configuration, configured, embedder as embedder_lib, loading, sts_data, sts_metrics, models, objectives, train, train_step
 from tests import helpers
 
 
@@ -57,8 +57,7 @@ def test_a_workdir_complementary_model_embeds_with_its_mlp(tiny_model_dir, small
   workdir = str(tmp_path / "simcse")
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2}), workdir)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{"dclr.complementary_model": workdir})
-  mesh = jax.make_mesh((1,), ("data",))
-  spec, _ = train._complementary(config, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+  spec = configured.complementary(config).spec
   assert spec.pooling.test_pooler == "cls"  # Its training pooler (with the MLP), not its test pooler.
   assert loading.load_model(workdir).spec.pooling.test_pooler == "cls_before_pooler"
 
