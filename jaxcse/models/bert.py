@@ -86,8 +86,8 @@ class BertSelfAttention(nn.Module):
       scaled = query / jnp.sqrt(depth).astype(self.dtype)
       out = jax.nn.dot_product_attention(scaled, key, value, bias=bias, scale=1.0)
     else:
-      # Dropout on the attention weights (or float64) (the mask broadcast over the batch dims, as transformers' Flax BERT):
-      # flax's weights function, so that the dropout stream is the one earlier jaxcse versions drew.
+      # Dropout on the attention weights (its mask broadcast over the batch dims, as transformers' Flax BERT), or
+      # float64: flax's weights function, so that the dropout stream is the one earlier jaxcse versions drew.
       dropout = not deterministic and rate > 0.0
       weights = dot_product_attention_weights(query, key, bias=bias,
                                               dropout_rng=self.make_rng("dropout") if dropout else None,
