@@ -19,9 +19,11 @@ import dataclasses
 import glob
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -198,7 +200,7 @@ def _scratch(path: str) -> str:
   return path
 
 
-def _environment() -> dict[str, str]:
+def _environment(cache_dir: str) -> dict[str, str]:
   env = dict(os.environ)
   env.pop("JAXCSE_DATA_DIR", None)  # A new user's: no data root unless a block is marked ci-data-root.
   # The commands of this interpreter's environment (jaxcse-train, ...) on this checkout's code.
@@ -206,7 +208,17 @@ def _environment() -> dict[str, str]:
   env["PYTHONPATH"] = REPO + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
   # Nothing may reach the network: an example that needs it must say so (no-ci) instead of hanging CI.
   env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", MPLBACKEND="Agg")
+  # The blocks compile the same programs (the quickstart model's forward at each length) in many processes: one
+  # persistent compilation cache serves them all (CI's own, when it sets one).
+  if "JAX_COMPILATION_CACHE_DIR" not in env:
+    env.update(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   return env
+
+
+def _children_cpu_seconds() -> float:
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
 
 
 def _run(block: Block, folder: str, env: dict[str, str], data_root: str) -> str | None:
@@ -233,8 +245,8 @@ def test_every_example_runs(tmp_path):
   for module in ("sentence_transformers", "mteb", "matplotlib"):
     pytest.importorskip(module, reason=f"the docs' examples use {module} (pip install -e '.[dev]')")
   data_root = shared_data_dir()
-  env = _environment()
-  failures = []
+  env = _environment(str(tmp_path / "jax_cache"))
+  failures, costs = [], []
   readme = _scratch(str(tmp_path / "README"))
   for document in DOCUMENTS:
     folder = readme if document == "README.md" else _scratch(str(tmp_path / document.replace("/", "-")))
@@ -245,9 +257,14 @@ def test_every_example_runs(tmp_path):
                       copy_function=os.link)
     for block in parse(document):
       if block.language in RUN and block.no_ci is None:
+        cpu, wall = _children_cpu_seconds(), time.monotonic()
         failure = _run(block, folder, env, data_root)
+        costs.append((block.where, _children_cpu_seconds() - cpu, time.monotonic() - wall))
         if failure:
           failures.append(failure)
           if document == "README.md" and "jaxcse-train" in block.code:
             pytest.fail(f"the README's quickstart failed; nothing after it can run:\n{failure}")
+  # What each block costs (CPU seconds of its processes, and wall), to keep this test cheap: see with -s.
+  print("".join(f"\n{where:32} {cpu:7.1f} s CPU {wall:7.1f} s wall" for where, cpu, wall in costs))
+  print(f"{'all':32} {sum(c for _, c, _ in costs):7.1f} s CPU {sum(w for _, _, w in costs):7.1f} s wall")
   assert not failures, f"{len(failures)} example(s) failed:\n\n" + "\n\n".join(failures)
