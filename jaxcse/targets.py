@@ -28,6 +28,12 @@ GIB = 1 << 30
 
 GPU_TARGETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_targets")
 
+# Compiling for a GPU that is not here needs a jaxlib whose XLA reads the GpuTargetConfigProto files in gpu_targets/
+# (written from XLA's specs of 2026) and whose CUDA plugin starts without NVIDIA's libraries. Found by trying
+# (experiments/aot/README.md, "The GPU compile floor"): jaxlib 0.10.0 and 0.10.2 compile for the H100; 0.9.2 and
+# 0.9.0 refuse the spec (their XLA lacks its thread_dim_limit_* fields), 0.7.2 (Colab's TPU image) lacks a dozen.
+GPU_COMPILE_MIN_JAXLIB = "0.10.0"
+
 
 class TargetError(JaxcseError, ValueError):
   """A target name jaxcse does not know, or one whose compiler is not installed."""
@@ -223,6 +229,7 @@ def devices(target: Target) -> list:
     name, kwargs = target.topology
     found = topologies.get_topology_desc(topology_name=name, platform="tpu", **kwargs).devices
   else:
+    _require_gpu_compiler(target)
     try:
       found = topologies.get_topology_desc(platform="cuda", topology_name="1x1x1", topology="1x1x1",
                                            target_config=gpu_config_text(target.gpu_config)).devices
@@ -232,3 +239,16 @@ def devices(target: Target) -> list:
   if len(found) != target.num_devices:
     raise TargetError(f"target {target.name}: the compiler gave {len(found)} devices, not {target.num_devices}")
   return list(found)
+
+
+def _require_gpu_compiler(target: Target) -> None:
+  """One line instead of XLA's proto parse error (or the CUDA plugin's start-up traceback) with an older jaxlib."""
+  import importlib.metadata
+
+  from packaging.version import Version
+
+  installed = importlib.metadata.version("jaxlib")
+  if Version(installed) < Version(GPU_COMPILE_MIN_JAXLIB):
+    raise TargetError(f"target {target.name}: compiling for a GPU without one needs jax and jaxlib >= "
+                      f"{GPU_COMPILE_MIN_JAXLIB} (installed: jaxlib {installed}, whose XLA cannot read "
+                      f"gpu_targets/{os.path.basename(target.gpu_config)}); TPU targets work with this jaxlib")

@@ -42,11 +42,35 @@ METHODS = {
 }
 
 
-@pytest.fixture(scope="module")
-def devices():
+def _gpu_compiler_missing() -> str | None:
+  """Why this jaxlib cannot compile for a GPU (the ranges' floor, Colab's jax 0.7.2), or None."""
+  import importlib.metadata
+
+  from packaging.version import Version
+
   from jaxcse import targets
 
-  return {name: targets.devices(targets.get(name)) for name in (TPU, GPU)}
+  installed = importlib.metadata.version("jaxlib")
+  if Version(installed) < Version(targets.GPU_COMPILE_MIN_JAXLIB):
+    return f"jaxlib {installed} < {targets.GPU_COMPILE_MIN_JAXLIB}: no device-less GPU compile"
+  return None
+
+
+@pytest.fixture(scope="module")
+def devices():
+  """The compile-only devices of a target, built once per module when first asked for."""
+  from jaxcse import targets
+
+  built = {}
+
+  def of(name: str):
+    if targets.get(name).platform == "gpu" and _gpu_compiler_missing():
+      pytest.skip(_gpu_compiler_missing())
+    if name not in built:
+      built[name] = targets.devices(targets.get(name))
+    return built[name]
+
+  return of
 
 
 def _config(model_dir: str, name: str):
@@ -67,7 +91,7 @@ def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices
   from jaxcse import aot, targets
 
   config = _config(tiny_model_dir, method)
-  report = aot.compile_train_step(config, targets.get(target), devices=devices[target], cache_dir=CACHE)
+  report = aot.compile_train_step(config, targets.get(target), devices=devices(target), cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == (8 if target == TPU else 1)
   assert report["batch_shape"] == [16, 3 if method.startswith("simcse_sup") else 1, 8]
   # The donated train state comes back in place, and the memory adds up.
@@ -184,3 +208,12 @@ def test_the_notebooks_runs_fit_todays_colab_and_kaggle_tpus(config, target, tmp
   assert result.returncode == 0 and result.stderr == "", result.stderr
   report = json.load(open(out))
   assert report["fits"] and report["batch_size"] == 64 and report["num_devices"] == int(target.split("-")[1])
+
+
+@pytest.mark.skipif(_gpu_compiler_missing() is None, reason="this jaxlib compiles for GPUs")
+def test_a_jaxlib_too_old_for_gpu_compiles_says_so_in_one_line(tiny_model_dir, tmp_path):
+  # At the ranges' floor (Colab's TPU image, jaxlib 0.7.2) TPU targets compile and GPU targets cannot: the command
+  # says which jaxlib is needed instead of XLA's proto parse error or the CUDA plugin's start-up traceback.
+  result = _command("--config", "base", f"--config.model.name={tiny_model_dir}", "--target", "h100")
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.count("\n") == 1 and "needs jax and jaxlib >= " in result.stderr, result.stderr
