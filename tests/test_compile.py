@@ -458,6 +458,38 @@ def test_bad_target_and_missing_compiler_are_one_line_errors():
     assert 'needs libtpu: pip install "jaxcse[tpu]"' in result.stderr
 
 
+def test_the_gpu_compiler_goes_where_only_jaxcse_compile_looks(monkeypatch, tmp_path):
+  import types
+
+  from jaxcse import targets
+
+  folder = tmp_path / "gpu-compiler"
+  monkeypatch.setenv("JAXCSE_GPU_COMPILER_DIR", str(folder))
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  assert targets.gpu_compiler_dir() == str(folder) and not targets.use_gpu_compiler()  # Not installed: untouched.
+  calls = []
+
+  def pip(command, **kwargs):
+    calls.append(command)
+    return types.SimpleNamespace(returncode=0, stderr="")
+
+  if targets.jaxlib_too_old_for_gpus():
+    with pytest.raises(targets.TargetError, match="needs jax and jaxlib >= "):
+      targets.install_gpu_compiler(run=pip)
+    return
+  assert targets.install_gpu_compiler(run=pip) == str(folder)
+  import importlib.metadata
+
+  jaxlib = importlib.metadata.version("jaxlib")
+  assert calls[0][-4:] == ["--target", str(folder), f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
+  (folder / "jax_plugins").mkdir(parents=True)  # What pip leaves there.
+  assert targets.use_gpu_compiler() and sys.path[0] == str(folder) and not targets.use_gpu_compiler()
+  failed = lambda command, **kwargs: types.SimpleNamespace(returncode=1, stderr="Looking in indexes...\n"
+                                                          "ERROR: No matching distribution found for x\n")
+  with pytest.raises(targets.TargetError, match=r"failed: ERROR: No matching distribution found for x$"):
+    targets.install_gpu_compiler(run=failed)
+
+
 if __name__ == "__main__":
   if sys.argv[1] == "drift":
     _drift_worker(*sys.argv[2:5])
