@@ -93,7 +93,9 @@ def describe(report: dict) -> list[str]:
                  "sentences/s" + (f"; {report['roofline_xla_bytes_seconds'] * 1e3:.2f} ms at XLA's bytes accessed"
                                   if report["roofline_xla_bytes_seconds"] else ""))
   kinds = ", ".join(f"{k} x{v}" for k, v in report["collectives"].items()) or "none"
-  lines.append(f"  collectives: {kinds}; compiled in {report['compile_seconds']:.1f} s")
+  compiled = (f"from the compile cache (the compilation took {report['compile_seconds']:.1f} s when it ran)"
+              if report.get("cached") else f"compiled in {report['compile_seconds']:.1f} s")
+  lines.append(f"  collectives: {kinds}; {compiled}")
   return lines
 
 
@@ -103,6 +105,11 @@ def does_not_fit_line(target: str, report: dict | None, error: str | None) -> st
   m = report["memory_bytes"]
   return (f"does not fit {target}: {_gib(m['total'])} per device, {_gib(m['device_limit'])} usable "
           f"(batch {report['batch_size']})")
+
+
+def _progress(line: str) -> None:
+  """What the command is doing, as it does it (stdout, before the report; stderr stays for the one-line errors)."""
+  print(line, flush=True)
 
 
 def list_targets() -> None:
@@ -147,7 +154,8 @@ def run_command() -> int:
     fits, error = True, None
     if FLAGS.inference:
       reports = aot.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
-                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir)
+                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir,
+                                    log=_progress)
       result.update(reports[-1], lengths=reports)
       for r in reports:
         print("\n".join(describe(r)))
@@ -164,7 +172,7 @@ def run_command() -> int:
     else:
       try:
         report = aot.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
-                                        cache_dir=cache_dir)
+                                        cache_dir=cache_dir, log=_progress)
       except aot.OutOfMemory as e:
         fits, error = False, str(e)
         result.update(target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -402,6 +403,11 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
           "--config.data.max_seq_len=8", "--target", "cpu", "--cache_dir", str(tmp_path / "cache")]
   first = _command(*args, "--json", str(tmp_path / "first.json"))
   assert first.returncode == 0 and first.stderr == "", first.stderr
+  # Progress as it goes (a large model takes minutes), then the report.
+  progress = [line for line in first.stdout.splitlines() if not line.startswith("  still compiling: ")]
+  assert progress[0] == "cpu: lowering the program ..." and progress[-1].endswith(" s")
+  assert re.fullmatch(r"cpu: lowered in [\d.]+ s; compiling with XLA's CPU compiler \.\.\.", progress[1])
+  assert re.fullmatch(r"cpu: compiled in [\d.]+ s", progress[2]) and "; compiled in " in progress[-1]
   report = json.load(open(tmp_path / "first.json"))
   assert REPORT_KEYS <= set(report) and report["fits"] and not report["cached"]
   assert set(report["memory_bytes"]) == {"argument", "output", "alias", "temp", "code", "total", "device_limit"}
@@ -431,6 +437,11 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   second = _command(*args, "--json", str(tmp_path / "second.json"))
   cached = json.load(open(tmp_path / "second.json"))
   assert second.returncode == 0 and cached["cached"] and cached["fingerprint"] == report["fingerprint"]
+  # A cache hit says so, and how long the compilation it stands for took when it ran.
+  took = f"{report['compile_seconds']:.1f} s"
+  assert re.fullmatch(rf"cpu: found in the compile cache \(.*\), read in [\d.]+ s \(the compilation itself took "
+                      rf"{re.escape(took)} when it ran\)", second.stdout.splitlines()[1])
+  assert second.stdout.splitlines()[-1].endswith(f"; from the compile cache (the compilation took {took} when it ran)")
   assert {k: v for k, v in cached.items() if k != "cached"} == {k: v for k, v in report.items() if k != "cached"}
 
 
@@ -444,6 +455,21 @@ def test_the_encoder_compiles_at_the_embedders_length_buckets_only(tiny_model_di
   assert reports[0]["flops_per_device"] < reports[1]["flops_per_device"]
   with pytest.raises(aot.CompileError, match=r"inference lengths \[10\] are not length buckets up to 12"):
     aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[10])
+
+
+def test_a_long_compilation_says_it_is_still_running():
+  import time
+
+  from jaxcse import aot
+
+  lines = []
+  with aot._still_running(lines.append, "compiling", every=0.05):
+    time.sleep(0.18)
+  assert 2 <= len(lines) <= 4 and all(re.fullmatch(r"  still compiling: 0m00s", line) for line in lines), lines
+  with aot._still_running(lines.append, "compiling", every=0.05):
+    pass
+  time.sleep(0.1)
+  assert len(lines) <= 4  # Stopped with the block.
 
 
 def test_bad_target_and_missing_compiler_are_one_line_errors():
