@@ -110,6 +110,40 @@ def load_sickr(root: str) -> dict[str, PairSet]:
           for split, f in files.items()}
 
 
+def task_folder(task: str) -> str:
+  """The folder (relative to a data root, "/"-separated) that holds ``task``'s files."""
+  if task in STS_YEARS:
+    return f"senteval/downstream/STS/{task}-en-test"
+  if task == "STSBenchmark":
+    return "senteval/downstream/STS/STSBenchmark"
+  if task == "SICKRelatedness":
+    return "senteval/downstream/SICK"
+  raise ValueError(f"unknown task {task!r}; choose from {STS_TASKS}")
+
+
+def task_files(task: str) -> list[str]:
+  """The files (relative to a data root) that ``load_task`` reads for ``task``."""
+  folder = task_folder(task)
+  if task in STS_YEARS:
+    return [f"{folder}/STS.{kind}.{name}.txt" for name in STS_YEARS[task] for kind in ("input", "gs")]
+  if task == "STSBenchmark":
+    return [f"{folder}/sts-dev.csv", f"{folder}/sts-test.csv"]
+  return [f"{folder}/SICK_trial.txt", f"{folder}/SICK_test_annotated.txt"]
+
+
+def task_root(task: str, root: str | None = None) -> str:
+  """The data root to read ``task`` from: ``root`` (else ``$JAXCSE_DATA_DIR``) if it has the task's folder, else the
+  copy shipped with jaxcse (every file's pinned sha256 checked, one line saying so).
+
+  A whole task comes from one place, never some files from each: a given root with the task's folder but a missing
+  file is that root's error (``load_task`` names the file), not a silent mix with the shipped copy.
+  """
+  given = data_lib.given_root(root)
+  if given and os.path.isdir(os.path.join(given, task_folder(task))):
+    return given
+  return data_lib.embedded_root_for(task_files(task), given, what=f"{task}'s files")
+
+
 def load_task(root: str, task: str) -> dict[str, PairSet]:
   if task in STS_YEARS:
     return load_sts_year(root, task)

@@ -90,7 +90,7 @@ def test_other_files_name_the_download(tmp_path, monkeypatch):
                                       r"`jaxcse-data download wiki1m --data_dir DIR` fetches it"):
     data.resolve("corpora/wiki1m_for_simcse.txt")
   with pytest.raises(DataError, match=r"`jaxcse-data download senteval --data_dir DIR` fetches it"):
-    sts_data.load_dev_sets()  # SICK-R dev is not shipped.
+    data.data_file("senteval/downstream/MR/rt-polarity.pos")  # The transfer tasks are not shipped.
   with pytest.raises(DataError, match=r"no jaxcse-data download provides it"):
     data.resolve("corpora/mine.txt")
   (tmp_path / "r").mkdir()
