@@ -201,11 +201,9 @@ def _workdir_config(model: str) -> dict | None:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  import argparse
-
   from jaxcse import embedder as embedder_lib, loading, poolers
 
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--pooler", choices=poolers.names(), default=None,
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "

@@ -62,6 +62,8 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
         log.warning("%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
                     "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose", path)
       spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    except hub.NoSuchModelFolder:  # A path that does not exist: its own message (and suggestion) says it all.
+      raise
     except (OSError, ValueError) as e:  # A missing folder, no network, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
