@@ -263,11 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxcse import checkpoints
 
     workdir = checkpoints.find_workdir(args.model)
-    inside = os.path.relpath(os.path.abspath(args.model), workdir).split(os.sep)  # A checkpoint folder's own kind.
-    kind = inside[1] if len(inside) > 1 and inside[0] == "checkpoints" else args.checkpoint
-    shown = os.path.relpath(workdir)
-    trained = {"workdir": workdir if shown.startswith("..") else shown,
-               "checkpoint": kind if kind in ("best", "latest") else "saved", "step": loaded.step}
+    shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
+    trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
+               "step": loaded.step}
   summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained)
   print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
         f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")

@@ -36,6 +36,7 @@ class Loaded:
   params: Any
   described: bool  # True: the test pooler comes from a saved jaxcse description (not a guess).
   step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
+  checkpoints: str | None = None  # Which of a workdir's checkpoints it came from: "best" or "latest"; else None.
 
 
 def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
@@ -97,7 +98,7 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
                                       ) from None
   finally:
     mngr.close()
-  return Loaded(spec, params, described=True, step=step)
+  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)))
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:
