@@ -380,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--normalize", action="store_true", help="L2-normalise every embedding")
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
-  parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens (at least 1)")
+  parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens (at least 3)")
   parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
   parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
   parser.add_argument("--overwrite", action="store_true",
@@ -389,10 +389,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
-  for flag in ("batch_size", "chunk_size", "max_seq_len"):
-    value = getattr(args, flag)
-    if value is not None and value < 1:
-      parser.error(f"--{flag} must be at least 1, not {value}")
+  embedder_lib.check_settings(args.batch_size, args.max_seq_len)
+  if args.chunk_size < 1:
+    raise EncodeError(f"chunk_size must be >= 1, not {args.chunk_size}")
   errors.check_output(args.output, folder=False)
   check_not_overwriting(args.output, args.overwrite)
   if next(iter(read_rows(args.input, args.column)), None) is None:

@@ -229,8 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   tasks = expand_tasks(args.tasks)
   if args.output:
     errors.check_output(args.output, folder=False)
-  if args.batch_size < 1:
-    parser.error(f"--batch_size must be at least 1, not {args.batch_size}")
+  embedder_lib.check_settings(args.batch_size)
   root = data_lib.given_root(args.data_dir)
   data_files = task_data(root, tasks)  # Before the model loads and anything runs.
   start = time.time()

@@ -118,17 +118,31 @@ def test_an_empty_input_is_an_error_before_the_model_loads(tmp_path, monkeypatch
   assert sorted(os.listdir(tmp_path)) == ["empty.csv", "empty.txt"]
 
 
+@pytest.mark.parametrize("main, args, expected", [
+    (encode.main, ["--batch_size", "0"], "error: batch_size must be >= 1, not 0"),
+    (encode.main, ["--chunk_size", "-1"], "error: chunk_size must be >= 1, not -1"),
+    (encode.main, ["--max_seq_len", "2"], "error: max_seq_len must be at least 3"),
+    (evaluate.main, ["--batch_size", "0"], "error: batch_size must be >= 1, not 0"),
+])
+def test_settings_that_cannot_work_are_refused_before_the_model_loads(main, args, expected, tmp_path, monkeypatch,
+                                                                      capsys, no_model_loading):
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "in.txt").write_text("a sentence\n")
+  files = ["--input", "in.txt", "--output", "o.npy"] if main is encode.main else []
+  assert main(["--model", "m", *files, *args]) == 1
+  assert _one_line(capsys).startswith(expected)
+  assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
 @pytest.mark.parametrize("main, args", [
-    (encode.main, ["--model", "m", "--input", "in.txt", "--output", "o.npy", "--batch_size", "0"]),
-    (encode.main, ["--model", "m", "--input", "in.txt", "--output", "o.npy", "--chunk_size", "-1"]),
-    (encode.main, ["--model", "m", "--input", "in.txt", "--output", "o.npy", "--max_seq_len", "0"]),
-    (evaluate.main, ["--model", "m", "--batch_size", "0"]),
     (encode.main, ["--modle", "m", "--input", "in.txt", "--output", "o.npy"]),  # A typo in a flag.
+    (encode.main, ["--model", "m", "--input", "in.txt", "--output", "o.txt"]),  # Not a .npy.
     (evaluate.main, ["--model", "m", "--pooler", "mean"]),  # Not a pooler's name.
+    (evaluate.main, ["--model", "m", "--batch_size", "many"]),  # Not a number.
     (export_hf.main, ["m"]),  # A missing argument.
 ])
-def test_argument_mistakes_exit_1_in_one_line_before_the_model_loads(main, args, tmp_path, monkeypatch, capsys,
-                                                                     no_model_loading):
+def test_flag_mistakes_exit_1_in_one_line(main, args, tmp_path, monkeypatch, capsys, no_model_loading):
+  # argparse's own is a usage line, the error and exit status 2; every command documents one line and 1.
   monkeypatch.chdir(tmp_path)
   (tmp_path / "in.txt").write_text("a sentence\n")
   with pytest.raises(SystemExit) as exit_:
