@@ -145,7 +145,7 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
   Exceptions raised by the file's own code (``get_config`` raising ``NameError``, ``ZeroDivisionError``, ...) name
   the file and the line of the file where they were raised; a file without ``get_config`` says so.
   """
-  if isinstance(error, SyntaxError) and error.filename and os.path.samefile(error.filename, config_path):
+  if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == os.path.abspath(config_path):
     return FlagError(f"{config_path}:{error.lineno}: {error.msg} (the config file does not parse)")
   line = None
   traceback = error.__traceback__
