@@ -141,7 +141,7 @@ def task_root(task: str, root: str | None = None) -> str:
   given = data_lib.given_root(root)
   if given and os.path.isdir(os.path.join(given, task_folder(task))):
     return given
-  return data_lib.embedded_root_for(task_files(task), given, what=f"{task}'s files")
+  return data_lib.embedded_root_for(task_files(task), given, what=task_folder(task))
 
 
 def load_task(root: str, task: str) -> dict[str, PairSet]:
