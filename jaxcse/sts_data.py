@@ -158,7 +158,7 @@ def load_dev_sets(root: str | None = None, *, sickr: bool = True) -> dict[str, P
   """The dev sets scored during training: STS-B dev (``stsb_dev``) and, if ``sickr``, SICK-R dev (``sickr_dev``).
 
   Their files are looked up by ``data.data_file``: under ``root`` (None: ``$JAXCSE_DATA_DIR``), else in the
-  quickstart data shipped with jaxcse, which holds STS-B dev (not SICK-R).
+  data shipped with jaxcse, which holds both.
   """
   sets = {"stsb_dev": _load_tsv_pairs(data_lib.data_file(STSB_DEV_FILE, root), skip_header=False, cols=STSB_COLUMNS)}
   if sickr:
