@@ -145,7 +145,9 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
   Exceptions raised by the file's own code (``get_config`` raising ``NameError``, ``ZeroDivisionError``, ...) name
   the file and the line of the file where they were raised; a file without ``get_config`` says so.
   """
-  if isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == os.path.abspath(config_path):
+  same_file = isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == os.path.abspath(
+      config_path)
+  if same_file:
     return FlagError(f"{config_path}:{error.lineno}: {error.msg} (the config file does not parse)")
   line = None
   traceback = error.__traceback__
@@ -165,7 +167,8 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
 
 def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
   """ml_collections' error for ``--config.<field>`` that names no field, as one line with its suggestion."""
-  inner = error.args[0] if error.args and isinstance(error.args[0], BaseException) else error  # AttributeError(KeyError)
+  # ml_collections raises KeyError, or AttributeError(KeyError(...)).
+  inner = error.args[0] if error.args and isinstance(error.args[0], BaseException) else error
   text = str(inner.args[0] if inner.args else inner)
   # ml_collections' KeyError carries "name'\nDid you mean "names" instead of "name"?": the field, then a suggestion.
   missing = text.splitlines()[0].strip("'\" ")
@@ -173,9 +176,9 @@ def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
   fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
   named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
   hint = ""
-  if suggestion and len(named) == 1:
-    parts = named[0].split(".")
-    hint = f"; did you mean {'.'.join(parts[:parts.index(missing)] + [suggestion.group(1)])}?" if missing in parts else ""
+  parts = named[0].split(".") if len(named) == 1 else []
+  if suggestion and missing in parts:  # The override with the field replaced by ml_collections' suggestion.
+    hint = f"; did you mean {'.'.join(parts[:parts.index(missing)] + [suggestion.group(1)])}?"
   elif suggestion:
     hint = f"; did you mean {suggestion.group(1)!r}?"
   return FlagError(f"unknown config field {missing!r} in {', '.join(named)}{hint} (the config file lists every field)")

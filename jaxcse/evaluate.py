@@ -249,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
   if transfer_tasks:
     with Progress(len(transfer_tasks), unit="task", desc=f"transfer probes ({args.transfer_mode} mode)") as bar:
-      results.update(transfer_lib.evaluate_transfer(embedder, data_lib.data_dir(root), transfer_tasks, mode=args.transfer_mode,
+      results.update(transfer_lib.evaluate_transfer(embedder, data_lib.data_dir(root), transfer_tasks,
+                                                    mode=args.transfer_mode,
                                                     seed=args.transfer_seed, progress=bar))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)

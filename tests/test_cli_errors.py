@@ -96,8 +96,9 @@ def test_a_mistyped_local_model_folder_is_named_not_looked_up_on_the_hub(tmp_pat
   assert _one_line(capsys) == "error: workdirs/quickstrat: no such folder; did you mean workdirs/quickstart?"
   for model, expected in [("./gone", "error: ./gone: no such folder"),
                           ("runs/a/b", "error: runs/a/b: no such folder (runs/a does not exist either)"),
-                          ("jaxcse/bert-mni-wiki-uncased", "error: jaxcse/bert-mni-wiki-uncased: no model of that name "
-                                                           "ships with jaxcse; did you mean jaxcse/bert-mini-wiki-uncased?")]:
+                          ("jaxcse/bert-mni-wiki-uncased", "error: jaxcse/bert-mni-wiki-uncased: no model of that "
+                                                           "name ships with jaxcse; did you mean "
+                                                           "jaxcse/bert-mini-wiki-uncased?")]:
     assert evaluate.main(["--model", model, "--tasks", "STSBenchmark"]) == 1
     assert _one_line(capsys).startswith(expected), model
   assert sorted(os.listdir(tmp_path)) == ["in.txt", "workdirs"]
