@@ -217,7 +217,7 @@ def main(argv: list[str]) -> None:
     sys.exit(install_gpu_compiler())
   if flags.FLAGS.config is None or flags.FLAGS.target is None:
     print("error: --config and --target are required (--list_targets shows the targets)", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(1)  # A user mistake: 1, as every command documents.
   with harmless_native_lines_dropped():
     status = run_command()
   sys.exit(status)
