@@ -18,12 +18,14 @@ jaxcse, a hub snapshot already in the Hugging Face cache, or ``configured.PUBLIS
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import os
 import re
+import threading
 import time
 from typing import Any
 
@@ -197,6 +199,10 @@ def compiler_versions(target: targets_lib.Target) -> dict[str, str]:
   return versions
 
 
+def _compiler_name(target: targets_lib.Target) -> str:
+  return {"tpu": "libtpu", "gpu": "XLA's GPU compiler"}.get(target.platform, "XLA's CPU compiler")
+
+
 def lower(jitted, args) -> tuple[Any, str]:
   """``(lowered, its text)``: ``jitted`` lowered on ``args``, and the text (without source locations) that names
   the program in ``fingerprint``.
@@ -248,19 +254,54 @@ def _write_cached(cache_dir: str | None, facts: Facts) -> None:
   files.write_json(os.path.join(cache_dir, facts.fingerprint + ".json"), entry)
 
 
-def compile_facts(jitted, args, target: targets_lib.Target, *, cache_dir: str | None = None) -> Facts:
+@contextlib.contextmanager
+def _still_running(log, what: str, every: float = 30.0):
+  """Calls ``log("  still WHAT: 1m30s")`` every ``every`` seconds until the block ends (a compilation for a large
+  model takes minutes on a laptop; silence would look like a hang)."""
+  if log is None:
+    yield
+    return
+  done = threading.Event()
+  started = time.perf_counter()
+
+  def tick():
+    while not done.wait(every):
+      elapsed = int(time.perf_counter() - started)
+      log(f"  still {what}: {elapsed // 60}m{elapsed % 60:02d}s")
+
+  thread = threading.Thread(target=tick, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    done.set()
+    thread.join()
+
+
+def compile_facts(jitted, args, target: targets_lib.Target, *, cache_dir: str | None = None, log=None) -> Facts:
   """Compiles ``jitted`` on ``args`` for ``target`` (or finds the same compilation in ``cache_dir``): its ``Facts``.
 
-  Raises ``OutOfMemory`` (its first line) when the compiler says the program does not fit. jax's own persistent
-  cache cannot help here: jaxlib 0.10.2 writes compile-only executables but cannot read them back.
+  ``log``, when given, receives progress lines: lowering, compiling (with the elapsed time every 30 s), or the
+  cache hit. Raises ``OutOfMemory`` (its first line) when the compiler says the program does not fit. jax's own
+  persistent cache cannot help here: jaxlib 0.10.2 writes compile-only executables but cannot read them back.
   """
+  started = time.perf_counter()
+  if log:
+    log(f"{target.name}: lowering the program ...")
   lowered, canonical = lower(jitted, args)
   key = fingerprint(canonical, target)
   facts = _read_cached(cache_dir, key)
+  if facts is not None and log:
+    log(f"{target.name}: found in the compile cache ({cache_dir}), read in {time.perf_counter() - started:.1f} s "
+        f"(the compilation itself took {facts.compile_seconds:.1f} s when it ran)")
   if facts is None:
+    if log:
+      log(f"{target.name}: lowered in {time.perf_counter() - started:.1f} s; compiling with "
+          f"{_compiler_name(target)} ...")
     started = time.perf_counter()
     try:
-      compiled = lowered.compile()
+      with _still_running(log, "compiling"):
+        compiled = lowered.compile()
     except jax.errors.JaxRuntimeError as e:
       if not _OUT_OF_MEMORY.search(str(e)):
         raise
@@ -270,6 +311,8 @@ def compile_facts(jitted, args, target: targets_lib.Target, *, cache_dir: str | 
       seconds = time.perf_counter() - started
       cost, source = cost_of(compiled)
       facts = Facts(Memory.of(compiled), cost, source, collectives(compiled.as_text()), round(seconds, 2), key)
+    if log:
+      log(f"{target.name}: compiled in {facts.compile_seconds:.1f} s")
     _write_cached(cache_dir, facts)
   if facts.out_of_memory is not None:
     raise OutOfMemory(facts.out_of_memory)
@@ -340,14 +383,16 @@ def analyse(facts: Facts, target: targets_lib.Target, *, batch_size: int, num_de
 
 
 def compile_train_step(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
-                       batch_size: int | None = None, columns: int | None = None, cache_dir: str | None = None) -> dict:
+                       batch_size: int | None = None, columns: int | None = None, cache_dir: str | None = None,
+                       log=None) -> dict:
   """Compiles the train step of ``config`` for ``target``; returns ``analyse``'s report.
 
-  Raises ``OutOfMemory`` when the target's compiler refuses the program for its size.
+  ``log``: progress lines (``compile_facts``). Raises ``OutOfMemory`` when the target's compiler refuses the
+  program for its size.
   """
   devices = devices if devices is not None else targets_lib.devices(target)
   program = train_step_program(config, devices, batch_size=batch_size, columns=columns)
-  facts = compile_facts(program.jitted, program.args, target, cache_dir=cache_dir)
+  facts = compile_facts(program.jitted, program.args, target, cache_dir=cache_dir, log=log)
   report = analyse(facts, target, batch_size=program.batch_size, num_devices=len(devices))
   report["program"] = "train_step"
   report["model"] = program.model.source
@@ -520,7 +565,7 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
 
 def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
                     max_len: int | None = None, lengths: list[int] | None = None, rows: int | None = None,
-                    cache_dir: str | None = None) -> list[dict]:
+                    cache_dir: str | None = None, log=None) -> list[dict]:
   """Compiles the evaluation forward (``embedder.jit_embed``, as the trainer's Evaluator runs it) at each length.
 
   The Evaluator embeds STS-B/SICK-R dev with ``spec.pooling.dev_pooler`` on ``eval.batch_size`` rows, the params
@@ -551,7 +596,7 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   reports = []
   for length in buckets:
     ids = jax.ShapeDtypeStruct((rows, length), jnp.int32, sharding=replicated)
-    facts = compile_facts(forward, (params, ids, ids), target, cache_dir=cache_dir)
+    facts = compile_facts(forward, (params, ids, ids), target, cache_dir=cache_dir, log=log)
     report = analyse(facts, target, batch_size=rows, num_devices=len(devices))
     report.update(program="encode", pooler=pooler, length=length, model=model.source)
     reports.append(report)

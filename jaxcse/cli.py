@@ -1,7 +1,7 @@
 """The commands' plumbing: absl flags, the configs shipped with jaxcse by name, ``--help``, one-line mistakes.
 
 ``jaxcse.train`` (``main``/``run``) and ``jaxcse.compile`` parse their flags here: ``parse_flags`` resolves
-``--config NAME`` to a shipped config, prints the command's own help, and turns a mistake into one line (exit 2).
+``--config NAME`` to a shipped config, prints the command's own help, and turns a mistake into one line (exit 1).
 ``train_flags``, ``one_line_errors`` and ``print_train_summary`` are the train command around
 ``train.train_and_evaluate`` (the flax examples' ``main.py``).
 """
@@ -9,15 +9,17 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 
 import ml_collections
 
 from jaxcse import data as data_lib, distributed
-from jaxcse.errors import USER_ERRORS, command_name, print_error
+from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, print_error
 
 
 def define_train_flags() -> None:
@@ -84,6 +86,9 @@ again to resume an interrupted run. Without a data root, the quickstart's data s
   --config.FIELD=VALUE   override one field of the config, e.g. --config.train.max_steps=100 (the config file
                          lists every field with a comment)
 
+A mistake (an unknown flag or config field, a config that does not exist or does not load, bad data) is one line
+on stderr, with a suggestion where there is one, and exit status 1, before anything is written; Ctrl-C exits 130.
+
 example: {prog} --config quickstart --workdir workdirs/quickstart
 """
 
@@ -104,14 +109,99 @@ def print_train_help(full: bool) -> None:
     print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
 
 
+class FlagError(JaxcseError, ValueError):
+  """A mistake on the command line: an unknown flag or config field, a config that cannot be found or loaded."""
+
+
+def _closest(word: str, choices: list[str]) -> str:
+  close = difflib.get_close_matches(word, choices, n=1)
+  return f"; did you mean {close[0]}?" if close else ""
+
+
+def check_config_file(value: str) -> str:
+  """``--config``'s file (``resolve_config`` applied), which must exist; else a ``FlagError`` with a suggestion."""
+  resolved = resolve_config(value)
+  path = resolved.split(":", 1)[0]
+  if os.path.isfile(path):
+    return path
+  if os.path.exists(path):
+    raise FlagError(f"--config {value}: {path} is not a file")
+  if not path.endswith(".py") and os.sep not in path:  # A name: the shipped configs are the candidates.
+    shipped = shipped_configs()
+    raise FlagError(f"--config {value}: no such file, and no config of that name ships with jaxcse"
+                    f"{_closest(path, shipped)} (shipped: {', '.join(shipped)})")
+  folder = os.path.dirname(path) or "."
+  if not os.path.isdir(folder):
+    raise FlagError(f"--config {value}: no such file ({folder} is not a folder)")
+  siblings = sorted(f for f in os.listdir(folder) if f.endswith(".py"))
+  close = difflib.get_close_matches(os.path.basename(path), siblings, n=1)
+  hint = f"; did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close else ""
+  raise FlagError(f"--config {value}: no such file{hint}")
+
+
+def _config_error(error: BaseException, config_path: str) -> FlagError | None:
+  """The one-line error for an exception raised while ml_collections loaded the config file; None if it is not one.
+
+  Exceptions raised by the file's own code (``get_config`` raising ``NameError``, ``ZeroDivisionError``, ...) name
+  the file and the line of the file where they were raised; a file without ``get_config`` says so.
+  """
+  same_file = isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == os.path.abspath(
+      config_path)
+  if same_file:
+    return FlagError(f"{config_path}:{error.lineno}: {error.msg} (the config file does not parse)")
+  line = None
+  traceback = error.__traceback__
+  while traceback is not None:  # The innermost frame of the config file's own code.
+    if os.path.abspath(traceback.tb_frame.f_code.co_filename) == os.path.abspath(config_path):
+      line = traceback.tb_lineno
+    traceback = traceback.tb_next
+  if line is not None:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return FlagError(f"{config_path}:{line}: loading the config raised {type(error).__name__}"
+                     f"{': ' + message if message else ''}")
+  if isinstance(error, AttributeError) and "get_config" in str(error):
+    return FlagError(f"{config_path}: defines no get_config() (a config file is a module whose get_config() returns "
+                     "an ml_collections.ConfigDict, as in the shipped configs)")
+  return None
+
+
+def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
+  """ml_collections' error for ``--config.<field>`` that names no field, as one line with its suggestion."""
+  # ml_collections raises KeyError, or AttributeError(KeyError(...)).
+  inner = error.args[0] if error.args and isinstance(error.args[0], BaseException) else error
+  text = str(inner.args[0] if inner.args else inner)
+  # ml_collections' KeyError carries "name'\nDid you mean "names" instead of "name"?": the field, then a suggestion.
+  missing = text.splitlines()[0].strip("'\" ")
+  suggestion = re.search(r'Did you mean "([^"]+)"', text)
+  fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
+  named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
+  hint = ""
+  parts = named[0].split(".") if len(named) == 1 else []
+  if suggestion and missing in parts:  # The override with the field replaced by ml_collections' suggestion.
+    hint = f"; did you mean {'.'.join(parts[:parts.index(missing)] + [suggestion.group(1)])}?"
+  elif suggestion:
+    hint = f"; did you mean {suggestion.group(1)!r}?"
+  return FlagError(f"unknown config field {missing!r} in {', '.join(named)}{hint} (the config file lists every field)")
+
+
 def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None) -> list[str]:
-  """absl's flag parsing, with a mistake reported as one line (exit 2) instead of a traceback.
+  """absl's flag parsing, with a mistake reported as one line (exit 1) instead of a traceback.
 
   ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
   and ``--helpfull`` print the help (``help_printer(full)``, default ``print_train_help``) and exit 0, whatever else is
   on the line. ``module`` names the command a mistake's message points to (``jaxcse.compile`` parses the same
-  config flags).
+  config flags). Mistakes exit 1, like every other user error of every command (``errors.cli``): an unknown flag or
+  config field (with absl's or ml_collections' suggestion), a config name or file that does not exist (with the
+  closest shipped config or sibling file), a config file that does not parse, has no ``get_config``, raises in it
+  (file and line) or returns something other than a ConfigDict.
   """
+  try:
+    return _parse_flags(argv, module, help_printer)
+  except FlagError as e:
+    sys.exit(print_error(e))
+
+
+def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
   from absl import flags
 
   argv = list(argv)
@@ -125,28 +215,30 @@ def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None
       except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
       sys.exit(0)
+  config_path = None
   for i, arg in enumerate(argv):
     if arg == "--config" and i + 1 < len(argv):
+      config_path = check_config_file(argv[i + 1])
       argv[i + 1] = resolve_config(argv[i + 1])
     elif arg.startswith("--config="):
+      config_path = check_config_file(arg[len("--config="):])
       argv[i] = "--config=" + resolve_config(arg[len("--config="):])
   try:
     rest = flags.FLAGS(argv)
-    if flags.FLAGS.config is not None:  # None: not given (jaxcse.compile --list_targets needs none).
-      flags.FLAGS.config.to_dict()  # A config file that failed to load (missing, broken) raises here.
-  except (KeyError, AttributeError) as e:  # ml_collections: --config.<field> names no field of the config.
-    inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else e  # AttributeError(KeyError("'x'")).
-    missing = str(inner.args[0] if inner.args else inner).strip("'\"")
-    fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
-    named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
-    print(f"error: unknown config field {missing!r} in {', '.join(named)} (the config file lists every field)",
-          file=sys.stderr)
-    sys.exit(2)
-  except (flags.Error, OSError, SyntaxError, TypeError, ValueError) as e:
-    message = str(e).strip().splitlines()[-1].strip() if str(e).strip() else type(e).__name__
-    print(f"error: {message} ({command_name(module)} --help lists the flags; shipped configs: "
-          f"{', '.join(shipped_configs())})", file=sys.stderr)
-    sys.exit(2)
+  except Exception as e:  # noqa: BLE001 -- sorted below: the user's config file's errors, then absl's and ours.
+    found = _config_error(e, config_path) if config_path else None
+    if found is not None:
+      raise found from None
+    if isinstance(e, (KeyError, AttributeError)):  # ml_collections: --config.<field> names no field of the config.
+      raise _unknown_field(e, argv) from None
+    if isinstance(e, (flags.Error, OSError, SyntaxError, TypeError, ValueError)):
+      message = " ".join(str(e).split()).replace(" ?", "?") or type(e).__name__  # absl: "Did you mean: workdir ?"
+      raise FlagError(f"{message} ({command_name(module)} --help lists the flags; shipped configs: "
+                      f"{', '.join(shipped_configs())})") from None
+    raise
+  config = flags.FLAGS.config
+  if config is not None and not isinstance(config, ml_collections.ConfigDict):  # None: not given (compile's list).
+    raise FlagError(f"{config_path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
   return rest
 
 
@@ -190,8 +282,7 @@ def print_train_summary(config: ml_collections.ConfigDict, workdir: str, summary
   if summary["best_metric"] is not None:
     print(f"best {config.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
   evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
-  if data_lib.given_root(config.data.data_dir or None) is None:  # The full benchmark is not shipped: name its download.
-    print(f"evaluate it: {evaluate_it.replace('evaluate', 'data')} download senteval --data_dir DIR, then "
-          f"{evaluate_it} --model {workdir} --tasks sts --data_dir DIR")
-  else:
-    print(f"evaluate it: {evaluate_it} --model {workdir} --tasks sts")
+  # The STS test sets ship with jaxcse, so this runs as printed, with or without a data root (one that is given, and
+  # has the sets, is read instead: the same numbers).
+  data_dir = f" --data_dir {config.data.data_dir}" if config.data.data_dir else ""
+  print(f"evaluate it on STS12-16, STS-B and SICK-R: {evaluate_it} --model {workdir} --tasks sts{data_dir}")

@@ -14,9 +14,11 @@ usable memory, FLOPs and bytes per step, a roofline lower bound on the step time
 implies, the collectives of the program, and the compile time; it exits with status 3 and one line when
 the step does not fit.
 
-TPU targets need libtpu (``pip install "jaxcse[tpu]"``), GPU targets the CUDA plugin (``pip install
-"jaxcse[aot]"`` installs both, without NVIDIA's 4 GB of libraries, which compiling does not need). The
-numbers are the compiler's facts and bounds, not measured run times.
+TPU targets need libtpu (``pip install "jaxcse[aot]"``, or ``"jaxcse[tpu]"``); GPU targets also jax's CUDA
+plugin, which ``jaxcse-compile --install_gpu_compiler`` installs once, where only this command sees it (without
+NVIDIA's 4 GB of libraries, which compiling does not need; ptxas comes with the aot extra). Neither changes what
+other programs print or start on a machine without accelerators (jaxcse/platforms.py, ``targets.use_gpu_compiler``).
+The numbers are the compiler's facts and bounds, not measured run times.
 """
 
 from __future__ import annotations
@@ -91,7 +93,9 @@ def describe(report: dict) -> list[str]:
                  "sentences/s" + (f"; {report['roofline_xla_bytes_seconds'] * 1e3:.2f} ms at XLA's bytes accessed"
                                   if report["roofline_xla_bytes_seconds"] else ""))
   kinds = ", ".join(f"{k} x{v}" for k, v in report["collectives"].items()) or "none"
-  lines.append(f"  collectives: {kinds}; compiled in {report['compile_seconds']:.1f} s")
+  compiled = (f"from the compile cache (the compilation took {report['compile_seconds']:.1f} s when it ran)"
+              if report.get("cached") else f"compiled in {report['compile_seconds']:.1f} s")
+  lines.append(f"  collectives: {kinds}; {compiled}")
   return lines
 
 
@@ -101,6 +105,11 @@ def does_not_fit_line(target: str, report: dict | None, error: str | None) -> st
   m = report["memory_bytes"]
   return (f"does not fit {target}: {_gib(m['total'])} per device, {_gib(m['device_limit'])} usable "
           f"(batch {report['batch_size']})")
+
+
+def _progress(line: str) -> None:
+  """What the command is doing, as it does it (stdout, before the report; stderr stays for the one-line errors)."""
+  print(line, flush=True)
 
 
 def list_targets() -> None:
@@ -145,7 +154,8 @@ def run_command() -> int:
     fits, error = True, None
     if FLAGS.inference:
       reports = aot.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
-                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir)
+                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir,
+                                    log=_progress)
       result.update(reports[-1], lengths=reports)
       for r in reports:
         print("\n".join(describe(r)))
@@ -162,7 +172,7 @@ def run_command() -> int:
     else:
       try:
         report = aot.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
-                                        cache_dir=cache_dir)
+                                        cache_dir=cache_dir, log=_progress)
       except aot.OutOfMemory as e:
         fits, error = False, str(e)
         result.update(target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False,
@@ -183,6 +193,19 @@ def run_command() -> int:
   return 0
 
 
+def install_gpu_compiler() -> int:
+  from jaxcse import targets
+  from jaxcse.errors import print_error
+
+  print(f"installing jax's CUDA plugin for this jaxlib into {targets.gpu_compiler_dir()} ...", flush=True)
+  try:
+    folder = targets.install_gpu_compiler()
+  except targets.TargetError as e:
+    return print_error(e)
+  print(f"done: jaxcse-compile now compiles for GPU targets; nothing else sees {folder}")
+  return 0
+
+
 def main(argv: list[str]) -> None:
   del argv
   from absl import flags
@@ -190,9 +213,11 @@ def main(argv: list[str]) -> None:
   if flags.FLAGS.list_targets:
     list_targets()
     return
+  if flags.FLAGS.install_gpu_compiler:
+    sys.exit(install_gpu_compiler())
   if flags.FLAGS.config is None or flags.FLAGS.target is None:
     print("error: --config and --target are required (--list_targets shows the targets)", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(1)  # A user mistake: 1, as every command documents.
   with harmless_native_lines_dropped():
     status = run_command()
   sys.exit(status)
@@ -232,6 +257,11 @@ def _define_flags():
                       "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; "
                       "empty: none). jax's own cache cannot read back compile-only executables.")
   flags.DEFINE_bool("list_targets", False, "List the targets with their per-device peaks and sources, then exit.")
+  flags.DEFINE_bool("install_gpu_compiler", False, "Install jax's CUDA plugin for the installed jaxlib (no NVIDIA "
+                    "libraries; ptxas comes with the aot extra) where only jaxcse-compile looks for it (env "
+                    "JAXCSE_GPU_COMPILER_DIR, default ~/.cache/jaxcse/gpu-compiler/jaxlib-VERSION), then exit. Needed "
+                    "once for GPU targets; in site-packages the plugin would start, and print errors, in every jax "
+                    "program on a machine without a GPU.")
 
 
 def run() -> None:
@@ -239,6 +269,9 @@ def run() -> None:
   # This command never runs anything on this machine's accelerator (it would hold a TPU another process trains
   # on); the targets' devices are compile-only. Set before jax is imported.
   os.environ["JAX_PLATFORMS"] = "cpu"
+  from jaxcse import targets
+
+  targets.use_gpu_compiler()  # Before jax is imported: the CUDA plugin, if installed for compiling (see the flag).
   with harmless_native_lines_dropped():
     from absl import app
 

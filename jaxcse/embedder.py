@@ -17,6 +17,14 @@ from jaxcse.errors import JaxcseError
 from jaxcse.models import ModelSpec
 
 
+def check_settings(batch_size: int, max_seq_len: int | None = None) -> None:
+  """Raises ``EmbeddingError`` for settings no model can embed with; the commands call it before loading one."""
+  if batch_size < 1:
+    raise EmbeddingError(f"batch_size must be >= 1, not {batch_size}")
+  if max_seq_len is not None and max_seq_len < 3:  # None: the model's own limit.
+    raise EmbeddingError(f"max_seq_len must be at least 3 ([CLS], a token, [SEP]), not {max_seq_len}")
+
+
 class BucketedEmbedder:
   """Embeds sentences with any params of one model spec, fast: sorted by length, bucketed shapes, one jit per shape.
 
@@ -32,10 +40,7 @@ class BucketedEmbedder:
     self.spec = spec
     self.pooler = pooler or spec.pooling.test_pooler
     poolers.get(self.pooler)  # Raises for an unknown name.
-    if batch_size < 1:
-      raise EmbeddingError(f"batch_size must be >= 1, not {batch_size}")
-    if max_seq_len is not None and max_seq_len < 3:  # None: the model's own limit.
-      raise EmbeddingError(f"max_seq_len must be at least 3 ([CLS], a token, [SEP]), not {max_seq_len}")
+    check_settings(batch_size, max_seq_len)
     self.batch_size = batch_size
     self.max_seq_len = min(spec.max_positions if max_seq_len is None else max_seq_len, spec.max_positions)
     # attend_padding (DCLR's released dev evaluation, which passes no attention mask): every batch is cut at its

@@ -20,7 +20,6 @@ run resumes at its last finished chunk and produces byte-identical output.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import functools
 import json
@@ -288,6 +287,11 @@ def check_not_overwriting(output_path: str, overwrite: bool) -> None:
                         "--overwrite to replace it, or choose another --output")
 
 
+def _empty_input(input_path: str, column: str | None) -> str:
+  rows = f"rows with a {column!r} field" if column else "lines"
+  return f"{input_path}: no {rows}, so there is nothing to encode (an empty line is encoded, an empty file is not)"
+
+
 def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
                 normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
                 progress: bool = True, overwrite: bool = False) -> dict:
@@ -296,12 +300,15 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   A run resumes a partial output only if everything that determines its rows is the same: the input file, the
   model (its checkpoint step and a fingerprint of its parameters), pooler, dtype, normalisation, length and
   chunking; a partial output of another job is refused (``EncodeError``), never continued. An existing
-  ``output_path`` or sidecar (``sidecar_path``) is refused unless ``overwrite``.
+  ``output_path`` or sidecar (``sidecar_path``) is refused unless ``overwrite``. An input without a row is an
+  ``EncodeError`` (a 0-row array is almost always a wrong file, not a wanted result).
   """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
   check_not_overwriting(output_path, overwrite)
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
+  if count == 0:
+    raise EncodeError(_empty_input(input_path, column))
   stat = os.stat(input_path)
   job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
          "model": model_name, "checkpoint_step": encoder.step, "params_sha256": encoder.fingerprint,
@@ -349,7 +356,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   bar.close()
   del out
   os.replace(partial, output_path)
-  if os.path.exists(state_path):  # An empty input never wrote one.
+  if os.path.exists(state_path):
     os.remove(state_path)
   sidecar = {k: job[k] for k in ("model", "checkpoint_step", "params_sha256", "pooler", "count", "dim", "dtype",
                                  "normalized", "max_seq_len")}
@@ -363,7 +370,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
   parser.add_argument("--output", required=True, help="the .npy file to write")
@@ -372,19 +379,23 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--normalize", action="store_true", help="L2-normalise every embedding")
-  parser.add_argument("--batch_size", type=int, default=128)
-  parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens")
+  parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
+  parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens (at least 3)")
   parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
   parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
   parser.add_argument("--overwrite", action="store_true",
                       help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused")
   args = parser.parse_args(argv)
+  # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
-  # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
+  embedder_lib.check_settings(args.batch_size, args.max_seq_len)
+  if args.chunk_size < 1:
+    raise EncodeError(f"chunk_size must be >= 1, not {args.chunk_size}")
   errors.check_output(args.output, folder=False)
   check_not_overwriting(args.output, args.overwrite)
-  next(iter(read_rows(args.input, args.column)), None)
+  if next(iter(read_rows(args.input, args.column)), None) is None:
+    raise EncodeError(_empty_input(args.input, args.column))
   encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
                          batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,

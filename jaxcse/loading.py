@@ -36,6 +36,7 @@ class Loaded:
   params: Any
   described: bool  # True: the test pooler comes from a saved jaxcse description (not a guess).
   step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
+  checkpoints: str | None = None  # Which of a workdir's checkpoints it came from: "best" or "latest"; else None.
 
 
 def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
@@ -62,6 +63,8 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
         log.warning("%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
                     "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose", path)
       spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+    except hub.NoSuchModelFolder:  # A path that does not exist: its own message (and suggestion) says it all.
+      raise
     except (OSError, ValueError) as e:  # A missing folder, no network, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
@@ -95,7 +98,7 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
                                       ) from None
   finally:
     mngr.close()
-  return Loaded(spec, params, described=True, step=step)
+  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)))
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:

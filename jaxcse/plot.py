@@ -27,7 +27,6 @@ folder is ``WORKDIR/plots`` for one run, ``./plots`` for several.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import glob
 import json
@@ -516,7 +515,7 @@ def plot_runs(workdirs: Sequence[str], out: str | None = None, results_paths: Se
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.plot"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.plot"), description=__doc__.split("\n\n")[0])
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="jaxcse training workdirs (with metrics.jsonl)")
   parser.add_argument("--out", default=None, help="output folder (default: WORKDIR/plots for one run, ./plots)")
   parser.add_argument("--results", nargs="+", default=(), metavar="RESULTS.json",

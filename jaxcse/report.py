@@ -108,9 +108,7 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  import argparse
-
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.report"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.report"), description=__doc__.split("\n\n")[0])
   parser.add_argument("results", nargs="+", metavar="RESULTS.json", help="outputs of python -m jaxcse.evaluate")
   parser.add_argument("--group-by-seed-suffix", action="store_true",
                       help="one mean ± std row per name that differs only by a -seed<N> suffix")

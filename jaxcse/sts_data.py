@@ -110,6 +110,40 @@ def load_sickr(root: str) -> dict[str, PairSet]:
           for split, f in files.items()}
 
 
+def task_folder(task: str) -> str:
+  """The folder (relative to a data root, "/"-separated) that holds ``task``'s files."""
+  if task in STS_YEARS:
+    return f"senteval/downstream/STS/{task}-en-test"
+  if task == "STSBenchmark":
+    return "senteval/downstream/STS/STSBenchmark"
+  if task == "SICKRelatedness":
+    return "senteval/downstream/SICK"
+  raise ValueError(f"unknown task {task!r}; choose from {STS_TASKS}")
+
+
+def task_files(task: str) -> list[str]:
+  """The files (relative to a data root) that ``load_task`` reads for ``task``."""
+  folder = task_folder(task)
+  if task in STS_YEARS:
+    return [f"{folder}/STS.{kind}.{name}.txt" for name in STS_YEARS[task] for kind in ("input", "gs")]
+  if task == "STSBenchmark":
+    return [f"{folder}/sts-dev.csv", f"{folder}/sts-test.csv"]
+  return [f"{folder}/SICK_trial.txt", f"{folder}/SICK_test_annotated.txt"]
+
+
+def task_root(task: str, root: str | None = None) -> str:
+  """The data root to read ``task`` from: ``root`` (else ``$JAXCSE_DATA_DIR``) if it has the task's folder, else the
+  copy shipped with jaxcse (every file's pinned sha256 checked, one line saying so).
+
+  A whole task comes from one place, never some files from each: a given root with the task's folder but a missing
+  file is that root's error (``load_task`` names the file), not a silent mix with the shipped copy.
+  """
+  given = data_lib.given_root(root)
+  if given and os.path.isdir(os.path.join(given, task_folder(task))):
+    return given
+  return data_lib.embedded_root_for(task_files(task), given, what=task_folder(task))
+
+
 def load_task(root: str, task: str) -> dict[str, PairSet]:
   if task in STS_YEARS:
     return load_sts_year(root, task)
@@ -124,7 +158,7 @@ def load_dev_sets(root: str | None = None, *, sickr: bool = True) -> dict[str, P
   """The dev sets scored during training: STS-B dev (``stsb_dev``) and, if ``sickr``, SICK-R dev (``sickr_dev``).
 
   Their files are looked up by ``data.data_file``: under ``root`` (None: ``$JAXCSE_DATA_DIR``), else in the
-  quickstart data shipped with jaxcse, which holds STS-B dev (not SICK-R).
+  data shipped with jaxcse, which holds both.
   """
   sets = {"stsb_dev": _load_tsv_pairs(data_lib.data_file(STSB_DEV_FILE, root), skip_header=False, cols=STSB_COLUMNS)}
   if sickr:

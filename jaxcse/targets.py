@@ -28,6 +28,12 @@ GIB = 1 << 30
 
 GPU_TARGETS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_targets")
 
+# Compiling for a GPU that is not here needs a jaxlib whose XLA reads the GpuTargetConfigProto files in gpu_targets/
+# (written from XLA's specs of 2026) and whose CUDA plugin starts without NVIDIA's libraries. Found by trying
+# (experiments/aot/README.md, "The GPU compile floor"): jaxlib 0.10.0 and 0.10.2 compile for the H100; 0.9.2 and
+# 0.9.0 refuse the spec (their XLA lacks its thread_dim_limit_* fields), 0.7.2 (Colab's TPU image) lacks a dozen.
+GPU_COMPILE_MIN_JAXLIB = "0.10.0"
+
 
 class TargetError(JaxcseError, ValueError):
   """A target name jaxcse does not know, or one whose compiler is not installed."""
@@ -223,12 +229,81 @@ def devices(target: Target) -> list:
     name, kwargs = target.topology
     found = topologies.get_topology_desc(topology_name=name, platform="tpu", **kwargs).devices
   else:
+    _require_gpu_compiler(target)
     try:
       found = topologies.get_topology_desc(platform="cuda", topology_name="1x1x1", topology="1x1x1",
                                            target_config=gpu_config_text(target.gpu_config)).devices
     except NotImplementedError:  # No CUDA plugin registered a topology factory.
-      raise TargetError(f'target {target.name} needs the CUDA plugin: pip install "jaxcse[aot]" (compiling only) or '
-                        '"jaxcse[cuda12]"') from None
+      raise TargetError(f"target {target.name} needs jax's CUDA plugin: jaxcse-compile --install_gpu_compiler "
+                        f"(once; into {gpu_compiler_dir()}, seen by jaxcse-compile only)") from None
   if len(found) != target.num_devices:
     raise TargetError(f"target {target.name}: the compiler gave {len(found)} devices, not {target.num_devices}")
   return list(found)
+
+
+def jaxlib_too_old_for_gpus() -> str | None:
+  """The installed jaxlib's version when it is below ``GPU_COMPILE_MIN_JAXLIB``, else None."""
+  import importlib.metadata
+
+  from packaging.version import Version
+
+  installed = importlib.metadata.version("jaxlib")
+  return installed if Version(installed) < Version(GPU_COMPILE_MIN_JAXLIB) else None
+
+
+def _require_gpu_compiler(target: Target) -> None:
+  """One line instead of XLA's proto parse error (or the CUDA plugin's start-up traceback) with an older jaxlib."""
+  installed = jaxlib_too_old_for_gpus()
+  if installed:
+    raise TargetError(f"target {target.name}: compiling for a GPU without one needs jax and jaxlib >= "
+                      f"{GPU_COMPILE_MIN_JAXLIB} (installed: jaxlib {installed}, whose XLA cannot read "
+                      f"gpu_targets/{os.path.basename(target.gpu_config)}); TPU targets work with this jaxlib")
+
+
+def gpu_compiler_dir() -> str:
+  """Where ``jaxcse-compile --install_gpu_compiler`` puts jax's CUDA plugin for the installed jaxlib."""
+  import importlib.metadata
+
+  default = os.path.join("~", ".cache", "jaxcse", "gpu-compiler", f"jaxlib-{importlib.metadata.version('jaxlib')}")
+  return os.path.expanduser(os.environ.get("JAXCSE_GPU_COMPILER_DIR") or default)
+
+
+def use_gpu_compiler() -> bool:
+  """Lets this process (jaxcse-compile's, before it imports jax) find the CUDA plugin installed for compiling.
+
+  The plugin lives outside site-packages on purpose: jax starts every plugin it finds in every program, and on a
+  machine without a GPU the CUDA plugin's start prints lines of errors. Out of the way, only jaxcse-compile (which
+  calls this) and programs that call this see it. Returns whether the folder was added to ``sys.path``.
+  """
+  import sys
+
+  folder = gpu_compiler_dir()
+  if not os.path.isdir(os.path.join(folder, "jax_plugins")) or folder in sys.path:
+    return False
+  sys.path.insert(0, folder)  # jax_plugins is a namespace package: its path now includes the folder's.
+  return True
+
+
+def install_gpu_compiler(run=None) -> str:
+  """Installs jax's CUDA plugin matching the installed jaxlib (no NVIDIA libraries) into ``gpu_compiler_dir()``.
+
+  ptxas, which compiling for a GPU also needs, comes with the ``aot`` extra (nvidia-cuda-nvcc-cu12: executables
+  only, nothing that other programs load). Returns the folder. Raises ``TargetError`` when this jaxlib cannot
+  compile for GPUs or pip fails.
+  """
+  import importlib.metadata
+  import subprocess
+  import sys
+
+  if jaxlib_too_old_for_gpus():
+    raise TargetError(f"compiling for GPUs without one needs jax and jaxlib >= {GPU_COMPILE_MIN_JAXLIB} "
+                      f"(installed: jaxlib {jaxlib_too_old_for_gpus()}); TPU targets work with this jaxlib")
+  jaxlib = importlib.metadata.version("jaxlib")
+  folder = gpu_compiler_dir()
+  command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", folder,
+             f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
+  result = (run or subprocess.run)(command, capture_output=True, text=True)
+  if result.returncode != 0:
+    last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]
+    raise TargetError(f"installing jax's CUDA plugin {jaxlib} into {folder} failed: {last}")
+  return folder

@@ -15,7 +15,6 @@ with the corpus's and the vocabulary's sha256.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
@@ -91,7 +90,7 @@ def _write_tokenizer(tokenizer, out_dir: str, corpus_path: str, data_dir: str | 
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog=errors.command_name("jaxcse.wordpiece"), description=__doc__.split("\n\n")[0])
+  parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.wordpiece"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--corpus", required=True, help="a .txt corpus (relative paths: under the data root)")
   parser.add_argument("--out", required=True, help="the tokenizer folder to write")
   parser.add_argument("--vocab_size", type=int, default=8192)

@@ -148,7 +148,7 @@ LAYERS = (
     ("data", {"jaxcse.data", "jaxcse.data.batching", "jaxcse.data.corpora", "jaxcse.data.downloads",
               "jaxcse.data.manifest", "jaxcse.data.root", "jaxcse.tokenization"}),
     ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.targets",
-              "jaxcse.compat"}),
+              "jaxcse.compat", "jaxcse.platforms"}),
 )
 
 

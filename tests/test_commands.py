@@ -119,8 +119,8 @@ def _spoil(root, mistake: str, config) -> None:
   elif mistake == "bad csv header":
     helpers.write_text(str(root / "corpora" / "bad.csv"), "sent0,oops\na,b\n")
     config.data.train = "corpora/bad.csv"
-  elif mistake == "missing dev set":
-    shutil.rmtree(root / "senteval" / "downstream" / "SICK")
+  elif mistake == "missing corpus":  # (A missing dev set is no mistake: STS-B and SICK-R dev ship with jaxcse.)
+    config.data.train = "corpora/absent.txt"
   elif mistake == "missing model":
     config.model.name = str(root / "no_model")
   else:
@@ -131,7 +131,7 @@ TRAIN_MISTAKES = {
     "missing data folder": "does not exist", "undecodable byte": "small.txt:2: not valid UTF-8",
     "empty file": "small.txt: no sentences", "blank file": "small.txt: no sentences",
     "too few sentences": "fewer than one batch", "bad csv header": "bad.csv:1: header sent0,oops",
-    "missing dev set": "SICK_trial.txt: no such file", "missing model": "no_model: not a local folder",
+    "missing corpus": "corpora/absent.txt: no such file", "missing model": "no_model: no such folder",
 }
 
 
@@ -194,11 +194,12 @@ def test_evaluate_mistakes_write_nothing_then_it_runs(tiny_model_dir, small_data
   common = ["--pooler", "avg", "--tasks", "STSBenchmark", "--output", str(out)]
   monkeypatch.delenv("JAXCSE_DATA_DIR", raising=False)
   for argv, message in [
-      (["--model", tiny_model_dir, *common], "no data root is given"),
+      (["--model", tiny_model_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
+       "no data root is given"),  # The transfer tasks do not ship with jaxcse (the STS tasks do).
       (["--model", tiny_model_dir, "--data_dir", str(tmp_path / "nowhere"), *common], "does not exist"),
-      (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:2], "--tasks", "STS12",
-        "--output", str(out)], "STS12-en-test: missing (STS12's data); `jaxcse-data download senteval"),
-      (["--model", str(tmp_path / "no_model"), "--data_dir", small_data_dir, *common], "no_model: not a local folder"),
+      (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
+       "MR: missing (MR's data); `jaxcse-data download senteval"),
+      (["--model", str(tmp_path / "no_model"), "--data_dir", small_data_dir, *common], "no_model: no such folder"),
       (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:4], "--output", str(tmp_path)],
        "is a folder"),
   ]:
@@ -223,7 +224,7 @@ def test_encode_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
       (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv")], "needs --column"),
       (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv"), "--column", "sentence"],
        "no column 'sentence'"),
-      (["--model", str(tmp_path / "no_model"), "--input", str(good)], "no_model: not a local folder"),
+      (["--model", str(tmp_path / "no_model"), "--input", str(good)], "no_model: no such folder"),
   ]:
     before = snapshot(str(tmp_path))
     assert encode.main([*argv, "--pooler", "avg", "--output", str(out)]) == 1
@@ -240,7 +241,7 @@ def test_export_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
   helpers.write_text(str(tmp_path / "a_file"), "x\n")
   helpers.write_text(str(tmp_path / "full" / "keep.txt"), "x\n")
   for argv, message in [
-      ([str(tmp_path / "no_model"), str(tmp_path / "out")], "no_model: not a local folder"),
+      ([str(tmp_path / "no_model"), str(tmp_path / "out")], "no_model: no such folder"),
       ([tiny_model_dir, str(tmp_path / "a_file")], "exists and is not a folder"),
       ([tiny_model_dir, str(tmp_path / "full")], "exists and is not empty"),
   ]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -402,6 +403,11 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
           "--config.data.max_seq_len=8", "--target", "cpu", "--cache_dir", str(tmp_path / "cache")]
   first = _command(*args, "--json", str(tmp_path / "first.json"))
   assert first.returncode == 0 and first.stderr == "", first.stderr
+  # Progress as it goes (a large model takes minutes), then the report.
+  progress = [line for line in first.stdout.splitlines() if not line.startswith("  still compiling: ")]
+  assert progress[0] == "cpu: lowering the program ..." and progress[-1].endswith(" s")
+  assert re.fullmatch(r"cpu: lowered in [\d.]+ s; compiling with XLA's CPU compiler \.\.\.", progress[1])
+  assert re.fullmatch(r"cpu: compiled in [\d.]+ s", progress[2]) and "; compiled in " in progress[-1]
   report = json.load(open(tmp_path / "first.json"))
   assert REPORT_KEYS <= set(report) and report["fits"] and not report["cached"]
   assert set(report["memory_bytes"]) == {"argument", "output", "alias", "temp", "code", "total", "device_limit"}
@@ -431,6 +437,11 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   second = _command(*args, "--json", str(tmp_path / "second.json"))
   cached = json.load(open(tmp_path / "second.json"))
   assert second.returncode == 0 and cached["cached"] and cached["fingerprint"] == report["fingerprint"]
+  # A cache hit says so, and how long the compilation it stands for took when it ran.
+  took = f"{report['compile_seconds']:.1f} s"
+  assert re.fullmatch(rf"cpu: found in the compile cache \(.*\), read in [\d.]+ s \(the compilation itself took "
+                      rf"{re.escape(took)} when it ran\)", second.stdout.splitlines()[1])
+  assert second.stdout.splitlines()[-1].endswith(f"; from the compile cache (the compilation took {took} when it ran)")
   assert {k: v for k, v in cached.items() if k != "cached"} == {k: v for k, v in report.items() if k != "cached"}
 
 
@@ -446,6 +457,21 @@ def test_the_encoder_compiles_at_the_embedders_length_buckets_only(tiny_model_di
     aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[10])
 
 
+def test_a_long_compilation_says_it_is_still_running():
+  import time
+
+  from jaxcse import aot
+
+  lines = []
+  with aot._still_running(lines.append, "compiling", every=0.05):
+    time.sleep(0.18)
+  assert 2 <= len(lines) <= 4 and all(re.fullmatch(r"  still compiling: 0m00s", line) for line in lines), lines
+  with aot._still_running(lines.append, "compiling", every=0.05):
+    pass
+  time.sleep(0.1)
+  assert len(lines) <= 4  # Stopped with the block.
+
+
 def test_bad_target_and_missing_compiler_are_one_line_errors():
   result = _command("--config", "base", "--target", "v9z-1")
   assert result.returncode == 1 and result.stderr.count("\n") == 1
@@ -456,6 +482,38 @@ def test_bad_target_and_missing_compiler_are_one_line_errors():
     result = _command("--config", "base", "--target", "v5e-1")
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert 'needs libtpu: pip install "jaxcse[tpu]"' in result.stderr
+
+
+def test_the_gpu_compiler_goes_where_only_jaxcse_compile_looks(monkeypatch, tmp_path):
+  import types
+
+  from jaxcse import targets
+
+  folder = tmp_path / "gpu-compiler"
+  monkeypatch.setenv("JAXCSE_GPU_COMPILER_DIR", str(folder))
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  assert targets.gpu_compiler_dir() == str(folder) and not targets.use_gpu_compiler()  # Not installed: untouched.
+  calls = []
+
+  def pip(command, **kwargs):
+    calls.append(command)
+    return types.SimpleNamespace(returncode=0, stderr="")
+
+  if targets.jaxlib_too_old_for_gpus():
+    with pytest.raises(targets.TargetError, match="needs jax and jaxlib >= "):
+      targets.install_gpu_compiler(run=pip)
+    return
+  assert targets.install_gpu_compiler(run=pip) == str(folder)
+  import importlib.metadata
+
+  jaxlib = importlib.metadata.version("jaxlib")
+  assert calls[0][-4:] == ["--target", str(folder), f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
+  (folder / "jax_plugins").mkdir(parents=True)  # What pip leaves there.
+  assert targets.use_gpu_compiler() and sys.path[0] == str(folder) and not targets.use_gpu_compiler()
+  failed = lambda command, **kwargs: types.SimpleNamespace(returncode=1, stderr="Looking in indexes...\n"
+                                                          "ERROR: No matching distribution found for x\n")
+  with pytest.raises(targets.TargetError, match=r"failed: ERROR: No matching distribution found for x$"):
+    targets.install_gpu_compiler(run=failed)
 
 
 if __name__ == "__main__":

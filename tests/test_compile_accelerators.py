@@ -1,7 +1,8 @@
 """Every method compiled for a TPU slice and a GPU that are not here: libtpu and XLA's GPU compiler, on this CPU.
 
-Needs ``pip install -e ".[aot]"`` (libtpu, jax's CUDA plugin without NVIDIA's libraries), which must not be in the
-main test venv: .ci/run runs this file in a second venv, with ``JAX_PLATFORMS=cpu``. Elsewhere it is skipped.
+Needs ``pip install -e ".[aot]"`` (libtpu, ptxas) and ``jaxcse-compile --install_gpu_compiler`` (jax's CUDA plugin,
+outside site-packages): .ci/run installs them in a second venv, which sees the main one's packages, and runs this
+file there with ``JAX_PLATFORMS=cpu``. Elsewhere it is skipped.
 Compilations are found again by fingerprint in ``$JAXCSE_COMPILE_CACHE`` when set (CI keeps one between runs).
 
 The programs are the trainer's own (tests/test_compile.py checks the command lowers exactly what the trainer
@@ -21,9 +22,20 @@ import sys
 
 import pytest
 
-if importlib.util.find_spec("libtpu") is None or importlib.util.find_spec("jax_cuda12_plugin") is None:
-  pytest.skip('needs libtpu and jax\'s CUDA plugin: pip install -e ".[aot]" (.ci/run does, in a second venv)',
-              allow_module_level=True)
+from jaxcse import targets as _targets  # noqa: E402  (jax-free: only finds the CUDA plugin installed for compiling)
+
+
+def _gpu_compiler_missing() -> str | None:
+  """Why this jaxlib cannot compile for a GPU (the ranges' floor, Colab's jax 0.7.2), or None."""
+  too_old = _targets.jaxlib_too_old_for_gpus()
+  return f"jaxlib {too_old} < {_targets.GPU_COMPILE_MIN_JAXLIB}: no device-less GPU compile" if too_old else None
+
+
+_targets.use_gpu_compiler()  # As jaxcse-compile does, before jax starts.
+if importlib.util.find_spec("libtpu") is None or (importlib.util.find_spec("jax_cuda12_plugin") is None
+                                                  and not _gpu_compiler_missing()):
+  pytest.skip('needs libtpu (pip install -e ".[aot]") and jax\'s CUDA plugin (jaxcse-compile --install_gpu_compiler);'
+              " .ci/run installs both, in a second venv", allow_module_level=True)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # Before jax starts: never look for a TPU or GPU to run on.
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,9 +56,19 @@ METHODS = {
 
 @pytest.fixture(scope="module")
 def devices():
+  """The compile-only devices of a target, built once per module when first asked for."""
   from jaxcse import targets
 
-  return {name: targets.devices(targets.get(name)) for name in (TPU, GPU)}
+  built = {}
+
+  def of(name: str):
+    if targets.get(name).platform == "gpu" and _gpu_compiler_missing():
+      pytest.skip(_gpu_compiler_missing())
+    if name not in built:
+      built[name] = targets.devices(targets.get(name))
+    return built[name]
+
+  return of
 
 
 def _config(model_dir: str, name: str):
@@ -67,7 +89,7 @@ def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices
   from jaxcse import aot, targets
 
   config = _config(tiny_model_dir, method)
-  report = aot.compile_train_step(config, targets.get(target), devices=devices[target], cache_dir=CACHE)
+  report = aot.compile_train_step(config, targets.get(target), devices=devices(target), cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == (8 if target == TPU else 1)
   assert report["batch_shape"] == [16, 3 if method.startswith("simcse_sup") else 1, 8]
   # The donated train state comes back in place, and the memory adds up.
@@ -184,3 +206,46 @@ def test_the_notebooks_runs_fit_todays_colab_and_kaggle_tpus(config, target, tmp
   assert result.returncode == 0 and result.stderr == "", result.stderr
   report = json.load(open(out))
   assert report["fits"] and report["batch_size"] == 64 and report["num_devices"] == int(target.split("-")[1])
+
+
+@pytest.mark.skipif(_gpu_compiler_missing() is None, reason="this jaxlib compiles for GPUs")
+def test_a_jaxlib_too_old_for_gpu_compiles_says_so_in_one_line(tiny_model_dir, tmp_path):
+  # At the ranges' floor (Colab's TPU image, jaxlib 0.7.2) TPU targets compile and GPU targets cannot: the command
+  # says which jaxlib is needed instead of XLA's proto parse error or the CUDA plugin's start-up traceback.
+  result = _command("--config", "base", f"--config.model.name={tiny_model_dir}", "--target", "h100")
+  assert result.returncode == 1, result.stderr
+  assert result.stderr.count("\n") == 1 and "needs jax and jaxlib >= " in result.stderr, result.stderr
+
+
+def _main_venv_python() -> str | None:
+  """The interpreter of the venv whose packages this one sees through .ci/run's .pth file (it has no compiler)."""
+  import site
+
+  for folder in site.getsitepackages():
+    pth = os.path.join(folder, "jaxcse-main-venv.pth")
+    if os.path.exists(pth):
+      main_site = open(pth).read().strip()  # .../venv/lib/pythonX.Y/site-packages
+      python = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(main_site))), "bin", "python")
+      return python if os.path.exists(python) else None
+  return None
+
+
+def test_the_compile_extra_changes_nothing_another_command_prints(tiny_model_dir, tmp_path):
+  # This venv has libtpu, ptxas and (for jaxcse-compile only) the CUDA plugin; the main one none of them. On a
+  # machine without accelerators jaxcse-encode must print the same in both (before: 36 lines of plugin errors).
+  main_python = _main_venv_python()
+  if main_python is None:
+    pytest.skip("needs .ci/run's two venvs (the .pth file jaxcse-main-venv.pth)")
+  (tmp_path / "in.txt").write_text("A man plays a guitar.\nA cat sleeps.\n")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}  # Nobody chose: what a user has.
+  env["PYTHONPATH"] = REPO
+  printed = {}
+  for name, python in (("without", main_python), ("with", sys.executable)):
+    result = subprocess.run([python, "-m", "jaxcse.encode", "--model", tiny_model_dir, "--pooler", "avg",
+                             "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / f"{name}.npy")],
+                            capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
+    assert result.returncode == 0, result.stderr
+    text = (result.stdout + result.stderr).replace(f"{name}.npy", "OUT.npy").replace(f"{name}.json", "OUT.json")
+    printed[name] = re.sub(r"[\d.]+ sent/s, elapsed \S+", "RATE", text)  # Timings differ run to run.
+  assert printed["with"] == printed["without"]
+  assert "cuda" not in printed["with"].lower() and "tpu" not in printed["with"].lower(), printed["with"]

@@ -16,6 +16,8 @@ import io
 import os
 import re
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
 
@@ -29,6 +31,7 @@ from jaxcse.data.downloads import DownloadError
 
 PAYLOAD = b"".join(b"sentence %d of a small corpus\n" % i for i in range(3000))  # ~90 KB: several read chunks.
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESOLVE = f"/datasets/{downloads._MANIFEST['repository']}/resolve/{downloads.SIMCSE_HF_REVISION}/"
 
 
@@ -43,6 +46,7 @@ class HubServer(http.server.ThreadingHTTPServer):
     # Announce the full length but never send the file's bytes past this offset (a resume gets nothing more).
     self.cut_after: int | None = None
     self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header).
+    self.cdn_status: int | None = None  # Answer every request for the bytes with this HTTP status (503: overloaded).
 
   @property
   def base(self) -> str:
@@ -82,6 +86,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
       self.send_header("X-Repo-Commit", downloads.SIMCSE_HF_REVISION)
       self.send_header("X-Linked-Etag", f'"{self.server.announced.get(name, hashlib.sha256(body).hexdigest())}"')
       self.send_header("X-Linked-Size", str(len(body)))
+      self.send_header("Content-Length", "0")
+      self.end_headers()
+      return
+    if self.server.cdn_status is not None:
+      self.send_response(self.server.cdn_status)
       self.send_header("Content-Length", "0")
       self.end_headers()
       return
@@ -393,3 +402,22 @@ def test_download_mistakes_create_nothing_then_it_runs(server, tmp_path, real_da
   server.files["senteval.tar"] = _senteval_tar(real_data_dir)
   assert downloads.main(["download", "senteval", "--data_dir", root, "--endpoint", server.base]) == 0
   assert os.path.isfile(os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark", "sts-dev.csv"))
+
+
+@pytest.mark.parametrize("fault", ["refused", "overloaded"])
+def test_a_failed_download_is_one_line_without_the_hubs_retries(server, tmp_path, fault):
+  # Offline, or a server answering 503: the command prints jaxcse's one line and nothing of what the libraries log
+  # (httpx logs every request at INFO; huggingface_hub logs each retry through a handler of its own). A subprocess:
+  # the command's own logging set-up is what is tested.
+  server.files["senteval.tar"] = b"never sent"
+  server.cdn_status = 503
+  endpoint = f"http://127.0.0.1:{_closed_port()}" if fault == "refused" else server.base
+  env = {**os.environ, "PYTHONPATH": REPO}
+  run = subprocess.run([sys.executable, "-m", "jaxcse.data", "download", "senteval", "--data_dir",
+                        str(tmp_path / "data"), "--endpoint", endpoint], capture_output=True, text=True, env=env,
+                       cwd=str(tmp_path), timeout=300)
+  lines = (run.stdout + run.stderr).strip().splitlines()
+  assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot download"), lines
+  assert ("503" in lines[0]) == (fault == "overloaded") and ("refused" in lines[0]) == (fault == "refused")
+  if fault == "refused":
+    assert not os.path.exists(tmp_path / "data")  # Nothing reached: nothing made.

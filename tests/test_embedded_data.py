@@ -90,7 +90,7 @@ def test_other_files_name_the_download(tmp_path, monkeypatch):
                                       r"`jaxcse-data download wiki1m --data_dir DIR` fetches it"):
     data.resolve("corpora/wiki1m_for_simcse.txt")
   with pytest.raises(DataError, match=r"`jaxcse-data download senteval --data_dir DIR` fetches it"):
-    sts_data.load_dev_sets()  # SICK-R dev is not shipped.
+    data.data_file("senteval/downstream/MR/rt-polarity.pos")  # The transfer tasks are not shipped.
   with pytest.raises(DataError, match=r"no jaxcse-data download provides it"):
     data.resolve("corpora/mine.txt")
   (tmp_path / "r").mkdir()
@@ -123,3 +123,19 @@ def test_a_metric_needing_sickr_dev_needs_it_scored():
   config.eval.sickr_dev = False
   with pytest.raises(configuration.ConfigError, match="eval.metric=stsb_sickr_dev needs eval.sickr_dev=True"):
     configuration.validate(config)
+
+
+def test_shipped_sts_test_sets_are_the_downloaded_files():
+  # Every file the STS evaluation reads ships, pinned to the same sha256 as the senteval download's member.
+  pinned = dict(downloads.DOWNLOADS["senteval"][0].verified_members)
+  for task in sts_data.STS_TASKS:
+    for relpath in sts_data.task_files(task):
+      member = relpath.removeprefix("senteval/downstream/")
+      assert manifest.EMBEDDED_SHA256[relpath] == pinned[member], relpath
+
+
+def test_readme_states_which_sets_ship_and_their_licences():
+  text = open(os.path.join(data.EMBEDDED_ROOT, "README.md"), encoding="utf-8").read()
+  for needed in ("CC BY-NC-SA 3.0", "CC BY-NC-SA 2.0 UK", "mteb/sickr-sts", "SentEval", "Not shipped",
+                 "STS.answers-forums.zip", "jaxcse-data download senteval"):
+    assert needed in text, needed

@@ -109,3 +109,37 @@ def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tm
   # SentEval (SimCSE's copy, torch) on the same model: test 0.820325, dev 0.86717 (experiments/senteval_sts_check.md).
   assert result["tasks"]["STSBenchmark"]["test"]["spearman"] == pytest.approx(0.820325, abs=5e-6)
   assert result["tasks"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(0.86717, abs=5e-6)
+
+
+def test_sts_evaluation_needs_no_data_root_and_gives_the_data_roots_numbers(tiny_model_dir, real_data_dir, tmp_path,
+                                                                            monkeypatch, capsys):
+  """`jaxcse-evaluate --tasks sts` right after install (no data root) reads the STS sets shipped with jaxcse: the
+  same bytes as the download (sha256-pinned), so the same results to the last digit as from a full data root."""
+  from jaxcse.data import root as root_lib
+
+  monkeypatch.delenv(data_lib.DATA_DIR_ENV, raising=False)
+  monkeypatch.setattr(root_lib, "_embedded_checked", set())  # As in a fresh process: every shipped file is checked.
+  monkeypatch.chdir(tmp_path)
+  args = ["--model", tiny_model_dir, "--pooler", "avg", "--tasks", "sts,align_uniform"]
+  assert evaluate.main([*args, "--output", "shipped.json"]) == 0
+  assert root_lib._embedded_checked >= {f for t in sts_data.STS_TASKS for f in sts_data.task_files(t)}
+  assert evaluate.main([*args, "--data_dir", real_data_dir, "--output", "root.json"]) == 0
+  shipped, from_root = json.load(open("shipped.json")), json.load(open("root.json"))
+  assert shipped["tasks"] == from_root["tasks"] and shipped["summary"] == from_root["summary"]
+  assert set(shipped["summary"]) >= {*sts_data.STS_TASKS, "Avg"}
+  assert shipped["provenance"]["data_sha256"] == from_root["provenance"]["data_sha256"]
+
+
+def test_transfer_tasks_without_a_data_root_name_the_download(monkeypatch, capsys):
+  monkeypatch.delenv(data_lib.DATA_DIR_ENV, raising=False)
+  assert evaluate.main(["--model", "never-loaded", "--tasks", "sts,MR"]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "`jaxcse-data download senteval --data_dir DIR`" in err[0], err
+
+
+def test_a_data_root_with_a_tasks_folder_is_read_whole_never_mixed_with_the_shipped_copy(toy_root):
+  assert sts_data.task_root("STS12", toy_root) == toy_root
+  assert sts_data.task_root("STS13", toy_root) == data_lib.EMBEDDED_ROOT  # The toy root lacks STS13's folder.
+  os.remove(os.path.join(toy_root, "senteval", "downstream", "STS", "STS12-en-test", "STS.gs.MSRvid.txt"))
+  with pytest.raises(data_lib.DataError, match="STS.gs.MSRvid.txt: missing"):
+    evaluate.task_data(toy_root, ["STS12"])

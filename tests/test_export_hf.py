@@ -232,3 +232,16 @@ def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
   save_file({"layer_weights": np.array([1.0, 2.0], np.float32)},
             os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"))
   assert st_format.read_pooler(out) is None
+
+
+def test_the_card_of_a_trained_model_names_its_workdir_step_and_base_model(trained_workdir, tiny_model_dir, tmp_path,
+                                                                           monkeypatch):
+  monkeypatch.chdir(os.path.dirname(trained_workdir))
+  out = str(tmp_path / "hf_card")
+  assert export_hf.main(["workdir", out]) == 0  # No best checkpoint (no evaluation ran): its latest, step 2.
+  card = open(os.path.join(out, "README.md")).read()
+  assert (f"- Source: trained with jaxcse in the workdir `workdir`, checkpoint step 2 (of its latest checkpoints), "
+          f"from the base model `{tiny_model_dir}`") in card
+  record = json.load(open(os.path.join(out, "jaxcse_export.json")))
+  assert record["workdir"] == "workdir" and record["step"] == 2 and record["checkpoint"] == "latest"
+  assert record["base_model"] == record["source"] == tiny_model_dir

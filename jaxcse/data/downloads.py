@@ -9,7 +9,6 @@ module adds the pinned digests, the data root's layout and safe extraction.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
 import os
@@ -22,6 +21,7 @@ from collections.abc import Sequence
 import huggingface_hub
 import huggingface_hub.constants
 import huggingface_hub.errors
+import huggingface_hub.utils
 
 from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
 from jaxcse.files import file_sha256
@@ -242,7 +242,7 @@ def download(name: str, root: str, *, endpoint: str | None = None) -> list[str]:
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   prog = errors.command_name("jaxcse.data")
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog=prog, description="Fetch SimCSE's training and evaluation data into a data root, verified by sha256.",
       epilog=f"example: {prog} download senteval wiki1m --data_dir DIR (then pass --data_dir DIR to the other "
              f"commands, or set ${DATA_DIR_ENV}=DIR); {prog} download --help lists its flags.")
@@ -257,7 +257,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                      help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)")
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s")
-  logging.getLogger("huggingface_hub").propagate = False  # It prints its retries through a handler of its own.
+  # What the libraries log would bury the one line that says what failed and what to do: huggingface_hub logs each
+  # retry ("... thrown while requesting HEAD ...", "Retrying in 1s [Retry 1/5]") through a handler of its own, and
+  # httpx every request at INFO. Errors still reach the user as the DownloadError's line.
+  huggingface_hub.utils.logging.set_verbosity_error()
+  logging.getLogger("huggingface_hub").propagate = False
+  for client in ("httpx", "httpx2", "httpcore", "httpcore2", "urllib3"):
+    logging.getLogger(client).setLevel(logging.WARNING if client.startswith("httpcore") else logging.ERROR)
   root = args.data_dir or os.environ.get(DATA_DIR_ENV)
   if not root:
     parser.error(f"no data directory: pass --data_dir or set ${DATA_DIR_ENV}")

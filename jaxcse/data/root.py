@@ -5,7 +5,8 @@ Relative paths are looked up under the data directory, which is
 like SentEval's and SimCSE's: ``senteval/downstream/...``, ``corpora/...``.
 
 Under every data root lies the quickstart data shipped inside the package
-(``manifest.EMBEDDED_ROOT``: a 20,000-sentence Wikipedia corpus and STS-B dev):
+(``manifest.EMBEDDED_ROOT``: a 20,000-sentence Wikipedia corpus, STS-B dev and the
+STS test sets that jaxcse-evaluate scores: STS12-16, STS-B and SICK-R):
 a file that the given root lacks, or any file when no root is given, is read
 from there if it is one of the embedded files (after checking its pinned
 sha256), with one line saying so. The embedded files are never shadowed
@@ -86,9 +87,26 @@ def _announce(relpath: str, given: str | None) -> None:
     log.warning("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
                 relpath, given, EMBEDDED_ROOT)
   else:
-    log.warning("%s: data files are read from the quickstart data shipped with jaxcse (%s: a 20,000-sentence "
-                "corpus and STS-B dev); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
+    log.warning("%s: data files are read from the data shipped with jaxcse (%s: a 20,000-sentence corpus, STS-B "
+                "dev and the STS test sets); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
                 EMBEDDED_ROOT, DATA_DIR_ENV)
+
+
+def embedded_root_for(relpaths: list[str], root: str | None = None, *, what: str) -> str:
+  """``EMBEDDED_ROOT`` if every one of ``relpaths`` is shipped there (each sha256 checked), announced in one line.
+
+  For data read as a whole from one root (an evaluation task's files): ``root`` is the data root the user gave
+  (None: none) that lacks them, named in the line. ``what`` names the data in the messages.
+
+  Raises:
+    DataError: one of them is not shipped (the message names the ``jaxcse-data download`` that fetches it), or a
+      shipped copy fails its sha256 check.
+  """
+  for relpath in relpaths:
+    if embedded_file(relpath) is None:
+      data_file(relpath, root)  # Raises the error that names where it looked and the download.
+  _announce(what, root)
+  return EMBEDDED_ROOT
 
 
 def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = False) -> str:
