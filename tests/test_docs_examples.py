@@ -251,8 +251,9 @@ def test_every_example_runs(tmp_path):
   for document in DOCUMENTS:
     folder = readme if document == "README.md" else _scratch(str(tmp_path / document.replace("/", "-")))
     if document != "README.md" and os.path.isdir(os.path.join(readme, "workdirs", "quickstart")):
-      # The README's trained model, as each page expects it (hard links: nothing is copied, and a page that adds
-      # files, e.g. plots, adds them to its own copy).
+      # The README's trained model, as each page expects it. Hard links, so nothing is copied: a page's new files
+      # (plots, results) are its own, while a file changed in place (docs/data.md resumes the finished
+      # quickstart) changes for the pages after it too, which only read the model.
       shutil.copytree(os.path.join(readme, "workdirs", "quickstart"), os.path.join(folder, "workdirs", "quickstart"),
                       copy_function=os.link)
     for block in parse(document):
