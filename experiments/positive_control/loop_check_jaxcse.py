@@ -17,19 +17,16 @@ Arrays are saved under their PyTorch names (``models.weights.checkpoint_name``; 
 """
 import sys
 
+import flax
 import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-jax.config.update("jax_enable_x64", True)
-
-import flax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-from jaxcse import configured, models  # noqa: E402
-from jaxcse import train_step as step_lib  # noqa: E402
-from jaxcse.configs import base as base_config  # noqa: E402
-from jaxcse.models import weights  # noqa: E402
+from jaxcse import configured, models
+from jaxcse import train_step as step_lib
+from jaxcse.configs import base as base_config
+from jaxcse.models import weights
 
 STEPS, TOTAL_STEPS = 3, 250
 
@@ -65,6 +62,7 @@ def torch_named(params) -> dict[str, np.ndarray]:
 
 
 def main(batches_npz: str, out_npz: str) -> None:
+  jax.config.update("jax_enable_x64", True)  # before any array is made (here, not at import: dropout_check imports us)
   models.DTYPES["float64"] = jnp.float64  # this check only: the trainer offers float32/bf16/fp16
   config = regime_config("float64")
   built = configured.model(config)
