@@ -128,6 +128,11 @@ def main() -> None:
   for g, runs in groups.items():
     lines.append(f"| {names[g]} | {len(runs)} | {fmt([r['stsb_dev'] for r in runs.values()])} | "
                  f"{fmt([r['sts_avg'] for r in runs.values()])} |")
+  untrained = os.path.join(HERE, "results", "untrained-encoder.json")
+  if os.path.exists(untrained):  # the raw encoder, before any SimCSE step: the floor every row is read against
+    u = json.load(open(untrained))
+    lines.append(f"| the untrained encoder (`results/untrained-encoder.json`) | – | "
+                 f"{u['tasks']['STSBenchmark']['dev']['spearman'] * 100:.2f} | {u['summary']['Avg']:.2f} |")
   lines += ["", "## The pre-registered criterion: equivalent when |d| <= pooled SD (d = other − jaxcse)", "",
             "| implementation | metric | n | d | pooled SD | verdict | 95% CI of d (Welch) | Welch t (df), p | "
             "paired-by-seed-number t, p |", "|---|---|---|---:|---:|---|---|---|---|"]
