@@ -25,6 +25,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 import zlib
 from typing import Any
@@ -54,6 +56,46 @@ class WorkdirError(JaxcseError, RuntimeError):
 
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C (SIGINT) while training; the message says at which step, and how to resume."""
+
+
+class _CtrlC:
+  """Ctrl-C (SIGINT) while training, acted on only where the run can stop cleanly (``check``).
+
+  Python raises ``KeyboardInterrupt`` wherever the main thread is when the signal arrives: inside jax's tracing and
+  lowering (Python code that XLA's C++ calls back while it compiles), inside orbax's save or restore (whose threads
+  go on writing). Unwinding through them leaves their native state half built, and the process then crashed as it
+  exited ("Fatal Python error: Segmentation fault" after the interrupted line, issue 39). So the handler only
+  notes the request; the loop stops at its next safe point (before a step, after an evaluation or a save). A
+  second Ctrl-C raises at once: the user insists, and gets Python's own behaviour.
+
+  Installed only in the main thread over Python's default handler (another handler, e.g. a notebook's, is left
+  alone, and then Ctrl-C behaves as that handler decides).
+  """
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self) -> "_CtrlC":
+    if threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+      self._previous = signal.signal(signal.SIGINT, self._note)
+    return self
+
+  def _note(self, signum, frame) -> None:
+    del signum, frame
+    if self.requested:
+      raise KeyboardInterrupt
+    self.requested = True
+
+  def check(self) -> None:
+    """Raises ``KeyboardInterrupt`` if Ctrl-C was pressed: call it only where stopping leaves nothing half done."""
+    if self.requested:
+      raise KeyboardInterrupt
+
+  def __exit__(self, *exc) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGINT, self._previous)
 
 
 # --------------------------------------------------------------------------
@@ -516,6 +558,13 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
   return values
 
 
+def _interrupted(step: int, latest) -> str:
+  """The one line of a run stopped by Ctrl-C: at which step, and where the same command resumes from."""
+  good = _last_good(latest)
+  return (f"interrupted at step {step}; rerun the same command to resume (" +
+          ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})"))
+
+
 def _last_good(latest) -> int | None:
   """The step of the newest good latest checkpoint, for a message (nothing is set aside); None if there is none."""
   try:
@@ -553,22 +602,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
   that every process sees (a shared filesystem).
   """
   configuration.validate(config)
-  primary = jax.process_index() == 0
-  mesh = distributed.make_mesh()
-  if config.train.batch_size % mesh.size:
-    raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
-                                    f"{mesh.size} devices")
-  inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
-  os.makedirs(workdir, exist_ok=True)
-  lock = _lock(workdir) if primary else None
-  try:
-    return _train(config, workdir, primary, mesh, restart, inputs)
-  finally:
-    if lock is not None:
-      lock.release()
+  with _CtrlC() as ctrl_c:  # From here on, Ctrl-C stops the run only at a safe point (``_CtrlC``).
+    primary = jax.process_index() == 0
+    mesh = distributed.make_mesh()
+    if config.train.batch_size % mesh.size:
+      raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
+                                      f"{mesh.size} devices")
+    inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
+    if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
+      raise Interrupted("interrupted before the run started; the workdir is as it was")
+    os.makedirs(workdir, exist_ok=True)
+    lock = _lock(workdir) if primary else None
+    try:
+      summary = _train(config, workdir, primary, mesh, restart, inputs, ctrl_c)
+    finally:
+      if lock is not None:
+        lock.release()
+    if ctrl_c.requested:  # Pressed while the finished run wrote its summary: it is complete, say so.
+      raise Interrupted(f"interrupted as the run finished; {workdir} is complete (nothing to resume)")
+    return summary
 
 
-def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs) -> dict:
+def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs, ctrl_c: _CtrlC) -> dict:
   """``train_and_evaluate`` once the config and inputs are checked and the workdir locked."""
   started = time.time()
   if restart and primary:
@@ -576,16 +631,19 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   try:
-    return _train_with(config, workdir, primary, mesh, latest, best, started, inputs)
+    return _train_with(config, workdir, primary, mesh, latest, best, started, inputs, ctrl_c)
   finally:  # On every path, a refusal too: orbax's threads would print tracebacks at interpreter shutdown.
     for mngr in (latest, best):
       with contextlib.suppress(Exception):  # Never hide the error that ends the run.
         mngr.close()
 
 
-def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs) -> dict:
+def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs,
+                ctrl_c: _CtrlC) -> dict:
   """``_train`` with the checkpoint managers open: the loop."""
   start = _resume(config, workdir, primary, mesh, inputs, latest, best)
+  if ctrl_c.requested:  # Pressed while the workdir was put in order for the run (_resume): stop before training.
+    raise Interrupted(_interrupted(start.step or 0, latest))
   spec, batches, total_steps, state, best_so_far = start.spec, start.batches, start.total_steps, start.state, start.best
   first_step = start.step or 0
   batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
@@ -611,6 +669,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   try:
     for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
                                       start=first_step):
+      ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
       state, metrics = train_step(state, batch, complementary_params, augment_params)
@@ -632,11 +691,11 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
       if save_now:
         checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
     step_log.settle()
+    ctrl_c.check()  # Pressed during the last step, evaluation or save.
   except KeyboardInterrupt:
-    good = _last_good(latest)
-    raise Interrupted(f"interrupted at step {progress.done}; rerun the same command to resume (" +
-                      ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})")
-                      ) from None
+    with contextlib.suppress(Exception):  # Let the dispatched step finish: no device work left running at exit.
+      jax.block_until_ready(state)
+    raise Interrupted(_interrupted(progress.done, latest)) from None
   finally:
     progress.close()
     metrics_log.close()
