@@ -273,8 +273,8 @@ def _check_same_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> N
     changed = sorted(name for name in set(recorded) | set(corpus_digests)
                      if recorded.get(name) != corpus_digests.get(name))
     raise WorkdirError(f"{workdir} holds a run on another training corpus (the sha256 of {', '.join(changed)} differs "
-                       f"from {path}'s, which change the result): put the run's corpus back to resume it, or pass "
-                       "--restart to start it over (deletes its checkpoints and metrics)")
+                       f"from the one in {path}: the resumed run would train on other batches): put the run's corpus "
+                       "back to resume it, or pass --restart to start it over (deletes its checkpoints and metrics)")
 
 
 def _record_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> None:
