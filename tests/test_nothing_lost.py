@@ -313,25 +313,25 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
   from tests.test_reliability import _said
 
   ref_dir, _ = reference
-  outcomes = {}
+  bad = {}  # Every point's problem, so that one run of the test shows them all.
   for i, (where, delay) in enumerate(SIGINT_POINTS):
     workdir = str(tmp_path / f"w{i}")
     run = _sigint_train(workdir, tiny_model_dir, small_data_dir, where, delay)
     said = _said(run.stderr)
-    outcomes[(where, delay)] = (run.returncode, said[-3:])
-    if run.returncode != 130 or len(said) != 1:
-      continue
-    if where == "read_inputs":
-      assert said == ["interrupted before the run started; the workdir is as it was"]
-      assert not os.path.exists(workdir)
-      continue
-    assert re.fullmatch(INTERRUPTED, said[0]), said
-    for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR):  # Every checkpoint left is whole.
-      mngr = checkpoints.manager(os.path.join(workdir, sub))
-      assert all(checkpoints.verify(mngr, step) is None for step in mngr.all_steps()), (where, sub)
-      mngr.close()
-    assert not os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))
-  bad = {point: outcome for point, outcome in outcomes.items() if outcome[0] != 130 or len(outcome[1]) != 1}
+    expected = (r"interrupted before the run started; the workdir is as it was" if where == "read_inputs" else
+                INTERRUPTED)
+    if run.returncode != 130 or len(said) != 1 or not re.fullmatch(expected, said[0]):
+      bad[(where, delay)] = (run.returncode, said[-3:])
+    elif where == "read_inputs" and os.path.exists(workdir):
+      bad[(where, delay)] = "the workdir was created"
+    elif where != "read_inputs":
+      for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR):  # Every checkpoint left is whole.
+        mngr = checkpoints.manager(os.path.join(workdir, sub))
+        if any(checkpoints.verify(mngr, step) for step in mngr.all_steps()):
+          bad[(where, delay)] = f"a damaged checkpoint in {sub}"
+        mngr.close()
+      if os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR)):
+        bad[(where, delay)] = "checkpoints were set aside"
   assert not bad, bad
   # The same command resumes them (here, the one stopped during a save) to the uninterrupted run's parameters.
   save = str(tmp_path / f"w{SIGINT_POINTS.index(('save', 0.01))}")
