@@ -332,7 +332,7 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
         mngr.close()
       if os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR)):
         bad[(where, delay)] = "checkpoints were set aside"
-  assert not bad, bad
+  assert not bad, "; ".join(f"{where} +{delay}s: {problem}" for (where, delay), problem in bad.items())
   # The same command resumes them (here, the one stopped during a save) to the uninterrupted run's parameters.
   save = str(tmp_path / f"w{SIGINT_POINTS.index(('save', 0.01))}")
   assert _sigint_train(save, tiny_model_dir, small_data_dir, None, 0).returncode == 0
