@@ -3,12 +3,15 @@
 A training workdir holds::
 
   config.json                 the resolved training config
-  model/                      model description: HF config, tokenizer, jaxcse.json (poolers); no weights
+  model/                      model description: HF config, tokenizer, jaxcse.json (poolers), sha256.json (their
+                              record, checked before anything reads them: ``models.check_description``); no weights
+  inputs.json                 the sha256 of the training corpus: a resume must read the same (``train``)
   checkpoints/latest/<step>/  full train state (params, optimizer state) + progress metadata; the newest two
   checkpoints/best/<step>/    params of the best evaluation so far + its metrics; the newest two
   checkpoints/set_aside/      checkpoints found corrupt or incomplete, or intact but no longer fitting the run
                               (newer than the resume point), moved out of the way, never deleted, never loaded
   metrics.jsonl               one JSON object per logged step or evaluation
+  summary.json, tensorboard/  the finished run's summary; TensorBoard's events (log.tensorboard)
   .lock                       held by the training process: a second one on the same workdir refuses
 
 Every save is synchronous and checked (orbax writes into a temporary folder
