@@ -3,11 +3,15 @@
 A training workdir holds::
 
   config.json                 the resolved training config
-  model/                      model description: HF config, tokenizer, jaxcse.json (poolers); no weights
+  model/                      model description: HF config, tokenizer, jaxcse.json (poolers), sha256.json (their
+                              record, checked before anything reads them: ``models.check_description``); no weights
+  inputs.json                 the sha256 of the training corpus: a resume must read the same (``train``)
   checkpoints/latest/<step>/  full train state (params, optimizer state) + progress metadata; the newest two
   checkpoints/best/<step>/    params of the best evaluation so far + its metrics; the newest two
-  checkpoints/set_aside/      checkpoints found corrupt or incomplete, moved out of the way (never loaded)
+  checkpoints/set_aside/      checkpoints found corrupt or incomplete, or intact but no longer fitting the run
+                              (newer than the resume point), moved out of the way, never deleted, never loaded
   metrics.jsonl               one JSON object per logged step or evaluation
+  summary.json, tensorboard/  the finished run's summary; TensorBoard's events (log.tensorboard)
   .lock                       held by the training process: a second one on the same workdir refuses
 
 Every save is synchronous and checked (orbax writes into a temporary folder
@@ -74,15 +78,7 @@ def _step_dir(mngr: ocp.CheckpointManager, step: int) -> str:
 
 def _file_digests(folder: str) -> dict[str, str]:
   """sha256 of every file under ``folder`` (but the checksum record itself), by relative path."""
-  digests = {}
-  for root, _, names in os.walk(folder):
-    for name in sorted(names):
-      path = os.path.join(root, name)
-      rel = os.path.relpath(path, folder)
-      if rel == CHECKSUMS:
-        continue
-      digests[rel] = files.file_sha256(path)
-  return digests
+  return files.folder_digests(folder, record=CHECKSUMS)
 
 
 def _root_cause(e: BaseException) -> str:
@@ -188,22 +184,10 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
   one whose files do not match the record.
   """
   path = _step_dir(mngr, step)
-  record = os.path.join(path, CHECKSUMS)
-  if not os.path.isfile(record):
+  if not os.path.isfile(os.path.join(path, CHECKSUMS)):
     return (f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
             "an older jaxcse wrote it)")
-  try:
-    with open(record) as f:
-      expected = json.load(f)
-  except (OSError, json.JSONDecodeError) as e:
-    return f"unreadable checksum record ({e})"
-  actual = _file_digests(path)
-  for rel, digest in expected.items():
-    if rel not in actual:
-      return f"{rel} is missing"
-    if actual[rel] != digest:
-      return f"{rel} does not match its sha256 (truncated or corrupted)"
-  return None
+  return files.digest_mismatch(path, CHECKSUMS, _file_digests(path))
 
 
 def _check(mngr: ocp.CheckpointManager, step: int) -> None:
@@ -213,17 +197,29 @@ def _check(mngr: ocp.CheckpointManager, step: int) -> None:
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
 
 
-def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str) -> str:
-  """Moves a bad checkpoint out of the manager's folder (so it is never loaded or overwritten); returns where."""
+def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str, *, intact: bool = False) -> str:
+  """Moves a checkpoint out of the manager's folder (so it is never loaded or overwritten); returns where.
+
+  ``intact``: the checkpoint is good but no longer fits the run (``set_aside_after``); else it is bad. Either way
+  one warning says which, why and where it went: jaxcse never deletes a checkpoint it did not just replace.
+  """
   src = _step_dir(mngr, step)
   directory = str(mngr.directory)
   workdir_checkpoints = os.path.dirname(directory)
   dest = os.path.join(workdir_checkpoints, os.path.basename(SET_ASIDE_DIR),
                       f"{os.path.basename(directory)}-{step}-{time.strftime('%Y%m%dT%H%M%S')}")
+  taken = dest
+  for n in range(2, 1000):  # Set aside twice within a second (the same step saved again, then set aside again).
+    if not os.path.exists(dest):
+      break
+    dest = f"{taken}-{n}"
   if jax.process_index() == 0:
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     shutil.move(src, dest)
-  log.warning("checkpoint %s is not usable (%s); moved to %s", src, reason, dest)
+  if intact:
+    log.warning("checkpoint %s is intact but %s; moved to %s (kept, not deleted)", src, reason, dest)
+  else:
+    log.warning("checkpoint %s is not usable (%s); moved to %s", src, reason, dest)
   mngr.reload()
   return dest
 
@@ -287,12 +283,17 @@ def newest_good(mngr: ocp.CheckpointManager, read: Callable[[ocp.CheckpointManag
   raise CheckpointError("; ".join(problems) or f"no checkpoint in {mngr.directory}")
 
 
-def delete_after(mngr: ocp.CheckpointManager, step: int | None) -> list[int]:
-  """Deletes the checkpoints newer than ``step`` (all for None); returns their steps."""
-  stale = [s for s in mngr.all_steps() if step is None or s > step]
-  for s in stale:
-    mngr.delete(s)
-  return stale
+def set_aside_after(mngr: ocp.CheckpointManager, step: int | None, reason: str) -> list[int]:
+  """Sets aside (``set_aside``, intact) the checkpoints newer than ``step`` (all for None); returns their steps.
+
+  What a resumed run will write again under the same step names (a killed run's best checkpoints saved after its
+  last latest one) must leave the folder, and a checkpoint cannot always be recomputed (a run that starts over
+  may not reach the same best), so it is moved, never deleted. ``reason`` completes "is intact but ...".
+  """
+  newer = sorted(s for s in mngr.all_steps() if step is None or s > step)
+  for s in newer:
+    set_aside(mngr, s, reason, intact=True)
+  return newer
 
 
 def abstract_params(spec: models.ModelSpec, sharding: jax.sharding.Sharding) -> Any:

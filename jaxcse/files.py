@@ -30,6 +30,50 @@ def file_sha256(path: str) -> str:
   return digest.hexdigest()
 
 
+def folder_digests(folder: str, *, record: str) -> dict[str, str]:
+  """sha256 of every file under ``folder`` but ``record`` (the file that keeps them), by relative path."""
+  digests = {}
+  for root, _, names in os.walk(folder):
+    for name in sorted(names):
+      path = os.path.join(root, name)
+      rel = os.path.relpath(path, folder)
+      if rel != record:
+        digests[rel] = file_sha256(path)
+  return digests
+
+
+def record_digests(folder: str, record: str, digests: dict[str, str] | None = None) -> None:
+  """Writes ``folder/record``: the sha256 of every other file in ``folder`` (``folder_digests``), atomically.
+
+  The record is what vouches for the folder's files: ``digest_mismatch`` compares them against it.
+  """
+  write_json(os.path.join(folder, record), folder_digests(folder, record=record) if digests is None else digests)
+
+
+def digest_mismatch(folder: str, record: str, actual: dict[str, str] | None = None) -> str | None:
+  """Why the files of ``folder`` do not match ``folder/record`` (``record_digests``), or None if they all do.
+
+  The reason starts with the path, relative to ``folder``, of the file at fault.
+
+  Files the record does not list are not checked (they are not part of what was recorded). ``actual``: the
+  folder's digests if the caller already computed them.
+  """
+  try:
+    with open(os.path.join(folder, record)) as f:
+      expected = json.load(f)
+    if not isinstance(expected, dict):
+      raise ValueError("not a JSON object")
+  except (OSError, ValueError) as e:
+    return f"{record} is unreadable ({e})"
+  for rel, digest in expected.items():
+    path = os.path.join(folder, rel)
+    if not os.path.isfile(path):
+      return f"{rel} is missing"
+    if (actual[rel] if actual is not None and rel in actual else file_sha256(path)) != digest:
+      return f"{rel} does not match its sha256 (truncated, corrupted or changed)"
+  return None
+
+
 def write_json(path: str, obj: Any) -> None:
   """Writes JSON atomically (a temporary file renamed over ``path``): never a half-written file.
 

@@ -25,6 +25,8 @@ import logging
 import math
 import os
 import shutil
+import signal
+import threading
 import time
 import zlib
 from typing import Any
@@ -56,6 +58,46 @@ class Interrupted(KeyboardInterrupt):
   """Ctrl-C (SIGINT) while training; the message says at which step, and how to resume."""
 
 
+class _CtrlC:
+  """Ctrl-C (SIGINT) while training, acted on only where the run can stop cleanly (``check``).
+
+  Python raises ``KeyboardInterrupt`` wherever the main thread is when the signal arrives: inside jax's tracing and
+  lowering (Python code that XLA's C++ calls back while it compiles), inside orbax's save or restore (whose threads
+  go on writing). Unwinding through them leaves their native state half built, and the process then crashed as it
+  exited ("Fatal Python error: Segmentation fault" after the interrupted line, issue 39). So the handler only
+  notes the request; the loop stops at its next safe point (before a step, after an evaluation or a save). A
+  second Ctrl-C raises at once: the user insists, and gets Python's own behaviour.
+
+  Installed only in the main thread over Python's default handler (another handler, e.g. a notebook's, is left
+  alone, and then Ctrl-C behaves as that handler decides).
+  """
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self) -> "_CtrlC":
+    if threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+      self._previous = signal.signal(signal.SIGINT, self._note)
+    return self
+
+  def _note(self, signum, frame) -> None:
+    del signum, frame
+    if self.requested:
+      raise KeyboardInterrupt
+    self.requested = True
+
+  def check(self) -> None:
+    """Raises ``KeyboardInterrupt`` if Ctrl-C was pressed: call it only where stopping leaves nothing half done."""
+    if self.requested:
+      raise KeyboardInterrupt
+
+  def __exit__(self, *exc) -> None:
+    if self._previous is not None:
+      signal.signal(signal.SIGINT, self._previous)
+
+
 # --------------------------------------------------------------------------
 # The workdir: one process at a time, resume from the newest good checkpoint, nothing stale.
 
@@ -74,11 +116,15 @@ def _lock(workdir: str):
   return lock
 
 
+TENSORBOARD_DIR = "tensorboard"  # log.tensorboard's event files.
+INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus the run started with: a resume must read the same.
+
+
 def _clear(workdir: str) -> None:
-  """Removes a previous run's checkpoints, description, config and logs (``--restart``)."""
-  for name in ("checkpoints", checkpoints.MODEL_DIR):
+  """Removes everything a previous run wrote: checkpoints, description, config, logs, TensorBoard (``--restart``)."""
+  for name in ("checkpoints", checkpoints.MODEL_DIR, TENSORBOARD_DIR):
     shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
-  for name in ("config.json", "metrics.jsonl", "summary.json"):
+  for name in ("config.json", INPUTS_FILE, "metrics.jsonl", "summary.json"):
     if os.path.exists(os.path.join(workdir, name)):
       os.remove(os.path.join(workdir, name))
 
@@ -174,6 +220,7 @@ class _Inputs:
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
   complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``configured.complementary``).
   augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
+  corpus_digests: dict[str, str] | None  # sha256 of the training corpus's files (``_corpus_digests``); None: TFDS.
 
 
 def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh) -> _Inputs:
@@ -182,7 +229,9 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the
   run with the workdir exactly as it was, and the corrected command then starts cleanly.
   """
+  corpus_digests = _corpus_digests(config)
   if _check_workdir(config, workdir, restart):  # It holds checkpoints: _resume restores their params.
+    _check_same_corpus(workdir, corpus_digests)
     spec, params = _described_model(config, workdir), None
   else:
     built = configured.model(config)
@@ -192,7 +241,45 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
-  return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm)
+  return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm, corpus_digests)
+
+
+def _corpus_digests(config: ml_collections.ConfigDict) -> dict[str, str] | None:
+  """sha256 of the training corpus's files, by path relative to the corpus's folder; None for a TFDS dataset."""
+  if config.data.train.startswith(data_lib.TFDS_PREFIX):
+    return None  # TFDS versions its datasets itself (the name holds the version).
+  path = os.path.abspath(data_lib.resolve(config.data.train, config.data.data_dir or None))
+  if not os.path.exists(path):
+    return None  # The corpus reader says what is missing, naming the download.
+  return provenance.data_digests([path], root=os.path.dirname(path))
+
+
+def _check_same_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> None:
+  """Refuses to resume on a training corpus whose files differ from those the run started with (``INPUTS_FILE``).
+
+  Batches are drawn by step from the corpus, so a changed file silently makes a resumed run another run. A workdir
+  without the record (an older jaxcse's) is not checked; the resumed run records the corpus it reads.
+  """
+  path = os.path.join(workdir, INPUTS_FILE)
+  if corpus_digests is None or not os.path.isfile(path):
+    return
+  try:
+    with open(path) as f:
+      recorded = json.load(f)["corpus_sha256"]
+  except (OSError, ValueError, KeyError, TypeError) as e:
+    raise WorkdirError(f"{path}: unreadable ({type(e).__name__}: {e}); pass --restart to start the workdir over"
+                       ) from None
+  if recorded is not None and recorded != corpus_digests:
+    changed = sorted(name for name in set(recorded) | set(corpus_digests)
+                     if recorded.get(name) != corpus_digests.get(name))
+    raise WorkdirError(f"{workdir} holds a run on another training corpus (the sha256 of {', '.join(changed)} differs "
+                       f"from the one in {path}: the resumed run would train on other batches): put the run's corpus "
+                       "back to resume it, or pass --restart to start it over (deletes its checkpoints and metrics)")
+
+
+def _record_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> None:
+  """Writes ``INPUTS_FILE``: the sha256 of the training corpus this run reads (``_check_same_corpus``)."""
+  files.write_json(os.path.join(workdir, INPUTS_FILE), {"corpus_sha256": corpus_digests})
 
 
 def _frozen(built: configured.Built | None, replicated) -> tuple[models.ModelSpec | None, Any]:
@@ -212,9 +299,14 @@ def _described_model(config: ml_collections.ConfigDict, workdir: str) -> models.
                                  gradient_checkpointing=config.model.gradient_checkpointing)
 
 
-def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str) -> None:
-  """Writes a fresh start's model description and resolved config into the workdir."""
+def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str,
+                corpus_digests: dict[str, str] | None) -> None:
+  """Writes a fresh start's model description, the sha256 of its corpus and its resolved config into the workdir.
+
+  Each file whole or not at all (a full disk is one error naming it); config.json last.
+  """
   models.save_description(spec, os.path.join(workdir, checkpoints.MODEL_DIR))
+  _record_corpus(workdir, corpus_digests)
   files.write_json(os.path.join(workdir, "config.json"), config.to_dict())
 
 
@@ -280,6 +372,7 @@ class Start:
   state: step_lib.TrainState  # Replicated on the mesh: fresh from the configured params, or the checkpoint's.
   best: validation.BestSoFar  # The model selection so far: the checkpoint's, or none yet.
   reevaluate: bool  # The run's best checkpoint is gone: evaluate the resume point again (``_resume``).
+  probe: Any  # checkpoints.output_probe(spec): the check every saved checkpoint passes, compiled once.
 
 
 def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, best) -> Start:
@@ -287,10 +380,10 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
 
   The run resumes from the newest good latest checkpoint (``checkpoints.newest_good``: bad ones are set aside,
   each with a warning), else starts fresh from the configured model (writing its description and config). Best
-  checkpoints newer than the resume point (saved after the last latest checkpoint of a killed run) are deleted:
-  the resumed run (``_check_same_run``: with the same config) evaluates those steps again, so the best checkpoint
-  served is always the one this run reports; every best checkpoint left must be servable (bad ones are set
-  aside). If the run's best checkpoint is gone, its best becomes the newest good one left (or none) and
+  checkpoints newer than the resume point (saved after the last latest checkpoint of a killed run; all of them
+  for a fresh start) are set aside, intact, never deleted: the resumed run (``_check_same_run``: with the same
+  config) evaluates those steps again, so the best checkpoint served is always the one this run reports; every
+  best checkpoint left must be servable (bad ones are set aside). If the run's best checkpoint is gone, its best becomes the newest good one left (or none) and
   ``reevaluate`` asks the loop to evaluate the resume point again, so the run keeps serving the best it has.
   """
   replicated = NamedSharding(mesh, PartitionSpec())
@@ -303,14 +396,20 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
     built = configured.model(config)
     spec, params = built.spec, built.params
     batches, heldout = _batches(config, spec)
-  if stale := checkpoints.delete_after(best, step):
-    log.info("%s: deleted best checkpoints %s, saved after the resume point (%s); the run evaluates those steps "
-             "again", workdir, stale, "none" if step is None else f"step {step}")
+  if step is None:
+    checkpoints.set_aside_after(best, None, "this run starts over (no latest checkpoint is usable to resume from), "
+                                "so its best checkpoints will be saved again under these step names")
+  else:
+    checkpoints.set_aside_after(best, step, f"was saved after the resume point, step {step}: the resumed run "
+                                "evaluates that step again")
+  probe = checkpoints.output_probe(spec)  # Compiled on its first call: not at all for a fresh start.
   for best_step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
-    if problem := checkpoints.verify(best, best_step):
+    if problem := checkpoints.verify(best, best_step) or _unservable(best, best_step, spec, probe, replicated):
       checkpoints.set_aside(best, best_step, problem)
   if step is None and primary:
-    _save_start(config, spec, workdir)
+    _save_start(config, spec, workdir, inputs.corpus_digests)
+  elif primary and not os.path.isfile(os.path.join(workdir, INPUTS_FILE)):  # An older jaxcse's run: record it now.
+    _record_corpus(workdir, inputs.corpus_digests)
   total_steps = _total_steps(config, batches)
   tx = step_lib.make_optimizer(config.train, total_steps)
   _agree_across_processes(config, batches.corpus, step, params)
@@ -318,7 +417,8 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
     # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
     # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
     state = jax.jit(functools.partial(_fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(params))
-    return Start(None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False)
+    return Start(None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False,
+                 probe=probe)
 
   abstract = jax.eval_shape(functools.partial(_fresh_state, tx=tx), checkpoints.abstract_params(spec, replicated))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
@@ -332,7 +432,11 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
   state = step_lib.TrainState(step=jax.device_put(jnp.int32(step), replicated),
                               params=restored["params"], opt_state=restored["opt_state"])
   log.info("resumed %s at step %d", workdir, step)
-  checkpoints.delete_after(best, step)  # An unreadable latest checkpoint may have made the resume point older.
+  if primary:  # An older jaxcse's description (no record): the checkpoint just restored fits it; vouch for it now.
+    models.record_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+  # An unreadable latest checkpoint may have made the resume point older.
+  checkpoints.set_aside_after(best, step, f"was saved after the resume point, step {step}: the resumed run "
+                              "evaluates that step again")
   so_far = validation.BestSoFar.from_meta(restored["meta"])
   reevaluate = so_far.step is not None and so_far.step not in best.all_steps()
   if reevaluate:  # Set aside as damaged, or deleted: the best is now the newest good one left, or none.
@@ -344,7 +448,22 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
                 "and the resume point, step %d, is evaluated again", workdir, so_far.step,
                 "none" if kept is None else f"step {kept}", step)
     so_far = dataclasses.replace(so_far, step=kept, metric=meta["metric"])
-  return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate)
+  return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate, probe)
+
+
+def _unservable(best, step: int, spec: models.ModelSpec, probe, sharding) -> str | None:
+  """Why verified best checkpoint ``step`` cannot embed anything (as every reader would find), or None.
+
+  Its files match their record, but its parameters may still be non-finite or overflow (an exploded model saved by
+  an older jaxcse): readers refuse it (``loading.load_model``), so the trainer sets it aside and evaluates again.
+  """
+  try:
+    params = checkpoints.restore(best, step, params=checkpoints.abstract_params(spec, sharding))["params"]
+  except checkpoints.CheckpointError as e:
+    return str(e).split(": ", 1)[-1]
+  if not checkpoints.all_finite(params):
+    return "its parameters are not finite (NaN or infinity)"
+  return probe(params)
 
 
 def _fresh_state(params, tx) -> step_lib.TrainState:
@@ -439,6 +558,13 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
   return values
 
 
+def _interrupted(step: int, latest) -> str:
+  """The one line of a run stopped by Ctrl-C: at which step, and where the same command resumes from."""
+  good = _last_good(latest)
+  return (f"interrupted at step {step}; rerun the same command to resume (" +
+          ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})"))
+
+
 def _last_good(latest) -> int | None:
   """The step of the newest good latest checkpoint, for a message (nothing is set aside); None if there is none."""
   try:
@@ -476,22 +602,28 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
   that every process sees (a shared filesystem).
   """
   configuration.validate(config)
-  primary = jax.process_index() == 0
-  mesh = distributed.make_mesh()
-  if config.train.batch_size % mesh.size:
-    raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
-                                    f"{mesh.size} devices")
-  inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
-  os.makedirs(workdir, exist_ok=True)
-  lock = _lock(workdir) if primary else None
-  try:
-    return _train(config, workdir, primary, mesh, restart, inputs)
-  finally:
-    if lock is not None:
-      lock.release()
+  with _CtrlC() as ctrl_c:  # From here on, Ctrl-C stops the run only at a safe point (``_CtrlC``).
+    primary = jax.process_index() == 0
+    mesh = distributed.make_mesh()
+    if config.train.batch_size % mesh.size:
+      raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
+                                      f"{mesh.size} devices")
+    inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
+    if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
+      raise Interrupted("interrupted before the run started; the workdir is as it was")
+    os.makedirs(workdir, exist_ok=True)
+    lock = _lock(workdir) if primary else None
+    try:
+      summary = _train(config, workdir, primary, mesh, restart, inputs, ctrl_c)
+    finally:
+      if lock is not None:
+        lock.release()
+    if ctrl_c.requested:  # Pressed while the finished run wrote its summary: it is complete, say so.
+      raise Interrupted(f"interrupted as the run finished; {workdir} is complete (nothing to resume)")
+    return summary
 
 
-def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs) -> dict:
+def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs, ctrl_c: _CtrlC) -> dict:
   """``train_and_evaluate`` once the config and inputs are checked and the workdir locked."""
   started = time.time()
   if restart and primary:
@@ -499,16 +631,19 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
   latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
   best = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   try:
-    return _train_with(config, workdir, primary, mesh, latest, best, started, inputs)
+    return _train_with(config, workdir, primary, mesh, latest, best, started, inputs, ctrl_c)
   finally:  # On every path, a refusal too: orbax's threads would print tracebacks at interpreter shutdown.
     for mngr in (latest, best):
       with contextlib.suppress(Exception):  # Never hide the error that ends the run.
         mngr.close()
 
 
-def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs) -> dict:
+def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs,
+                ctrl_c: _CtrlC) -> dict:
   """``_train`` with the checkpoint managers open: the loop."""
   start = _resume(config, workdir, primary, mesh, inputs, latest, best)
+  if ctrl_c.requested:  # Pressed while the workdir was put in order for the run (_resume): stop before training.
+    raise Interrupted(_interrupted(start.step or 0, latest))
   spec, batches, total_steps, state, best_so_far = start.spec, start.batches, start.total_steps, start.state, start.best
   first_step = start.step or 0
   batch_sharding = NamedSharding(mesh, PartitionSpec("data"))
@@ -519,7 +654,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   augment_mlm, augment_params = inputs.augment_mlm
   train_step = step_lib.jit_train_step(config, spec, start.tx, complementary, mesh, augment_mlm=augment_mlm)
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start.step, enabled=primary,
-                              tensorboard_dir=os.path.join(workdir, "tensorboard") if _tensorboard(config) else None)
+                              tensorboard_dir=os.path.join(workdir, TENSORBOARD_DIR) if _tensorboard(config) else None)
   evaluate = validation.Evaluator(config, spec, attend_padding=objectives.get(config.method).attend_padding(config),
                                   heldout=start.heldout, dev_sets=inputs.dev_sets, best_manager=best,
                                   write=metrics_log.write)
@@ -527,13 +662,14 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
     best_so_far = evaluate(0, state.params, best_so_far)
   if start.reevaluate:
     best_so_far = evaluate(first_step, state.params, best_so_far, log_record=False)
-  probe = checkpoints.output_probe(spec)
+  probe = start.probe
   step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, first_step,
                      step_lib.make_schedule(config.train, total_steps))
   progress = Progress(total_steps, initial=first_step, unit="step", desc="train", enabled=primary)
   try:
     for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
                                       start=first_step):
+      ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
       state, metrics = train_step(state, batch, complementary_params, augment_params)
@@ -555,11 +691,11 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
       if save_now:
         checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
     step_log.settle()
+    ctrl_c.check()  # Pressed during the last step, evaluation or save.
   except KeyboardInterrupt:
-    good = _last_good(latest)
-    raise Interrupted(f"interrupted at step {progress.done}; rerun the same command to resume (" +
-                      ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})")
-                      ) from None
+    with contextlib.suppress(Exception):  # Let the dispatched step finish: no device work left running at exit.
+      jax.block_until_ready(state)
+    raise Interrupted(_interrupted(progress.done, latest)) from None
   finally:
     progress.close()
     metrics_log.close()

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import logging
+import shutil
 from typing import Any
 
 import flax
@@ -39,6 +40,9 @@ from jaxcse.models.common import BackboneOutput  # noqa: F401  (re-exported: wha
 log = logging.getLogger("jaxcse")
 
 JAXCSE_MODEL_FILE = "jaxcse.json"
+# The sha256 of every other file of a model description, written last: it vouches for the description as a
+# checkpoint's record vouches for its weights (a changed config.json would make intact checkpoints unreadable).
+DESCRIPTION_RECORD = "sha256.json"
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -432,7 +436,7 @@ def _word_embeddings_path(backbone: dict) -> tuple[str, ...]:
 
 
 class DescriptionError(JaxcseError, ValueError):
-  """A workdir's model description is missing or unreadable."""
+  """A workdir's model description is missing, unreadable, changed since it was written, or cannot be written."""
 
 
 def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> ModelSpec:
@@ -442,6 +446,7 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
   info_path = os.path.join(folder, JAXCSE_MODEL_FILE)
   if not os.path.isfile(info_path):
     raise DescriptionError(f"{info_path}: not a jaxcse model description (no {JAXCSE_MODEL_FILE})")
+  check_description(folder)
   try:
     with open(info_path) as f:
       info = json.load(f)
@@ -464,11 +469,64 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
 
+def check_description(folder: str) -> None:
+  """Raises ``DescriptionError`` naming the file if a description's files do not match its ``DESCRIPTION_RECORD``.
+
+  Checked before anything reads the description. A description without the record (written by a jaxcse before
+  it kept one) is read unverified, with a warning; the trainer records it when it resumes such a workdir.
+  """
+  if not os.path.isfile(os.path.join(folder, DESCRIPTION_RECORD)):
+    log.warning("%s: no %s (an older jaxcse wrote this model description): its files are read unverified", folder,
+                DESCRIPTION_RECORD)
+    return
+  problem = files.digest_mismatch(folder, DESCRIPTION_RECORD)
+  if problem:
+    raise DescriptionError(f"{os.path.join(folder, problem)}: the model description changed after training wrote "
+                           "it, and the checkpoints need it as it was; put the file back as it was (or start the run "
+                           "over with --restart)")
+
+
+def record_description(folder: str) -> None:
+  """Writes the ``DESCRIPTION_RECORD`` of a description that has none (an older jaxcse's), vouching for it as it is."""
+  if not os.path.isfile(os.path.join(folder, DESCRIPTION_RECORD)):
+    files.record_digests(folder, DESCRIPTION_RECORD)
+
+
 def save_description(spec: ModelSpec, folder: str) -> None:
-  """Writes the model's config, tokenizer and poolers (no weights) to ``folder``."""
-  os.makedirs(folder, exist_ok=True)
-  spec.hf_config.save_pretrained(folder)
-  spec.tokenizer.save_pretrained(folder)
+  """Writes the model's config, tokenizer and poolers (no weights) and their ``DESCRIPTION_RECORD`` to ``folder``.
+
+  Whole or not at all: everything goes into a temporary folder that then replaces ``folder``, so a full disk or a
+  kill never leaves a description that is half written, nor one without its record.
+
+  Raises:
+    DescriptionError: a write failed (a full disk, a missing permission); ``folder`` is as it was.
+  """
+  folder = os.path.normpath(folder)
+  tmp, old = folder + ".tmp", folder + ".old"
+  shutil.rmtree(tmp, ignore_errors=True)  # A killed earlier write's.
+  try:
+    os.makedirs(tmp)
+    spec.hf_config.save_pretrained(tmp)
+    spec.tokenizer.save_pretrained(tmp)
+    _write_description_info(spec, tmp)
+    files.record_digests(tmp, DESCRIPTION_RECORD)
+  except Exception as e:  # The tokenizer's writer raises a plain Exception for a full disk.
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise DescriptionError(f"{folder}: could not write the model description ({_first_line(e)})") from None
+  shutil.rmtree(old, ignore_errors=True)
+  if os.path.exists(folder):
+    os.rename(folder, old)
+  os.rename(tmp, folder)
+  shutil.rmtree(old, ignore_errors=True)  # What it describes is the config's model, written again just now.
+
+
+def _first_line(e: BaseException) -> str:
+  text = str(e).strip().splitlines()
+  return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def _write_description_info(spec: ModelSpec, folder: str) -> None:
+  """``jaxcse.json``: what the HF config and tokenizer do not say (poolers, MLM head, source)."""
   info = {
       "format_version": 1,
       "pooler": spec.pooling.pooler,
