@@ -48,8 +48,6 @@ NO_CI = {
 }
 # The checkout as a user's working folder sees it (the scratch folder links these).
 CHECKOUT_FOLDERS = ("configs", "experiments", "benchmarks", "notebooks", "tests")
-# Linked from the README, written on another branch (issue 40): remove once it is on main.
-PENDING_PAGES = {"docs/reliability.md"}
 BLOCK_TIMEOUT_S = 900
 
 FENCE = re.compile(r"^(\s*)(`{3,})\s*([^`\s]*)\s*$")
@@ -180,8 +178,6 @@ def test_every_relative_link_and_anchor_resolves():
         continue
       path, _, anchor = target.partition("#")
       resolved = os.path.normpath(os.path.join(os.path.dirname(document), path)) if path else document
-      if resolved in PENDING_PAGES:
-        continue
       if not os.path.exists(os.path.join(REPO, resolved)):
         broken.append(f"{document}: {target} (no {resolved})")
       elif anchor and resolved.endswith(".md") and anchor not in _anchors(resolved):
