@@ -333,7 +333,7 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   empty.write_text("")
   cases = [
       (evaluate.main, ["--model", ref_dir, "--tasks", "nonsense"], "unknown task 'nonsense'"),
-      (evaluate.main, ["--model", str(tmp_path / "nope"), "--tasks", "sts"], "cannot load a model"),
+      (evaluate.main, ["--model", str(tmp_path / "nope"), "--tasks", "sts"], "nope: no such folder"),
       (evaluate.main, ["--model", ref_dir, "--checkpoint", "5"], "no checkpoint at step 5"),
       (encode.main, ["--model", ref_dir, "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "a.npy")],
        "missing.txt"),
@@ -352,9 +352,10 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   capsys.readouterr()
   assert evaluate.main(["--model", broken]) == 1
   assert "not a jaxcse model description" in capsys.readouterr().err
-  # An empty input encodes to an empty array (row i = line i holds for zero lines too).
-  assert encode.main(["--model", ref_dir, "--input", str(empty), "--output", str(tmp_path / "e.npy")]) == 0
-  assert np.load(tmp_path / "e.npy").shape == (0, 32)
-  assert not os.path.exists(tmp_path / "e.npy.progress.json")
+  # An empty input is a mistake (issue 40): one line, and nothing written.
+  assert encode.main(["--model", ref_dir, "--input", str(empty), "--output", str(tmp_path / "e.npy")]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "empty.txt: no " in err[0] and "nothing to encode" in err[0], err
+  assert not os.path.exists(tmp_path / "e.npy") and not os.path.exists(tmp_path / "e.npy.progress.json")
   assert errors.print_error(OSError(28, "No space left on device", "/x/y")) == 1
   assert capsys.readouterr().err == "error: /x/y: No space left on device\n"
