@@ -418,6 +418,8 @@ def test_a_failed_download_is_one_line_without_the_hubs_retries(server, tmp_path
                        cwd=str(tmp_path), timeout=300)
   lines = (run.stdout + run.stderr).strip().splitlines()
   assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot download"), lines
-  assert ("503" in lines[0]) == (fault == "overloaded") and ("refused" in lines[0]) == (fault == "refused")
+  # "503" as a status, not as digits of the URL's port (a closed port may be 50319).
+  assert bool(re.search(r"\b503\b", lines[0])) == (fault == "overloaded")
+  assert ("refused" in lines[0]) == (fault == "refused")
   if fault == "refused":
     assert not os.path.exists(tmp_path / "data")  # Nothing reached: nothing made.
