@@ -295,10 +295,10 @@ def install_gpu_compiler(run=None) -> str:
   import subprocess
   import sys
 
+  jaxlib = importlib.metadata.version("jaxlib")
   if jaxlib_too_old_for_gpus():
     raise TargetError(f"compiling for GPUs without one needs jax and jaxlib >= {GPU_COMPILE_MIN_JAXLIB} "
-                      f"(installed: jaxlib {jaxlib_too_old_for_gpus()}); TPU targets work with this jaxlib")
-  jaxlib = importlib.metadata.version("jaxlib")
+                      f"(installed: jaxlib {jaxlib}); TPU targets work with this jaxlib")
   folder = gpu_compiler_dir()
   command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", folder,
              f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
