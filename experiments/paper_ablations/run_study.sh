@@ -26,7 +26,12 @@ OUT=${OUT:-experiments/paper_ablations}
 ABLATION_STEPS=${ABLATION_STEPS:-250}  # Every ablation row's budget: the same for all rows (16k sentences).
 ABLATION_SEEDS=${ABLATION_SEEDS:-"1 2 3"}
 DYNAMICS_EVERY=${DYNAMICS_EVERY:-25}  # The dynamics stage's evaluation interval (SimCSE's Fig. 2 used 10 steps).
-STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip report"}
+HORIZON_STEPS=${HORIZON_STEPS:-1500}  # The horizon stage's budget: 6x ABLATION_STEPS (issue 38).
+HORIZON_EVERY=${HORIZON_EVERY:-250}   # Its evaluations and checkpoints.
+# Its runs as ROW:SEED, in this order (whole seeds first, so that a stopped stage leaves complete pairs); two
+# processes may split the list between them (each run is skipped once its results exist).
+HORIZON_RUNS=${HORIZON_RUNS:-"none:1 crop10:1 crop30:1 none:2 crop10:2 crop30:2 none:3 crop10:3 crop30:3"}
+STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip horizon report"}
 mkdir -p "$OUT/results" "$OUT/logs" "$OUT/runs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
@@ -212,6 +217,32 @@ for stage in $STAGES; do
       run main_clip "dclr-lr$lr-seed$seed" "$STEPS" $(method_config dclr) --config.train.learning_rate="$lr" \
           --config.seed="$seed" "${clip[@]}"
     done ;;
+  horizon)
+    # Not in the papers (issue 38): the augmentation table's reversal at 6x its budget. Rows None (dropout 0.1),
+    # crop 10% and crop 30%, SimCSE at its grid rate, evaluated and saved every HORIZON_EVERY steps; STS at the
+    # kept checkpoint (results/horizon/ROW-...json) and at the last step (ROW-...-last.json). The decision rule
+    # was fixed before the first run: README, "The longer horizon".
+    after=(--config.eval.every="$HORIZON_EVERY" --config.checkpoint.every="$HORIZON_EVERY")
+    lr=$(best_lr simcse)
+    for spec in $HORIZON_RUNS; do
+      row=${spec%:*} seed=${spec#*:}
+      case $row in
+        none) extra=() ;;
+        crop10) extra=(--config.augment.crop=0.1) ;;
+        crop30) extra=(--config.augment.crop=0.3) ;;
+        *) echo "unknown horizon row $row" >&2; exit 2 ;;
+      esac
+      name=$row-lr$lr-seed$seed
+      run horizon "$name" "$HORIZON_STEPS" $(method_config simcse) --config.train.learning_rate="$lr" \
+          --config.seed="$seed" "${extra[@]}"
+      last=$OUT/results/horizon/$name-last.json
+      if [ ! -f "$last" ]; then
+        python -m jaxcse.evaluate --model "$W/horizon/$name" --checkpoint latest --tasks sts,align_uniform \
+            --output "$last.partial" 2>&1 | tee "$OUT/logs/horizon/eval-$name-last.log"
+        mv "$last.partial" "$last"
+      fi
+    done
+    after=() ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
