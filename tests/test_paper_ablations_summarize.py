@@ -174,3 +174,38 @@ def test_a_broken_results_file_is_one_error_naming_it(summarize, study, capsys):
   assert broken in capsys.readouterr().err
   assert summarize.main(["--out", os.path.join(study, "absent")]) == 1
   assert "no results/ folder" in capsys.readouterr().err
+
+
+def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, study):
+  for seed, base in [(1, 48.0), (2, 50.0), (3, 52.0)]:  # The study's dropout/p0.1: 48, 50, 52 (seeds 1-3).
+    _fake_run(study, "augment", f"crop10-lr3e-4-seed{seed}", avg=base + 3.0, stsb_dev=60.0)
+    none = 54.0 + seed
+    for row, gain in [("none", 0.0), ("crop10", {1: 0.2, 2: 0.4, 3: 0.3}[seed]), ("crop30", {1: 0.0, 2: 0.1, 3: -0.1}[seed])]:
+      _fake_run(study, "horizon", f"{row}-lr3e-4-seed{seed}", avg=none + gain, stsb_dev=61.0, best_step=125)
+      _write(os.path.join(study, "results", "horizon", f"{row}-lr3e-4-seed{seed}-last.json"),
+             {"summary": {"Avg": none + gain - 1.0}})
+    _fake_run(study, "mask", f"p0.1-lr3e-4-seed{seed}", avg=base + 1.0, stsb_dev=59.0)
+    _fake_run(study, "mask", f"crop10-lr3e-4-seed{seed}", avg=base + 1.0 + {1: 2.5, 2: 2.1, 3: 3.0}[seed], stsb_dev=60.0)
+  official = os.path.join(study, "official-seed{}.json")
+  for seed, avg in [(1, 49.0), (2, 51.0), (3, 52.0)]:
+    _write(official.format(seed), {"summary": {"Avg": avg}})
+  runs = summarize.load_runs(study)
+  horizon = "\n".join(summarize.horizon_table(study, runs))
+  crop10 = [55.2, 56.4, 57.3]  # None (54 + seed) plus its gains; the last step 1 below each.
+  assert (f"| crop 10% | 3 | {summarize.cell(crop10)} | {summarize.cell([v - 1.0 for v in crop10])} | 61.00 ± 0.00 | "
+          "125, 125, 125 | +0.20, +0.40, +0.30 | +3.00, +3.00, +3.00 |") in horizon
+  half = stats.t.ppf(0.975, 2) * np.std([0.2, 0.4, 0.3], ddof=1) / np.sqrt(3)
+  assert f"mean 0.30, 95% interval [{0.3 - half:+.2f}, {0.3 + half:+.2f}] over 3 seeds; crop 30% below crop 10%: yes" \
+         in horizon
+  assert "Verdict by the pre-registered rule: the horizon (mean paired gain <= +0.5)." in horizon
+  mask = "\n".join(summarize.mask_table(runs, official))
+  assert "| None (dropout 0.1) | 3 | 51.00 ± 2.00 | 50.00 ± 2.00 | +1.00, +1.00, +1.00 | 59.00 ± 0.00 |" in mask
+  pooled = np.sqrt((4.0 + np.var([49.0, 51.0, 52.0], ddof=1)) / 2)
+  assert f"d = {51.0 - np.mean([49.0, 51.0, 52.0]):+.2f}, pooled SD {pooled:.2f}: equivalent" in mask
+  assert "Crop 10%'s paired gain with the per-element mask: +2.50, +2.10, +3.00" in mask
+  assert "with the shared mask, the same seeds: +3.00, +3.00, +3.00." in mask
+  assert "Verdict by the pre-registered rule: not the mask (>= +2.0 in every seed)." in mask
+  # Two seeds decide nothing; a gain between the two thresholds is "in part".
+  assert summarize.reversal_verdict({1: 3.0, 2: 3.0}) == "no decision: 2 of 3 seeds finished"
+  assert summarize.reversal_verdict({1: 3.0, 2: 1.0, 3: 0.4}) == "undecided (between the two)"
+  assert summarize.reversal_verdict({1: 0.2, 2: 0.4, 3: 0.3}, extra_condition=False) == "undecided (between the two)"

@@ -47,6 +47,11 @@ UNTRAINED = os.path.join(HERE, "..", "positive_control", "results", "untrained-e
 MIN_TAU_ROWS = 5  # Kendall's tau over fewer rows orders too little to quote (its smallest p is 0.083 at 4 rows).
 # Each ablation table's baseline row (the method as published): the row the others change one thing of.
 BASELINES = {"dropout": "p0.1", "augment": "p0.1", "mixcse": "lam0.2", "dclr": "full"}
+LAST_STEP = "-last"  # results/horizon/<run>-last.json: STS at the run's last step (the kept checkpoint: <run>.json).
+# The official SimCSE code trained on jaxcse's sentences in jaxcse's batch order (positive_control's data-subset
+# control): the reference for the mask stage's SimCSE row.
+OFFICIAL_ON_JAXCSE_BATCHES = os.path.join(HERE, "..", "positive_control", "results", "official_jaxdata-seed{}.json")
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t quantiles for the 95% intervals of n - 1 df.
 RUN_NAME = re.compile(r"^(?P<row>.+?)-lr(?P<lr>.+)-seed(?P<seed>\d+)$")  # lr may hold "-" (3e-4).
 METHODS = ("simcse", "mixcse", "dclr")
 CLIPPED_DCLR = "dclr, clipped as SimCSE"  # DCLR with max_grad_norm / 128 (run_study.sh main_clip): not in the paper.
@@ -187,6 +192,8 @@ def load_runs(out: str) -> list[Run]:
   for path in sorted(glob.glob(os.path.join(out, "results", "*", "*.json"))):
     group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[:-len(".json")]
     match = RUN_NAME.match(name)
+    if name.endswith(LAST_STEP):  # The horizon stage's STS at the last step: read by horizon_table.
+      continue
     if match is None:
       print(f"note: {path}: not named <row>-lr<lr>-seed<seed>; left out", file=sys.stderr)
       continue
@@ -412,6 +419,128 @@ def main_table(runs: list[Run], best: dict[str, str], untrained: dict[str, float
 
 
 # --------------------------------------------------------------------------
+# The regime and implementation tests of issue 38 (horizon, mask): their pre-registered rules, computed.
+
+
+def _by_seed(runs: list[Run], group: str, row: str, key: str = "sts_avg") -> dict[int, float]:
+  return {r.seed: getattr(r, key) for r in _row_runs(runs, group, row)[0] if getattr(r, key) is not None}
+
+
+def _gains(rows: dict[int, float], base: dict[int, float]) -> dict[int, float]:
+  return {seed: rows[seed] - base[seed] for seed in sorted(rows) if seed in base}
+
+
+def _interval(values: list[float]) -> str:
+  if len(values) < 2:
+    return "–"
+  half = T_975[len(values) - 1] * np.std(values, ddof=1) / np.sqrt(len(values))
+  return f"[{np.mean(values) - half:+.2f}, {np.mean(values) + half:+.2f}]"
+
+
+def _per_seed(values: dict[int, float]) -> str:
+  return ", ".join(f"{v:+.2f}" for _, v in sorted(values.items())) or "–"
+
+
+def reversal_verdict(gains: dict[int, float], *, extra_condition: bool = True, seeds_needed: int = 3) -> str:
+  """The pre-registered reading of crop 10%'s paired gains (README: the horizon and mask stages' rules)."""
+  if len(gains) < seeds_needed:
+    return f"no decision: {len(gains)} of {seeds_needed} seeds finished"
+  values = list(gains.values())
+  if np.mean(values) <= 0.5 and extra_condition:
+    return "gain gone (mean paired gain <= +0.5)"
+  if all(v >= 2.0 for v in values):
+    return "gain kept (>= +2.0 in every seed)"
+  return "undecided (between the two)"
+
+
+def _last_step_avg(out: str, group: str, row: str, lr: str, seeds: list[int]) -> dict[int, float]:
+  found = {}
+  for seed in seeds:
+    path = os.path.join(out, "results", group, f"{row}-lr{lr}-seed{seed}{LAST_STEP}.json")
+    if os.path.exists(path):
+      found[seed] = _load_json(path)["summary"]["Avg"]
+  return found
+
+
+def horizon_table(out: str, runs: list[Run]) -> list[str]:
+  """Stage horizon: None, crop 10% and crop 30% at 1,500 steps; the pre-registered rule on crop 10%'s gain."""
+  if not any(r.group == "horizon" for r in runs):
+    return []
+  lines = ["### The longer horizon (`horizon`: 1,500 steps; rule pre-registered in README.md)", "",
+           "| row | seeds | STS avg (kept checkpoint) | STS avg (last step) | STS-B dev (kept) | kept step | "
+           "paired gain over None (kept), per seed | the same at 250 steps |", "|---|---:|---:|---:|---:|---|---|---|"]
+  base = _by_seed(runs, "horizon", "none")
+  gains = {}
+  for row, label, short in (("none", "None (dropout 0.1)", "p0.1"), ("crop10", "crop 10%", "crop10"),
+                            ("crop30", "crop 30%", "crop30")):
+    row_runs, lr, _ = _row_runs(runs, "horizon", row)
+    kept = _by_seed(runs, "horizon", row)
+    last = _last_step_avg(out, "horizon", row, lr, sorted(kept)) if lr else {}
+    steps = []
+    for r in row_runs:
+      summary = os.path.join(r.run_dir or "", "summary.json")
+      steps.append(str(_load_json(summary).get("best_step")) if r.run_dir and os.path.exists(summary) else "?")
+    gains[row] = _gains(kept, base)
+    short_gains = _gains(_by_seed(runs, "augment" if row != "none" else "dropout", short),
+                         _by_seed(runs, "dropout", "p0.1"))
+    short_gains = {seed: v for seed, v in short_gains.items() if seed in kept}
+    lines.append(f"| {label} | {len(row_runs)} | {cell(list(kept.values()))} | {cell(list(last.values()))} | "
+                 f"{cell(_values(row_runs, 'stsb_dev'))} | {', '.join(steps) or '–'} | "
+                 f"{'–' if row == 'none' else _per_seed(gains[row])} | "
+                 f"{'–' if row == 'none' else _per_seed(short_gains)} |")
+  crop10, crop30 = gains["crop10"], gains["crop30"]
+  both = sorted(set(crop10) & set(crop30))
+  crop30_below = bool(both) and np.mean([crop30[s] for s in both]) < np.mean([crop10[s] for s in both])
+  lines += ["", f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
+            f"{_interval(list(crop10.values()))} over {len(crop10)} seeds; crop 30% below crop 10%: "
+            f"{'yes' if crop30_below else 'no'}.",
+            "Verdict by the pre-registered rule: " + reversal_verdict(crop10, extra_condition=crop30_below).replace(
+                "gain gone", "the horizon").replace("gain kept", "not the horizon") + ".", ""]
+  return lines
+
+
+def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES) -> list[str]:
+  """Stage mask: None and crop 10% with per-element attention-dropout masks; the pre-registered readings."""
+  if not any(r.group == "mask" for r in runs):
+    return []
+  shared_none, shared_crop = _by_seed(runs, "dropout", "p0.1"), _by_seed(runs, "augment", "crop10")
+  mask_none, mask_crop = _by_seed(runs, "mask", "p0.1"), _by_seed(runs, "mask", "crop10")
+  lines = ["### The attention-dropout mask (`mask`: per element, as PyTorch; rule pre-registered in README.md)", "",
+           "| row | seeds | STS avg, per-element mask | STS avg, shared mask (committed) | paired d (per element - "
+           "shared), per seed | STS-B dev, per-element mask |", "|---|---:|---:|---:|---|---:|"]
+  for row, label, mine, theirs in (("p0.1", "None (dropout 0.1)", mask_none, shared_none),
+                                   ("crop10", "crop 10%", mask_crop, shared_crop)):
+    d = _gains(mine, theirs)
+    lines.append(f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
+                 f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
+                 f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |")
+  d_none = list(_gains(mask_none, shared_none).values())
+  paired = "–"
+  if len(d_none) >= 2:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      t = stats.ttest_rel([mask_none[s] for s in sorted(mask_none) if s in shared_none],
+                          [shared_none[s] for s in sorted(mask_none) if s in shared_none])
+    paired = f"t {t.statistic:.2f}, p {t.pvalue:.3f}"
+  official = [_load_json(official_path.format(seed))["summary"]["Avg"] for seed in (1, 2, 3)
+              if os.path.exists(official_path.format(seed))]
+  lines += ["", f"The mask and SimCSE: d = {number(mean(d_none))} ({paired}, n = {len(d_none)})."]
+  if len(official) >= 2 and len(mask_none) >= 2:
+    d = np.mean(list(mask_none.values())) - np.mean(official)
+    pooled = np.sqrt((np.var(list(mask_none.values()), ddof=1) + np.var(official, ddof=1)) / 2)
+    lines.append(f"Against the official code on jaxcse's batches ({cell(official)}): d = {d:+.2f}, pooled SD "
+                 f"{pooled:.2f}: {'equivalent' if abs(d) <= pooled else 'not equivalent'} (|d| <= pooled SD).")
+  gains, shared_gains = _gains(mask_crop, mask_none), _gains(shared_crop, shared_none)
+  lines += [f"Crop 10%'s paired gain with the per-element mask: {_per_seed(gains)} (mean "
+            f"{number(mean(list(gains.values())))}, 95% interval {_interval(list(gains.values()))}); with the "
+            f"shared mask, the same seeds: {_per_seed({s: shared_gains[s] for s in gains if s in shared_gains})}.",
+            "Verdict by the pre-registered rule: " + reversal_verdict(gains).replace(
+                "gain gone", "the mask explains it").replace("gain kept", "not the mask").replace(
+                "undecided (between the two)", "in part") + ".", ""]
+  return lines
+
+
+# --------------------------------------------------------------------------
 # Plots.
 
 
@@ -535,6 +664,7 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
     lines += experiment_table(name, experiment, runs, untrained)
+  lines += horizon_table(out, runs) + mask_table(runs)
   plots = os.path.join(out, "plots")
   os.makedirs(plots, exist_ok=True)
   written = [p for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
