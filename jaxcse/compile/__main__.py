@@ -31,6 +31,7 @@ from jaxcse import compat
 # The status when the step does not fit the target (1: an error, 2: a bad flag).
 EXIT_DOES_NOT_FIT = 3
 
+
 def _gib(n: float) -> str:
   return f"{n / 2**30:.2f} GiB"
 
