@@ -1,8 +1,9 @@
 """Where jaxcse meets library versions that differ: each difference behind one function, with why and which versions.
 
 jaxcse supports ranges of jax, huggingface_hub and transformers (pyproject.toml). Where those releases differ in
-an API jaxcse needs, or where jaxcse needs something a library only offers privately, the code that knows it lives
-here, each function saying which versions need it; tests/test_compat.py fails when a workaround stops working or
+an API jaxcse needs, where jaxcse needs something a library only offers privately, or where a native library
+(libtpu, jax's CUDA plugin) prints what no setting silences, the code that knows it lives here, each function
+saying which versions need it; tests/test_compat.py fails when a workaround stops working or
 is no longer needed. Nothing else in jaxcse imports a private ``jax._src`` / ``xla_client._xla`` name.
 """
 
