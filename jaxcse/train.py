@@ -201,16 +201,18 @@ def _start_point(workdir: str, restart: bool) -> StartPoint:
   (its checkpoints are deleted) or when none is good: the run starts from the configured model. Whether its
   arrays can be read, only orbax can tell: ``_resume`` restores them, falling back to an older checkpoint.
   """
-  directory = os.path.join(workdir, checkpoints.LATEST_DIR)
-  if restart or not os.path.isdir(directory):
+  latest = os.path.join(workdir, checkpoints.LATEST_DIR)
+  if restart or not os.path.isdir(latest):
     return StartPoint(None)
+  # Listed, not through orbax's manager: it creates folders and removes temporary ones (a refused run must not).
+  steps = sorted((int(name) for name in os.listdir(latest)
+                  if name.isdigit() and os.path.isdir(os.path.join(latest, name))), reverse=True)
   bad = []
-  with contextlib.closing(checkpoints.manager(directory, create=False)) as latest:
-    for step in sorted(latest.all_steps(), reverse=True):
-      problem = checkpoints.verify(latest, step)
-      if problem is None:
-        return StartPoint(step, tuple(bad))
-      bad.append((step, problem))
+  for step in steps:
+    problem = checkpoints.verify_folder(os.path.join(latest, str(step)))
+    if problem is None:
+      return StartPoint(step, tuple(bad))
+    bad.append((step, problem))
   return StartPoint(None, tuple(bad))
 
 
