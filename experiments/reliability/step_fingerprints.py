@@ -77,17 +77,22 @@ def fingerprint(workdir: str, summary: dict | None, log_lines: list[str]) -> dic
 
 
 class LogLines(logging.Handler):
-  """The jaxcse log's lines, with the workdir and set-aside timestamps replaced (they differ from run to run)."""
+  """The jaxcse log's lines, with what differs from run to run replaced: the workdir, the temporary folder the
+  inputs are in, set-aside timestamps, and the byte offsets in orbax's error for a truncated file (orbax lays out
+  its files in another order each save)."""
 
-  def __init__(self):
+  def __init__(self, work: str):
     super().__init__(logging.INFO)
-    self.lines, self.workdir = [], None
+    self.lines, self.work, self.workdir = [], work, None
 
   def emit(self, record):
     text = record.getMessage()
     if self.workdir:
       text = text.replace(self.workdir, "<workdir>")
-    self.lines.append(f"{record.levelname}: {re.sub(r'-[0-9]{8}T[0-9]{6}', '-<time>', text)}")
+    text = text.replace(self.work, "<work>")
+    text = re.sub(r"-[0-9]{8}T[0-9]{6}", "-<time>", text)
+    text = re.sub(r"byte range \[[0-9]+, [0-9]+\) is not valid for value of size [0-9]+", "byte range <range>", text)
+    self.lines.append(f"{record.levelname}: {text}")
 
   def take(self) -> list[str]:
     lines, self.lines = self.lines, []
@@ -116,12 +121,13 @@ def main() -> None:
   class Folders:  # conftest's session fixtures want a tmp_path_factory.
     @staticmethod
     def mktemp(name):
-      return tempfile.mkdtemp(prefix=name, dir=work)
+      os.makedirs(os.path.join(work, name))
+      return os.path.join(work, name)
 
   model_dir = conftest.tiny_model_dir.__wrapped__(Folders)
   data_dir = conftest.small_data_dir.__wrapped__(Folders)
   mlm_dir = helpers.make_tiny_mlm_dir(model_dir, os.path.join(work, "tiny_mlm"))
-  log = LogLines()
+  log = LogLines(work)
   logging.getLogger("jaxcse").addHandler(log)
   logging.getLogger("jaxcse").setLevel(logging.INFO)
 
