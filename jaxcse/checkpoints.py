@@ -183,7 +183,11 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
   disk filled) between orbax's rename and the record, so nothing vouches for its files. It is incomplete, like
   one whose files do not match the record.
   """
-  path = _step_dir(mngr, step)
+  return verify_folder(_step_dir(mngr, step))
+
+
+def verify_folder(path: str) -> str | None:
+  """``verify`` of a checkpoint's folder, without a manager (which would create folders and remove temporary ones)."""
   if not os.path.isfile(os.path.join(path, CHECKSUMS)):
     return (f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
             "an older jaxcse wrote it)")

@@ -243,7 +243,7 @@ def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built
   """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only."""
   dtype = models.DTYPES[config.model.dtype]
   pooling = objectives.pooling_of(config)
-  with_mlm = objectives.get(config.method).masked_lm or config.mlm.enabled
+  with_mlm = objectives.needs(config).token_loss is not None
   mlm_head = config.mlm.head if config.mlm.enabled else "tied"
   build = dict(dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm,
                mlm_head=mlm_head, attention_dropout_per_element=config.model.attention_dropout_per_element)
@@ -277,7 +277,7 @@ def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) 
   checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
   a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
   """
-  if not objectives.get(config.method).needs_complementary(config):
+  if not objectives.needs(config).complementary:
     return None
   path = config.dclr.complementary_model
   if not abstract:

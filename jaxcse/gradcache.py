@@ -17,7 +17,7 @@ Pure functions of pytrees; nothing here knows about models or methods.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,15 @@ Embed = Callable[[Any, Any], jax.Array]
 BatchLoss = Callable[[jax.Array], tuple[jax.Array, Any]]
 # (params, chunk) -> (a scalar summed over chunks, aux of sums).
 ChunkLoss = Callable[[Any, Any], tuple[jax.Array, Any]]
+
+
+class Parts(NamedTuple):
+  """The parts of ``value_and_grad``'s value; None where the loss has no such part."""
+
+  batch_loss: jax.Array | None = None  # ``batch_loss``'s loss (with ``embed``).
+  batch_aux: Any = None  # ``batch_loss``'s aux.
+  chunk_sum: jax.Array | None = None  # ``chunk_loss``'s scalar, summed over the chunks (unweighted).
+  chunk_aux: Any = None  # ``chunk_loss``'s aux, every leaf summed over the chunks.
 
 
 def to_chunks(tree: Any, num_chunks: int) -> Any:
@@ -53,7 +62,7 @@ def from_chunks(x: jax.Array) -> jax.Array:
 
 def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batch_loss: BatchLoss | None = None,
                    chunk_loss: ChunkLoss | None = None, chunk_weight: jax.Array | float = 1.0,
-                   cache: bool = True) -> tuple[tuple[jax.Array, dict], Any]:
+                   cache: bool = True) -> tuple[tuple[jax.Array, Parts], Any]:
   """Value and gradient of ``batch_loss(embeddings of all chunks) + chunk_weight * sum of chunk_loss``.
 
   Args:
@@ -68,7 +77,7 @@ def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batc
       cached gradient must equal.
 
   Returns:
-    ``((value, parts), grads)``; ``parts`` holds ``batch_loss``/``batch_aux`` (with ``embed``) and
+    ``((value, parts), grads)``; ``parts`` (``Parts``) holds ``batch_loss``/``batch_aux`` (with ``embed``) and
     ``chunk_sum``/``chunk_aux`` (with ``chunk_loss``).
   """
   if (embed is None) != (batch_loss is None):
@@ -83,12 +92,12 @@ def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batc
     return (z, s), aux
 
   def combine(z, s, aux):
-    parts, value = {}, 0.0
+    parts, value = Parts(), 0.0
     if embed is not None:
-      parts["batch_loss"], parts["batch_aux"] = batch_loss(z)
-      value = parts["batch_loss"]
+      loss, batch_aux = batch_loss(z)
+      parts, value = parts._replace(batch_loss=loss, batch_aux=batch_aux), loss
     if chunk_loss is not None:
-      parts["chunk_sum"], parts["chunk_aux"] = s, aux
+      parts = parts._replace(chunk_sum=s, chunk_aux=aux)
       value = value + chunk_weight * s
     return value, parts
 
@@ -101,10 +110,11 @@ def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batc
 
   # Pass 1: the whole batch's embeddings, chunk by chunk, no activations kept.
   dz = None
-  parts = {}
+  parts = Parts()
   if embed is not None:
     z = from_chunks(jax.lax.map(lambda c: embed(params, c), chunks))
-    (parts["batch_loss"], parts["batch_aux"]), dz_full = jax.value_and_grad(batch_loss, has_aux=True)(z)
+    (loss, batch_aux), dz_full = jax.value_and_grad(batch_loss, has_aux=True)(z)
+    parts = parts._replace(batch_loss=loss, batch_aux=batch_aux)
     dz = to_chunks(dz_full, jax.tree.leaves(chunks)[0].shape[0])
 
   # Pass 2: each chunk again, the same inputs; its cached cotangent pulled back to the params.
@@ -116,8 +126,8 @@ def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batc
     return jax.tree.map(jnp.add, grads, chunk_grads), (s, aux)
 
   grads, (sums, auxes) = jax.lax.scan(accumulate, jax.tree.map(jnp.zeros_like, params), (chunks, dz))
-  value = parts.get("batch_loss", 0.0)
+  value = 0.0 if parts.batch_loss is None else parts.batch_loss
   if chunk_loss is not None:
-    parts["chunk_sum"], parts["chunk_aux"] = sums.sum(), jax.tree.map(jnp.sum, auxes)
-    value = value + chunk_weight * parts["chunk_sum"]
+    parts = parts._replace(chunk_sum=sums.sum(), chunk_aux=jax.tree.map(jnp.sum, auxes))
+    value = value + chunk_weight * parts.chunk_sum
   return (value, parts), grads

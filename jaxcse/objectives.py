@@ -51,6 +51,41 @@ def contrastive_scores(config: ml_collections.ConfigDict, z: jax.Array, rng: jax
 
 
 @dataclasses.dataclass(frozen=True)
+class EncoderNeeds:
+  """What a method asks of the encoders beyond its loss, for one config (its ``Objective.encoder``).
+
+  Attributes:
+    attend_padding: the encoder attends to padding (a released code that passes no attention mask): the trained
+      model, the complementary model and the evaluations during training.
+    complementary: the step gets a frozen complementary model's embeddings of the same batch (DCLR's instance
+      weighting); ``config.dclr.complementary_model`` names it.
+    complementary_dropout: the complementary model runs with dropout on.
+  """
+
+  attend_padding: bool = False
+  complementary: bool = False
+  complementary_dropout: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Needs(EncoderNeeds):
+  """What a run of ``config.method`` needs from the encoders and the step (``needs``: the one place it is resolved).
+
+  Besides ``EncoderNeeds``:
+
+  Attributes:
+    sentence_loss: the step embeds the batch's views (a one-column batch twice, for two dropout views) and applies
+      the method's loss; False for masked-LM pretraining, which has none.
+    token_loss: the step's masked-LM term: ``"pretraining"`` (the ``masked_lm`` objective: the masked positions
+      only, weight 1, the batch's rows as they are), ``"auxiliary"`` (SimCSE's ``config.mlm.enabled``: every
+      position of every view, weight ``config.mlm.weight``) or None.
+  """
+
+  sentence_loss: bool = True
+  token_loss: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Objective:
   """One training method.
 
@@ -60,24 +95,18 @@ class Objective:
       None for token-level pretraining (``masked_lm``).
     masked_lm: the objective is BERT's masked-LM loss on token sequences
       (weight 1, output layer only at the masked positions), not a sentence loss.
-    needs_complementary: whether, for a config, the step gets a frozen complementary model's embeddings of
-      the same batch (DCLR's instance weighting); ``config.dclr.complementary_model`` names it.
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
-    attend_padding: whether the encoder attends to padding (a released code that passes no attention mask),
-      for the trained model, the complementary model and the evaluations during training.
-    complementary_dropout: whether the complementary model runs with dropout on.
+    encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
     doc: one line for ``--help`` and errors.
   """
 
   name: str
   loss: SentenceLoss | None = None
   masked_lm: bool = False
-  needs_complementary: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
-  attend_padding: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
-  complementary_dropout: Callable[[ml_collections.ConfigDict], bool] = lambda config: False
+  encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
   doc: str = ""
 
   def __post_init__(self):
@@ -116,6 +145,17 @@ def get(name: str) -> Objective:
     return _REGISTRY[name]
   except KeyError:
     raise ValueError(f"unknown method {name!r}; choose one of {', '.join(_REGISTRY)}") from None
+
+
+def needs(config: ml_collections.ConfigDict) -> Needs:
+  """What ``config``'s run needs from the encoders and the step: its method's ``encoder`` needs, its loss terms.
+
+  The one place a method's needs are resolved from a config; the trainer, the step and ``jaxcse.compile`` read it.
+  """
+  objective = get(config.method)
+  token_loss = "pretraining" if objective.masked_lm else "auxiliary" if config.mlm.enabled else None
+  return Needs(**dataclasses.asdict(objective.encoder(config)), sentence_loss=objective.loss is not None,
+               token_loss=token_loss)
 
 
 # --------------------------------------------------------------------------
@@ -189,8 +229,12 @@ def _check_mixcse(config):
     raise ValueError(f"mixcse.neighbour must be roll, random or hardest, not {config.mixcse.neighbour!r}")
 
 
-def _dclr_as_released(config) -> bool:
-  return bool(config.dclr.as_released)
+def _dclr_encoder(config) -> EncoderNeeds:
+  """The released code passes no attention mask (so attends to padding) and runs its complementary model with
+  dropout on (``dclr.as_released``); the complementary model is used only to weight instances by it."""
+  released = bool(config.dclr.as_released)
+  return EncoderNeeds(attend_padding=released, complementary=_dclr_weighting(config) == "complementary",
+                      complementary_dropout=bool(config.dclr.complementary_dropout) or released)
 
 
 # DCLR's released code trains on BERT's pooler layer + a fresh MLP, selects on the pooler layer and tests on [CLS]:
@@ -235,10 +279,7 @@ register(Objective("simcse", loss=_simcse,
                    doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
 register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
                    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
-register(Objective("dclr", loss=_dclr, needs_complementary=lambda config: _dclr_weighting(config) == "complementary",
-                   check_config=_check_dclr,
-                   attend_padding=_dclr_as_released,
-                   complementary_dropout=lambda config: config.dclr.complementary_dropout or _dclr_as_released(config),
+register(Objective("dclr", loss=_dclr, check_config=_check_dclr, encoder=_dclr_encoder,
                    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))
 register(Objective("mlm", masked_lm=True, scores=None, check_config=_check_mlm,
                    doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)"))

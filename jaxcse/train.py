@@ -179,17 +179,50 @@ def _check_same_run(config, workdir: str) -> None:
                 "version wrote it; resuming", workdir, ", ".join(unknown))
 
 
-def _check_workdir(config, workdir: str, restart: bool) -> bool:
-  """Checks, reading only, that a run can use ``workdir``; returns whether it holds checkpoints to resume from.
+@dataclasses.dataclass(frozen=True)
+class StartPoint:
+  """Where a run starts, as ``_start_point`` decided before anything is written."""
+
+  step: int | None  # The newest latest checkpoint whose files match their record: resume there; None: fresh.
+  # The newer latest checkpoints whose files do not, newest first, with why: set aside before the run writes.
+  bad: tuple[tuple[int, str], ...] = ()
+
+  @property
+  def holds_checkpoints(self) -> bool:
+    """Whether the workdir holds latest checkpoints, good or not: it holds a run (``_check_workdir``)."""
+    return self.step is not None or bool(self.bad)
+
+
+def _start_point(workdir: str, restart: bool) -> StartPoint:
+  """The one decision between a fresh start and a resume, from the latest checkpoints' files; reads only.
+
+  Resume from the newest latest checkpoint whose files match their record (``checkpoints.verify``); the newer
+  ones are bad (``_resume`` sets them aside, each with a warning, before the run writes). Fresh with ``restart``
+  (its checkpoints are deleted) or when none is good: the run starts from the configured model. Whether its
+  arrays can be read, only orbax can tell: ``_resume`` restores them, falling back to an older checkpoint.
+  """
+  latest = os.path.join(workdir, checkpoints.LATEST_DIR)
+  if restart or not os.path.isdir(latest):
+    return StartPoint(None)
+  # Listed, not through orbax's manager: it creates folders and removes temporary ones (a refused run must not).
+  steps = sorted((int(name) for name in os.listdir(latest)
+                  if name.isdigit() and os.path.isdir(os.path.join(latest, name))), reverse=True)
+  bad = []
+  for step in steps:
+    problem = checkpoints.verify_folder(os.path.join(latest, str(step)))
+    if problem is None:
+      return StartPoint(step, tuple(bad))
+    bad.append((step, problem))
+  return StartPoint(None, tuple(bad))
+
+
+def _check_workdir(config, workdir: str, restart: bool, start: StartPoint) -> None:
+  """Checks, reading only, that a run can use ``workdir`` (which ``start`` describes).
 
   Raises ``errors.OutputError`` if the path is not a folder or cannot be created or written, ``WorkdirError`` if
-  its config.json is unreadable, or holds another run: any difference when there is no checkpoint to resume, a
-  difference that changes the result (``_check_same_run``) when there is; never with ``restart``.
+  its config.json is unreadable, or holds another run: any difference when it holds no checkpoint, a difference
+  that changes the result (``_check_same_run``) when it does; never with ``restart``.
   """
-  errors.check_output(workdir, folder=True)
-  latest = os.path.join(workdir, checkpoints.LATEST_DIR)
-  has_checkpoints = os.path.isdir(latest) and any(
-      name.isdigit() and os.path.isdir(os.path.join(latest, name)) for name in os.listdir(latest))
   saved_config = os.path.join(workdir, "config.json")
   if not restart and os.path.isfile(saved_config):
     try:
@@ -197,12 +230,11 @@ def _check_workdir(config, workdir: str, restart: bool) -> bool:
         saved = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
       raise WorkdirError(f"{saved_config}: unreadable ({e}); pass --restart to start the workdir over") from None
-    if not has_checkpoints and saved != json.loads(json.dumps(config.to_dict(), default=str)):
+    if not start.holds_checkpoints and saved != json.loads(json.dumps(config.to_dict(), default=str)):
       raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
                          "to resume: use another workdir, or pass --restart to start it over (deletes its "
                          "checkpoints and metrics)")
     _check_same_run(config, workdir)
-  return has_checkpoints and not restart
 
 
 # --------------------------------------------------------------------------
@@ -213,8 +245,9 @@ def _check_workdir(config, workdir: str, restart: bool) -> bool:
 class _Inputs:
   """Everything a run reads, loaded and checked before it writes anything (``_read_inputs``)."""
 
-  spec: models.ModelSpec  # The configured model's, or the workdir's description when it holds checkpoints.
-  params: Any  # The configured model's parameters; None when the workdir holds checkpoints to resume from.
+  start: StartPoint  # Fresh or resume (``_start_point``), and the bad latest checkpoints to set aside.
+  spec: models.ModelSpec  # The configured model's, or the workdir's description when the run resumes.
+  params: Any  # The configured model's parameters; None when the run resumes (``_resume`` restores them).
   batches: Any  # data.Batches or data.PackedBatches over the training corpus.
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
@@ -230,8 +263,12 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   run with the workdir exactly as it was, and the corrected command then starts cleanly.
   """
   corpus_digests = _corpus_digests(config)
-  if _check_workdir(config, workdir, restart):  # It holds checkpoints: _resume restores their params.
+  errors.check_output(workdir, folder=True)
+  start = _start_point(workdir, restart)
+  _check_workdir(config, workdir, restart, start)
+  if start.holds_checkpoints:
     _check_same_corpus(workdir, corpus_digests)
+  if start.step is not None:  # _resume restores the checkpoint's params.
     spec, params = _described_model(config, workdir), None
   else:
     built = configured.model(config)
@@ -241,7 +278,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
-  return _Inputs(spec, params, batches, heldout, dev_sets, complementary, augment_mlm, corpus_digests)
+  return _Inputs(start, spec, params, batches, heldout, dev_sets, complementary, augment_mlm, corpus_digests)
 
 
 def _corpus_digests(config: ml_collections.ConfigDict) -> dict[str, str] | None:
@@ -361,7 +398,7 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
 
 @dataclasses.dataclass(frozen=True)
 class Start:
-  """Where a run starts, as ``_resume`` decided: from the configured model, or from a latest checkpoint."""
+  """What the loop starts from (``_resume``): the configured model's fresh state, or a latest checkpoint's."""
 
   step: int | None  # The latest checkpoint resumed from; None: a fresh start (its first step is 0).
   spec: models.ModelSpec  # The configured model's, or the workdir's description.
@@ -376,26 +413,21 @@ class Start:
 
 
 def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, best) -> Start:
-  """The one place that decides between a fresh start and a resume, and puts the workdir in order for it.
+  """Carries out ``inputs.start`` (``_start_point``'s decision): puts the workdir in order and builds the state.
 
-  The run resumes from the newest good latest checkpoint (``checkpoints.newest_good``: bad ones are set aside,
-  each with a warning), else starts fresh from the configured model (writing its description and config). Best
-  checkpoints newer than the resume point (saved after the last latest checkpoint of a killed run; all of them
-  for a fresh start) are set aside, intact, never deleted: the resumed run (``_check_same_run``: with the same
-  config) evaluates those steps again, so the best checkpoint served is always the one this run reports; every
-  best checkpoint left must be servable (bad ones are set aside). If the run's best checkpoint is gone, its best becomes the newest good one left (or none) and
-  ``reevaluate`` asks the loop to evaluate the resume point again, so the run keeps serving the best it has.
+  The bad latest checkpoints are set aside, each with a warning. Best checkpoints newer than the resume point
+  (saved after the last latest checkpoint of a killed run; all of them for a fresh start) are set aside, intact,
+  never deleted: the resumed run (``_check_same_run``: with the same config) evaluates those steps again, so the
+  best checkpoint served is always the one this run reports; every best checkpoint left must be servable (bad
+  ones are set aside). A fresh start writes its description and config. A resume restores the checkpoint (one
+  that orbax cannot read is set aside too, and an older one restored). If the run's best checkpoint is gone, its
+  best becomes the newest good one left (or none) and ``reevaluate`` asks the loop to evaluate the resume point
+  again, so the run keeps serving the best it has.
   """
   replicated = NamedSharding(mesh, PartitionSpec())
-  spec, params, batches, heldout = inputs.spec, inputs.params, inputs.batches, inputs.heldout
-  try:
-    step, _ = checkpoints.newest_good(latest, set_aside_bad=True)
-  except checkpoints.CheckpointError:  # None yet, or each was set aside: a fresh start.
-    step = None
-  if step is None and params is None:  # _read_inputs expected to resume: the configured model after all.
-    built = configured.model(config)
-    spec, params = built.spec, built.params
-    batches, heldout = _batches(config, spec)
+  spec, batches, heldout, step = inputs.spec, inputs.batches, inputs.heldout, inputs.start.step
+  for bad_step, problem in inputs.start.bad:
+    checkpoints.set_aside(latest, bad_step, problem)
   if step is None:
     checkpoints.set_aside_after(best, None, "this run starts over (no latest checkpoint is usable to resume from), "
                                 "so its best checkpoints will be saved again under these step names")
@@ -412,11 +444,11 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
     _record_corpus(workdir, inputs.corpus_digests)
   total_steps = _total_steps(config, batches)
   tx = step_lib.make_optimizer(config.train, total_steps)
-  _agree_across_processes(config, batches.corpus, step, params)
+  _agree_across_processes(config, batches.corpus, step, inputs.params)
   if step is None:
     # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
     # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
-    state = jax.jit(functools.partial(_fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(params))
+    state = jax.jit(functools.partial(_fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(inputs.params))
     return Start(None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False,
                  probe=probe)
 
@@ -655,7 +687,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   train_step = step_lib.jit_train_step(config, spec, start.tx, complementary, mesh, augment_mlm=augment_mlm)
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start.step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, TENSORBOARD_DIR) if _tensorboard(config) else None)
-  evaluate = validation.Evaluator(config, spec, attend_padding=objectives.get(config.method).attend_padding(config),
+  evaluate = validation.Evaluator(config, spec, attend_padding=objectives.needs(config).attend_padding,
                                   heldout=start.heldout, dev_sets=inputs.dev_sets, best_manager=best,
                                   write=metrics_log.write)
   if start.step is None and config.eval.at_start:

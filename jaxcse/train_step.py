@@ -1,9 +1,11 @@
 """The pure train step: embed the views, apply the objective, take gradients, update. Jitted once by the loop.
 
-Read top to bottom: ``StepLoss`` is the loss (the objective on the embedded
-views + the optional masked-LM ``TokenTerm``) of ``StepInputs`` (the batch and
-its keys); ``value_and_grad`` differentiates it plainly or through GradCache;
-``make_train_step``'s ``train_step`` strings them together in a dozen lines.
+Read top to bottom: ``StepLoss`` is the step's objective, composed in one
+screen (the method's loss on the embedded views + the optional masked-LM term,
+``MaskedLMTerm``) of ``StepInputs`` (the batch's ``Rows``, their keys and
+masked tokens); ``value_and_grad`` differentiates it plainly or through
+GradCache (the same parts, chunk by chunk); ``make_train_step``'s
+``train_step`` strings them together in a dozen lines.
 
 ``make_train_step(config, spec, tx, complementary, augment_mlm=...)`` returns
 ``(state, batch, complementary_params=None, augment_params=None) -> (state,
@@ -20,7 +22,6 @@ gradient, no optimizer state, never saved.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax
@@ -158,118 +159,172 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   return apply
 
 
-class TokenTerm(NamedTuple):
-  """The step's masked-LM term (MLM pretraining, or SimCSE's auxiliary MLM loss).
+# --------------------------------------------------------------------------
+# The step's loss. What it reads (``StepInputs``: ``Rows`` of the batch, their keys, the masked tokens), the masked-LM
+# term's parts (``MaskedLMTerm``), then ``StepLoss``: the objective, composed in one screen.
 
-  Pretraining (``objective.masked_lm``) predicts at the masked positions only; SimCSE's auxiliary loss at every
-  position.
+
+class MaskedPositions(NamedTuple):
+  """Masked-LM pretraining's targets of some rows (``mlm.mask_positions``): predicted at the masked positions only."""
+
+  masked: jax.Array  # [rows, len] ids, the masked positions replaced.
+  mask: jax.Array  # [rows, len] attention mask.
+  positions: jax.Array  # [rows, predictions] the masked positions.
+  labels: jax.Array  # [rows, predictions] the original ids there.
+  weights: jax.Array  # [rows, predictions] 1 for a real prediction, 0 for padding.
+
+
+class MaskedViews(NamedTuple):
+  """SimCSE's auxiliary masked-LM targets of some rows (``mlm.mask_tokens``): every position of every view.
+
+  ``[rows, views, len]``, so that GradCache's chunks take whole examples.
   """
 
-  # (batch, key) -> (targets, count): masks the whole batch once (the same tokens whatever the chunking); count is
-  # the number of predicted tokens (at least 1).
-  prepare: Callable[[dict, jax.Array], tuple[Any, jax.Array]]
-  # (params, targets of some rows, dropout key) -> (summed cross-entropy, summed correct predictions) over those rows.
-  chunk_sum: Callable[[Any, Any, jax.Array], tuple[jax.Array, jax.Array]]
+  masked: jax.Array  # Ids, the masked tokens replaced.
+  mask: jax.Array  # Attention mask.
+  labels: jax.Array  # The original id of a masked token, negative where nothing is predicted.
+
+
+class TokenSums(NamedTuple):
+  """The masked-LM term of some rows, summed over their predicted tokens (GradCache adds chunks' sums)."""
+
+  cross_entropy: jax.Array
+  correct: jax.Array  # Predictions equal to the label.
+
+
+class SentenceTerm(NamedTuple):
+  """The method's loss on the whole batch's embeddings, and its metrics (its scores, ``contrastive_loss``)."""
+
+  loss: jax.Array
+  metrics: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskedLMTerm:
+  """The step's masked-LM term (``objectives.Needs.token_loss``): BERT's pretraining, or SimCSE's auxiliary loss.
+
+  Pretraining predicts at the masked positions only (output layer there only), weight 1; SimCSE's auxiliary loss
+  predicts at every position of every view, weight ``config.mlm.weight``. Either is the mean cross-entropy over
+  the whole batch's predicted tokens.
+  """
+
+  spec: models.ModelSpec
+  pretraining: bool  # Else auxiliary.
+  masking: dict  # mlm.mask_positions / mlm.mask_tokens's settings.
+  num_predictions: int | None  # Pretraining: predicted positions per row.
   weight: float  # Of the mean token cross-entropy in the step's loss.
 
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec,
+                  token_loss: str | None) -> MaskedLMTerm | None:
+    if token_loss is None:
+      return None
+    tok = spec.tokenizer
+    masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
+                   special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability)
+    if token_loss == "pretraining":
+      num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
+                                                                          config.mlm.probability)
+      return cls(spec, True, masking, num_predictions, 1.0)
+    return cls(spec, False, masking, None, config.mlm.weight)
 
-def _token_term(config, spec: models.ModelSpec, objective: objectives.Objective) -> TokenTerm | None:
-  """The masked-LM term of ``config``'s step, or None."""
-  if not (objective.masked_lm or config.mlm.enabled):
-    return None
-  tok = spec.tokenizer
-  masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
-                 special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability)
-
-  if objective.masked_lm:
-    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
-                                                                                  config.mlm.probability)
-
-    def prepare(batch, key):
+  def targets(self, batch: dict, key: jax.Array) -> tuple[MaskedPositions | MaskedViews, jax.Array]:
+    """The whole batch masked once (the same tokens whatever the chunking), and its number of predicted tokens
+    (at least 1)."""
+    if self.pretraining:
       ids, mask, _, _ = flat_views(batch, two_views=False)
-      targets = mlm.mask_positions(key, ids, mask, num_predictions=num_predictions, **masking)
-      return (targets[0], mask, *targets[1:]), jnp.maximum(targets[3].sum(), 1)
-
-    def chunk_sum(params, targets, key):
-      masked, mask, positions, labels, weights = targets
-      logits = models.mlm_logits_at(spec, params, masked, mask, positions, train=True, rng=key)
-      return mlm.cross_entropy_sums(logits, labels, weights)
-
-    return TokenTerm(prepare, chunk_sum, 1.0)
-
-  def prepare(batch, key):
+      masked, positions, labels, weights = mlm.mask_positions(key, ids, mask, num_predictions=self.num_predictions,
+                                                              **self.masking)
+      return MaskedPositions(masked, mask, positions, labels, weights), jnp.maximum(weights.sum(), 1)
     ids, mask, b, _ = flat_views(batch)
-    masked, labels = mlm.mask_tokens(key, ids, mask, **masking)
-    # [batch, views, len] again, so that chunks take whole examples.
-    targets = tuple(x.reshape(b, -1, x.shape[-1]) for x in (masked, mask, labels))
-    return targets, jnp.maximum((labels >= 0).sum(), 1)
+    masked, labels = mlm.mask_tokens(key, ids, mask, **self.masking)
+    views = MaskedViews(*(x.reshape(b, -1, x.shape[-1]) for x in (masked, mask, labels)))
+    return views, jnp.maximum((labels >= 0).sum(), 1)
 
-  def chunk_sum(params, targets, key):
+  def sums(self, params, targets: MaskedPositions | MaskedViews, key: jax.Array) -> TokenSums:
+    """The term over ``targets``' rows, with dropout ``key``."""
+    if self.pretraining:
+      logits = models.mlm_logits_at(self.spec, params, targets.masked, targets.mask, targets.positions, train=True,
+                                    rng=key)
+      return TokenSums(*mlm.cross_entropy_sums(logits, targets.labels, targets.weights))
     masked, mask, labels = (x.reshape(-1, x.shape[-1]) for x in targets)
-    logits = models.mlm_logits(spec, params, masked, mask, train=True, rng=key)
-    return mlm.cross_entropy_sums(logits, jnp.where(labels >= 0, labels, 0), labels >= 0)
+    logits = models.mlm_logits(self.spec, params, masked, mask, train=True, rng=key)
+    return TokenSums(*mlm.cross_entropy_sums(logits, jnp.where(labels >= 0, labels, 0), labels >= 0))
 
-  return TokenTerm(prepare, chunk_sum, config.mlm.weight)
+
+class Rows(NamedTuple):
+  """What the step's loss reads of some rows of the batch besides the params; every array rows first.
+
+  So ``chunks`` cuts all of it for GradCache; the random keys, one per forward pass, become one per chunk.
+  """
+
+  batch: dict  # [rows, columns, len] int32 arrays.
+  dropout_key: jax.Array  # The encoder's dropout masks of these rows.
+  tokens: MaskedPositions | MaskedViews | None = None  # The masked-LM term's targets of these rows, or None.
+  tokens_dropout_key: jax.Array | None = None  # The dropout of the masked-LM forward pass.
+
+  def chunks(self, num_chunks: int) -> Rows:
+    """``[num_chunks, ...]`` leaves (``gradcache.to_chunks``), chunk ``i`` with key ``split(key, num_chunks)[i]``."""
+    split = lambda key: None if key is None else jax.random.split(key, num_chunks)  # noqa: E731
+    return Rows(gradcache.to_chunks(self.batch, num_chunks), split(self.dropout_key),
+                gradcache.to_chunks(self.tokens, num_chunks), split(self.tokens_dropout_key))
 
 
 class StepInputs(NamedTuple):
-  """What the step's loss reads besides the params: rows of the batch and the random keys of their forward passes.
+  """The step loss's inputs: the batch's ``Rows`` and, with a masked-LM term, the whole batch's token count."""
 
-  ``batch`` and ``tokens`` have the batch's rows first (``batch``: ``[rows, columns, len]``; ``tokens``: the
-  masked tokens of those rows, ``TokenTerm.prepare``'s output, or None), so ``chunks`` can cut them for GradCache.
-  """
-
-  batch: dict
-  dropout_key: jax.Array  # The encoder's dropout masks of these rows.
-  tokens: Any = None  # The masked-LM term's inputs for these rows, or None.
-  tokens_dropout_key: jax.Array | None = None  # The dropout of the masked-LM forward pass.
-  token_count: jax.Array | None = None  # The whole batch's number of predicted tokens (at least 1).
-
-  def chunks(self, num_chunks: int) -> StepInputs:
-    """``[num_chunks, ...]`` leaves (``gradcache.to_chunks``), chunk ``i`` with key ``split(key, num_chunks)[i]``.
-
-    Without ``token_count``: every leaf of the chunks is scanned over; the count stays the whole batch's.
-    """
-    split = lambda key: None if key is None else jax.random.split(key, num_chunks)  # noqa: E731
-    return StepInputs(gradcache.to_chunks(self.batch, num_chunks), split(self.dropout_key),
-                      gradcache.to_chunks(self.tokens, num_chunks), split(self.tokens_dropout_key))
+  rows: Rows
+  token_count: jax.Array | None = None  # Predicted tokens in the whole batch (at least 1): never cut into chunks.
 
 
 @dataclasses.dataclass(frozen=True)
 class StepLoss:
-  """The step's loss: the objective on the embedded views, plus the masked-LM term (``TokenTerm``) if any.
+  """The step's objective. Read top to bottom (``__call__``, the whole batch at once)::
 
-  Its parts are separate methods because GradCache differentiates them separately (``embed`` per chunk,
-  ``sentence_loss`` on the whole batch, ``token_sums`` per chunk); ``__call__`` is the plain loss of the whole
-  batch. Built once from the config (``from_config``); pure.
+    rows --embed--> [batch, views, hidden] --the method's loss--> SentenceTerm (loss, metrics)
+    rows --the masked-LM term--> TokenSums / token count = mlm_loss, mlm_accuracy
+    loss = SentenceTerm.loss + weight * mlm_loss;  metrics = its metrics, mlm_loss, mlm_accuracy   (``total``)
+
+  GradCache (``value_and_grad``) evaluates the same parts chunk by chunk: ``embed`` and ``token_sums`` per chunk,
+  ``sentence`` on the whole batch's embeddings, ``total`` once. Built once from the config (``from_config``); pure.
   """
 
   config: ml_collections.ConfigDict
   objective: objectives.Objective
-  module: models.PooledBackbone  # The trained model, with the objective's pooler and padding.
-  tokens: TokenTerm | None
+  needs: objectives.Needs
+  module: models.PooledBackbone  # The trained model, with the run's pooler and the method's padding.
+  tokens: MaskedLMTerm | None
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec) -> StepLoss:
-    objective = objectives.get(config.method)
-    module = spec.module_for(spec.pooling.pooler, attend_padding=objective.attend_padding(config))
-    return cls(config, objective, module, _token_term(config, spec, objective))
+    needs = objectives.needs(config)
+    module = spec.module_for(spec.pooling.pooler, attend_padding=needs.attend_padding)
+    return cls(config, objectives.get(config.method), needs, module,
+               MaskedLMTerm.from_config(config, spec, needs.token_loss))
 
   def inputs(self, batch: dict, dropout_key: jax.Array, mlm_key: jax.Array) -> StepInputs:
     """The step's inputs; the MLM tokens masked once, on the whole batch (the same whatever the chunking)."""
     if self.tokens is None:
-      return StepInputs(batch, dropout_key)
+      return StepInputs(Rows(batch, dropout_key))
     k_mask, k_dropout = jax.random.split(mlm_key)
-    targets, count = self.tokens.prepare(batch, k_mask)
-    return StepInputs(batch, dropout_key, targets, k_dropout, count)
+    targets, count = self.tokens.targets(batch, k_mask)
+    return StepInputs(Rows(batch, dropout_key, targets, k_dropout), count)
 
-  def embed(self, params, x: StepInputs) -> jax.Array:
-    """``[rows, views, hidden]`` embeddings of ``x``'s rows, with dropout."""
-    return embed_views(self.module, params, x.batch, x.dropout_key,
+  def __call__(self, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None):
+    """The objective on the whole batch: (loss, metrics)."""
+    sentence = None
+    if self.needs.sentence_loss:
+      sentence = self.sentence(self.embed(params, x.rows), method_key, complementary)
+    tokens = self.token_sums(params, x.rows) if self.tokens is not None else None
+    return self.total(sentence, tokens, x.token_count)
+
+  def embed(self, params, rows: Rows) -> jax.Array:
+    """``[rows, views, hidden]`` embeddings of ``rows``, with dropout."""
+    return embed_views(self.module, params, rows.batch, rows.dropout_key,
                        same_dropout_mask=bool(self.config.augment.same_dropout_mask))
 
-  def sentence_loss(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None):
-    """The objective on the whole batch's ``[batch, views, hidden]`` embeddings: (loss, metrics incl. its scores).
+  def sentence(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None) -> SentenceTerm:
+    """The method's loss on the whole batch's ``[batch, views, hidden]`` embeddings, and its metrics.
 
     In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
     cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
@@ -277,60 +332,52 @@ class StepLoss:
     z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
     loss, extra = self.objective.loss(self.config, z, method_key, complementary)
     scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
-    return loss, {"contrastive_loss": loss, **scores, **extra}
+    return SentenceTerm(loss, {"contrastive_loss": loss, **scores, **extra})
 
-  def token_sums(self, params, x: StepInputs) -> tuple[jax.Array, jax.Array]:
-    """The masked-LM term of ``x``'s rows: (summed cross-entropy, summed correct predictions)."""
-    return self.tokens.chunk_sum(params, x.tokens, x.tokens_dropout_key)
+  def token_sums(self, params, rows: Rows) -> TokenSums:
+    """The masked-LM term of ``rows``, summed over their predicted tokens."""
+    return self.tokens.sums(params, rows.tokens, rows.tokens_dropout_key)
 
-  def total(self, sentence: tuple | None, token_sums: tuple | None, token_count: jax.Array | None):
-    """(loss, metrics) from the objective's (loss, metrics) and the masked-LM term's sums over the batch."""
+  def total(self, sentence: SentenceTerm | None, tokens: TokenSums | None, token_count: jax.Array | None):
+    """(loss, metrics) of the whole batch from its ``SentenceTerm`` and its summed ``TokenSums``."""
     loss, metrics = sentence if sentence is not None else (0.0, {})
-    if self.tokens is not None:
-      metrics["mlm_loss"] = token_sums[0] / token_count
-      metrics["mlm_accuracy"] = token_sums[1] / token_count
+    if tokens is not None:
+      metrics = {**metrics, "mlm_loss": tokens.cross_entropy / token_count,
+                 "mlm_accuracy": tokens.correct / token_count}
       loss = loss + self.tokens.weight * metrics["mlm_loss"]
     return loss, metrics
-
-  def __call__(self, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None):
-    """The plain loss of the whole batch: (loss, metrics)."""
-    sentence = None
-    if self.objective.loss is not None:
-      sentence = self.sentence_loss(self.embed(params, x), method_key, complementary)
-    sums = self.token_sums(params, x) if self.tokens is not None else None
-    return self.total(sentence, sums, x.token_count)
 
 
 def value_and_grad(loss: StepLoss, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None,
                    *, num_chunks: int = 0, cache: bool = True):
   """``((loss, metrics), grads)`` of ``loss``: plain (``num_chunks`` 0), or GradCache's over ``num_chunks`` chunks.
 
-  GradCache (``gradcache.value_and_grad``) embeds chunk by chunk, takes the objective on the whole batch's
-  embeddings and the masked-LM term chunk by chunk; ``cache=False`` differentiates the same chunked computation
-  as one graph (the reference the tests compare with).
+  GradCache (``gradcache.value_and_grad``) is the same objective in chunks: ``embed`` chunk by chunk, ``sentence``
+  on the whole batch's embeddings, the masked-LM term chunk by chunk (its sum weighted by ``weight / token_count``,
+  the whole batch's), ``total`` once. ``cache=False`` differentiates the same chunked computation as one graph (the
+  reference the tests compare with).
   """
   if not num_chunks:
     return jax.value_and_grad(loss, has_aux=True)(params, x, method_key, complementary)
-  sentence, tokens = loss.objective.loss is not None, loss.tokens is not None
+  sentence, tokens = loss.needs.sentence_loss, loss.tokens is not None
   (_, parts), grads = gradcache.value_and_grad(
-      params, x.chunks(num_chunks),
+      params, x.rows.chunks(num_chunks),
       embed=loss.embed if sentence else None,
-      batch_loss=(lambda z: loss.sentence_loss(z, method_key, complementary)) if sentence else None,
+      batch_loss=(lambda z: loss.sentence(z, method_key, complementary)) if sentence else None,
       chunk_loss=loss.token_sums if tokens else None,
       chunk_weight=loss.tokens.weight / x.token_count if tokens else 1.0,
       cache=cache)
-  return loss.total((parts["batch_loss"], parts["batch_aux"]) if sentence else None,
-                    (parts["chunk_sum"], parts["chunk_aux"]) if tokens else None, x.token_count), grads
+  return loss.total(SentenceTerm(parts.batch_loss, parts.batch_aux) if sentence else None,
+                    TokenSums(parts.chunk_sum, parts.chunk_aux) if tokens else None, x.token_count), grads
 
 
-def _complementary_embeddings(config, complementary: models.ModelSpec, objective: objectives.Objective):
+def _complementary_embeddings(complementary: models.ModelSpec, needs: objectives.Needs):
   """DCLR's frozen complementary model: ``(params, batch, key, num_chunks) -> [batch, views, hidden]``, no gradient.
 
   With GradCache it embeds chunk by chunk (chunk ``i`` with ``split(key, num_chunks)[i]``), in one chunk's memory.
   """
-  module = complementary.module_for(complementary.pooling.test_pooler,
-                                    attend_padding=objective.attend_padding(config))
-  dropout = objective.complementary_dropout(config)
+  module = complementary.module_for(complementary.pooling.test_pooler, attend_padding=needs.attend_padding)
+  dropout = needs.complementary_dropout
 
   def embed(params, batch, key):
     return jax.lax.stop_gradient(embed_views(module, params, batch, key, train=dropout))
@@ -372,12 +419,11 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   ``cache_gradients=False`` differentiates the same chunked computation as one
   graph (the reference the tests compare with).
   """
-  objective = objectives.get(config.method)
-  if objective.needs_complementary(config) and complementary is None:
+  needs = objectives.needs(config)
+  if needs.complementary and complementary is None:
     raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
   # None when the config uses none (e.g. DCLR without instance weighting, or weighting by the model itself).
-  embed_complementary = (_complementary_embeddings(config, complementary, objective)
-                         if objective.needs_complementary(config) else None)
+  embed_complementary = _complementary_embeddings(complementary, needs) if needs.complementary else None
   loss = StepLoss.from_config(config, spec)
   second_view = _second_view(config, spec, augment_mlm)
   chunk = config.train.grad_cache_chunk

@@ -237,7 +237,7 @@ def test_dclr_variants_equal_their_formulas(weighting, noise):
     assert float(extra["dclr/weight_zero_frac"]) == pytest.approx(expected_zero, abs=1e-15)
     if weighting != "none":
       assert expected_zero > 0  # The toy views have a false negative for each kind of weighting to find.
-    assert objectives.get("dclr").needs_complementary(config) == (weighting == "complementary")
+    assert objectives.needs(config).complementary == (weighting == "complementary")
 
 
 def test_dclr_variants_differ_from_the_full_method():

@@ -18,8 +18,8 @@ from tests import helpers
 def test_dclr_as_released_sets_poolers_padding_and_complementary_dropout():
   config = helpers.tiny_config("m", "d", "dclr")
   assert objectives.pooling_of(config) == models.PoolerSpec("cls", True)
-  dclr = objectives.get("dclr")
-  assert not dclr.attend_padding(config) and not dclr.complementary_dropout(config)
+  needs = objectives.needs(config)
+  assert not needs.attend_padding and not needs.complementary_dropout
   config.dclr.as_released = True
   with pytest.raises(configuration.ConfigError, match=r"dclr.as_released pools as the released code .* not "
                      r"model.pooler='cls', model.mlp_only_train=True, model.test_pooler='', model.dev_pooler=''"):
@@ -29,7 +29,8 @@ def test_dclr_as_released_sets_poolers_padding_and_complementary_dropout():
   spec = objectives.pooling_of(config)
   # (b) train on BERT's pooler layer + MLP, (c) select on the pooler layer, test on [CLS] without the MLP.
   assert (spec.pooler, spec.dev_pooler, spec.test_pooler) == ("bert_pooler_mlp", "bert_pooler", "cls_before_pooler")
-  assert dclr.attend_padding(config) and dclr.complementary_dropout(config)  # (a), (d).
+  needs = objectives.needs(config)
+  assert needs.attend_padding and needs.complementary_dropout  # (a), (d).
 
 
 def test_dclr_as_released_trains_and_selects_as_the_released_code(tiny_model_dir, small_data_dir, tmp_path):

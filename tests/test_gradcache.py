@@ -201,7 +201,7 @@ def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
       (value, parts), grads = gradcache.value_and_grad(params, chunks, embed=embed, batch_loss=batch_loss,
                                                        chunk_loss=chunk_loss, chunk_weight=weight, cache=cache)
       np.testing.assert_allclose(value, want_value, rtol=1e-12)
-      assert int(parts["chunk_aux"]["rows"]) == 12
+      assert int(parts.chunk_aux["rows"]) == 12
       for key in params:
         np.testing.assert_allclose(grads[key], want_grads[key], rtol=1e-12, atol=1e-14, err_msg=f"{key} cache={cache}")
     # Each part alone.

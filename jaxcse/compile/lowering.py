@@ -278,7 +278,7 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   model = configured.model(config, abstract=True)
   spec = model.spec
   pooler = spec.pooling.dev_pooler
-  attend_padding = objectives.get(config.method).attend_padding(config)
+  attend_padding = objectives.needs(config).attend_padding
   rows = rows or config.eval.batch_size
   max_len = min(max_len or spec.max_positions, spec.max_positions)
   embed = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=rows, max_seq_len=max_len, attend_padding=attend_padding)
