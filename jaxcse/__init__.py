@@ -1,8 +1,7 @@
 """jaxcse: contrastive sentence embeddings (SimCSE, MixCSE, DCLR) in JAX/Flax."""
 
-__version__ = "0.1.0"
-
 from jaxcse import platforms as _platforms
+from jaxcse.version import __version__  # noqa: F401  (jaxcse.__version__)
 
 # Before anything imports jax: no accelerator here -> jax's CPU only (jaxcse/platforms.py says why).
 _platforms.cpu_only_without_accelerators()

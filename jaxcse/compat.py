@@ -1,16 +1,22 @@
 """Where jaxcse meets library versions that differ: each difference behind one function, with why and which versions.
 
 jaxcse supports ranges of jax, huggingface_hub and transformers (pyproject.toml). Where those releases differ in
-an API jaxcse needs, or where jaxcse needs something a library only offers privately, the code that knows it lives
-here, each function saying which versions need it; tests/test_compat.py fails when a workaround stops working or
+an API jaxcse needs, where jaxcse needs something a library only offers privately, or where a native library
+(libtpu, jax's CUDA plugin) prints what no setting silences, the code that knows it lives here, each function
+saying which versions need it; tests/test_compat.py fails when a workaround stops working or
 is no longer needed. Nothing else in jaxcse imports a private ``jax._src`` / ``xla_client._xla`` name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
+import os
+import re
+import sys
+import threading
 
 from packaging.version import Version
 
@@ -104,3 +110,51 @@ def hlo_module_cost_analysis(hlo_module) -> dict:
   from jax._src.lib import xla_client
 
   return xla_client._xla.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), hlo_module)
+
+
+# --------------------------------------------------------------------------
+# libtpu and jax's CUDA plugin: C++ log lines on file descriptor 2 that no setting silences.
+
+# Lines that native libraries print on a machine without the accelerator, harmless and not ours: the CUDA plugin's
+# absent driver, absl's note on logging before its initialisation, libtpu's search for the TPU it runs on.
+# jax-cuda12-plugin 0.10.2 (jaxcse-compile --install_gpu_compiler) prints "WARNING: All log messages before
+# absl::InitializeLog() ..." and "cudart_stub.cc:31] Could not find cuda drivers" four times each when jax starts
+# its plugins, JAX_PLATFORMS=cpu or not. libtpu 0.0.42.1 (jax 0.10.2's) prints the "could not determine TPU ...",
+# "Logging before InitGoogle()" and libtpu_init_utils.cc lines when it starts without a TPU VM's environment
+# (targets.devices sets that environment's defaults; with them it printed nothing). Both write from C++ straight to
+# file descriptor 2, before and outside Python's logging and absl-py's: neither TF_CPP_MIN_LOG_LEVEL nor a Python
+# logging level reaches them, so only a filter on the descriptor itself keeps them off a command's stderr.
+HARMLESS_NATIVE_LINES = re.compile(
+    r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
+    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
+    r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
+    r"|libtpu_init_utils\.cc|^=== Source Location Trace: ===")
+
+
+@contextlib.contextmanager
+def harmless_native_lines_dropped():
+  """Passes everything written to file descriptor 2 (Python's and native libraries') through, less the
+  ``HARMLESS_NATIVE_LINES``, as it comes."""
+  sys.stderr.flush()
+  saved = os.dup(2)
+  relayed = os.dup(saved)  # The relay's own copy of the real stderr: it may write after ``saved`` is closed.
+  read_end, write_end = os.pipe()
+  os.dup2(write_end, 2)
+  os.close(write_end)
+
+  def relay():
+    with os.fdopen(read_end, "rb") as pipe, os.fdopen(relayed, "wb", buffering=0) as out:
+      for line in pipe:
+        if not HARMLESS_NATIVE_LINES.search(line.decode("utf-8", "replace")):
+          out.write(line)
+
+  thread = threading.Thread(target=relay, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    sys.stderr.flush()
+    os.dup2(saved, 2)  # Closes the pipe's last write end: the relay reads to its end and stops.
+    os.close(saved)
+    thread.join(timeout=5)

@@ -246,7 +246,7 @@ def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built
   with_mlm = objectives.get(config.method).masked_lm or config.mlm.enabled
   mlm_head = config.mlm.head if config.mlm.enabled else "tied"
   build = dict(dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm,
-               mlm_head=mlm_head)
+               mlm_head=mlm_head, attention_dropout_per_element=config.model.attention_dropout_per_element)
   if config.model.init == "random":
     tokenizer = _tokenizer(config.model.tokenizer)
     source = f"random init ({config.model.tokenizer})"

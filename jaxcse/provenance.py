@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from jaxcse import files
+from jaxcse import files, version
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "tokenizers", "numpy")
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -61,11 +61,9 @@ def provenance(*, config: dict | None = None, model: str | None = None, checkpoi
   """The provenance record: jaxcse version and commit, library versions, devices, and what the caller knows."""
   import jax
 
-  from jaxcse import __version__
-
   devices = jax.devices()
   record = {
-      "jaxcse": __version__,
+      "jaxcse": version.__version__,
       "git_commit": git_commit(),
       "python": platform.python_version(),
       "libraries": {name: _version(name) for name in LIBRARIES},

@@ -134,8 +134,9 @@ def test_no_import_cycle_and_no_torch_in_the_package():
 # ARCHITECTURE.md's floors, top to bottom: a module imports only from its own floor or the ones below it.
 LAYERS = (
     ("commands", {"jaxcse", "jaxcse.export_hf", "jaxcse.report", "jaxcse.plot", "jaxcse.wordpiece",
-                  "jaxcse.compile", "jaxcse.data.__main__"}),
-    ("loop", {"jaxcse.train", "jaxcse.cli", "jaxcse.configuration", "jaxcse.configured", "jaxcse.aot"}),
+                  "jaxcse.compile", "jaxcse.compile.__main__", "jaxcse.data.__main__"}),
+    ("loop", {"jaxcse.train", "jaxcse.cli", "jaxcse.configuration", "jaxcse.configured", "jaxcse.compile.lowering",
+              "jaxcse.compile.analysis", "jaxcse.compile.max_batch"}),
     ("step", {"jaxcse.train_step", "jaxcse.objectives", "jaxcse.losses", "jaxcse.gradcache", "jaxcse.augment"}),
     ("scale", {"jaxcse.distributed"}),
     ("evaluation", {"jaxcse.evaluate", "jaxcse.validation", "jaxcse.transfer", "jaxcse.sts_data",
@@ -146,8 +147,8 @@ LAYERS = (
                 "jaxcse.checkpoints", "jaxcse.st_format", "jaxcse.hub", "jaxcse.mlm"}),
     ("data", {"jaxcse.data", "jaxcse.data.batching", "jaxcse.data.corpora", "jaxcse.data.downloads",
               "jaxcse.data.manifest", "jaxcse.data.root", "jaxcse.tokenization"}),
-    ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.targets",
-              "jaxcse.compat", "jaxcse.platforms"}),
+    ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.compile.targets",
+              "jaxcse.compat", "jaxcse.platforms", "jaxcse.version"}),
 )
 
 

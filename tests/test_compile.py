@@ -43,7 +43,8 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
 
   import jax
 
-  from jaxcse import aot, train, train_step
+  from jaxcse import train, train_step
+  from jaxcse.compile import lowering
   from tests import helpers
 
   class FirstStep(Exception):
@@ -65,7 +66,7 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
       jitted = real(*args, **kwargs)
 
       def first_call(state, batch, complementary_params, augment_params):
-        recorded["text"] = aot.lower(jitted, (state, batch, complementary_params, augment_params))[1]
+        recorded["text"] = lowering.lower(jitted, (state, batch, complementary_params, augment_params))[1]
         raise FirstStep
 
       return first_call
@@ -77,8 +78,8 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
       pass
     finally:
       train_step.jit_train_step = real
-    program = aot.train_step_program(config, jax.devices())
-    command = aot.lower(program.jitted, program.args)[1]
+    program = lowering.train_step_program(config, jax.devices())
+    command = lowering.lower(program.jitted, program.args)[1]
     trainer = recorded.get("text", "")
     results[name] = [trainer == command, trainer if trainer != command else "", command if trainer != command else ""]
   with open(out, "w") as f:
@@ -276,7 +277,7 @@ def test_a_cached_hub_snapshot_is_read_without_the_network(tiny_model_dir, monke
 def test_find_max_batch_finds_the_exact_limit_in_few_compilations(memory):
   # A fake compiler: per-device bytes of a batch b; "compiler_refuses" reports no bytes past the limit (as
   # libtpu's out-of-memory error), "quadratic" adds the similarity matrix's b^2 term.
-  from jaxcse import aot
+  from jaxcse.compile import max_batch
 
   usable = 16 * 2**30
   for per_row in (1e6, 3.3e6, 2.9e7):
@@ -291,12 +292,12 @@ def test_find_max_batch_finds_the_exact_limit_in_few_compilations(memory):
       fits = used(batch) <= usable
       return fits, (used(batch), usable) if fits or memory != "compiler_refuses" else None
 
-    largest, tried = aot.find_max_batch(measure, granularity=8, start=64)
+    largest, tried = max_batch.find_max_batch(measure, granularity=8, start=64)
     assert largest == exact, (memory, per_row)
     assert [b for b, _ in tried] == seen and all(b % 8 == 0 for b in seen) and len(set(seen)) == len(seen)
     # Bisection alone would take log2(exact / 8) + log2(8) compilations; the line through measured points fewer.
     assert len(seen) <= math.ceil(math.log2(exact / 8)) + 4, (memory, per_row, seen)
-  assert aot.find_max_batch(lambda b: (False, None), granularity=8, start=64)[0] is None
+  assert max_batch.find_max_batch(lambda b: (False, None), granularity=8, start=64)[0] is None
 
 
 @pytest.mark.parametrize("offset", [0, 1, -1, 5, -5, 300, -300])
@@ -304,7 +305,7 @@ def test_find_max_batch_near_a_guess_costs_two_compilations_when_the_guess_is_ri
   # libtpu rematerializes as memory fills, so memory is not linear near the limit and the line through small
   # batches undershoots; a guess from a similar target is searched around instead: widened by 1, 2, 4, ...
   # granularities, then narrowed. Memory here is a staircase the line cannot predict.
-  from jaxcse import aot
+  from jaxcse.compile import max_batch
 
   usable, exact = 100, 1240
 
@@ -314,7 +315,7 @@ def test_find_max_batch_near_a_guess_costs_two_compilations_when_the_guess_is_ri
     return used <= usable, (used, usable)
 
   seen = []
-  largest, tried = aot.find_max_batch(measure, granularity=8, start=exact + 8 * offset, near=True)
+  largest, tried = max_batch.find_max_batch(measure, granularity=8, start=exact + 8 * offset, near=True)
   assert largest == exact and [b for b, _ in tried] == seen and len(set(seen)) == len(seen)
   assert all(b % 8 == 0 for b in seen)
   # Widening takes about log2(|offset|) probes, narrowing the bracket (about |offset| wide) as many again.
@@ -322,12 +323,12 @@ def test_find_max_batch_near_a_guess_costs_two_compilations_when_the_guess_is_ri
   if offset in (0, 1):  # Right, or one granularity above: one probe each side of the answer.
     assert len(seen) == 2
   # Everything fits up to the limit; nothing fits at all.
-  assert aot.find_max_batch(lambda b: (True, None), granularity=8, start=64, limit=100, near=True)[0] == 96
-  assert aot.find_max_batch(lambda b: (False, None), granularity=8, start=64, near=True)[0] is None
+  assert max_batch.find_max_batch(lambda b: (True, None), granularity=8, start=64, limit=100, near=True)[0] == 96
+  assert max_batch.find_max_batch(lambda b: (False, None), granularity=8, start=64, near=True)[0] is None
 
 
 def test_collectives_are_counted_by_kind_once_per_async_pair():
-  from jaxcse import aot
+  from jaxcse.compile import analysis
 
   hlo = """
   %all-gather-start = (f32[4,8]{1,0}, f32[16,8]{1,0}) all-gather-start(f32[4,8]{1,0} %p), dimensions={0}
@@ -337,25 +338,25 @@ def test_collectives_are_counted_by_kind_once_per_async_pair():
   %rs = f32[2]{0} reduce-scatter(f32[8]{0} %z), dimensions={0}
   %not = f32[8]{0} add(f32[8]{0} %all-reduce.3, f32[8]{0} %x)
   """
-  assert aot.collectives(hlo) == {"all-gather": 1, "all-reduce": 2, "reduce-scatter": 1}
+  assert analysis.collectives(hlo) == {"all-gather": 1, "all-reduce": 2, "reduce-scatter": 1}
 
 
 def test_roofline_is_the_slower_of_compute_and_memory():
   # Golden arithmetic: 1e10 bytes at 819 GB/s (12.2 ms) is slower than 2e12 FLOP at 197 TFLOP/s (10.2 ms).
-  from jaxcse import aot, targets
+  from jaxcse.compile import analysis, targets
 
   v5e = targets.get("v5e-1")  # 197 TFLOP/s, 819 GB/s.
-  seconds, bound = aot.roofline_seconds(2e12, 1e10, v5e)
+  seconds, bound = analysis.roofline_seconds(2e12, 1e10, v5e)
   assert (seconds, bound) == (pytest.approx(1e10 / 819e9, rel=1e-12), "memory")
-  seconds, bound = aot.roofline_seconds(4e12, 1e9, v5e)
+  seconds, bound = analysis.roofline_seconds(4e12, 1e9, v5e)
   assert (seconds, bound) == (pytest.approx(4e12 / 197e12, rel=1e-12), "compute")
   v3 = targets.get("v3-8")  # A v3 chip is 2 devices: half its 123 TFLOP/s and 900 GB/s each.
   assert v3.bf16_flops_per_device == 61.5e12 and v3.memory_bandwidth_per_device == 450e9
-  assert aot.roofline_seconds(None, None, targets.get("cpu")) == (None, None)
+  assert analysis.roofline_seconds(None, None, targets.get("cpu")) == (None, None)
 
 
 def test_every_gpu_target_config_names_its_source_and_memory():
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   for target in targets.TARGETS.values():
     if target.platform == "gpu":
@@ -416,7 +417,8 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   # moments (3 x 4 bytes a parameter).
   import jax
 
-  from jaxcse import aot, configured
+  from jaxcse import configured
+  from jaxcse.compile import lowering
   from tests import helpers
 
   parameters = sum(math.prod(x.shape) for x in jax.tree.leaves(
@@ -427,12 +429,12 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   import jax
 
   from jaxcse.configs import base
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   config = base.get_config()
   config.model.name, config.train.batch_size, config.data.max_seq_len = tiny_model_dir, 8, 8
-  program = aot.train_step_program(config, jax.devices("cpu"))
-  assert aot.fingerprint(aot.lower(program.jitted, program.args)[1], targets.get("cpu")) == report["fingerprint"]
+  program = lowering.train_step_program(config, jax.devices("cpu"))
+  assert lowering.fingerprint(lowering.lower(program.jitted, program.args)[1], targets.get("cpu")) == report["fingerprint"]
   second = _command(*args, "--json", str(tmp_path / "second.json"))
   cached = json.load(open(tmp_path / "second.json"))
   assert second.returncode == 0 and cached["cached"] and cached["fingerprint"] == report["fingerprint"]
@@ -445,27 +447,27 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
 
 
 def test_the_encoder_compiles_at_the_embedders_length_buckets_only(tiny_model_dir):
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, targets
   from tests import helpers
 
   config = helpers.tiny_config(tiny_model_dir, "", "base", **{"eval.batch_size": 8})
-  reports = aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[12, 4])
+  reports = lowering.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[12, 4])
   assert [(r["length"], r["batch_size"], r["program"]) for r in reports] == [(4, 8, "encode"), (12, 8, "encode")]
   assert reports[0]["flops_per_device"] < reports[1]["flops_per_device"]
-  with pytest.raises(aot.CompileError, match=r"inference lengths \[10\] are not length buckets up to 12"):
-    aot.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[10])
+  with pytest.raises(lowering.CompileError, match=r"inference lengths \[10\] are not length buckets up to 12"):
+    lowering.compile_encoder(config, targets.get("cpu"), max_len=12, lengths=[10])
 
 
 def test_a_long_compilation_says_it_is_still_running():
   import time
 
-  from jaxcse import aot
+  from jaxcse.compile import lowering
 
   lines = []
-  with aot._still_running(lines.append, "compiling", every=0.05):
+  with lowering._still_running(lines.append, "compiling", every=0.05):
     time.sleep(0.18)
   assert 2 <= len(lines) <= 4 and all(re.fullmatch(r"  still compiling: 0m00s", line) for line in lines), lines
-  with aot._still_running(lines.append, "compiling", every=0.05):
+  with lowering._still_running(lines.append, "compiling", every=0.05):
     pass
   time.sleep(0.1)
   assert len(lines) <= 4  # Stopped with the block.
@@ -486,7 +488,7 @@ def test_bad_target_and_missing_compiler_are_one_line_errors():
 def test_the_gpu_compiler_goes_where_only_jaxcse_compile_looks(monkeypatch, tmp_path):
   import types
 
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   folder = tmp_path / "gpu-compiler"
   monkeypatch.setenv("JAXCSE_GPU_COMPILER_DIR", str(folder))

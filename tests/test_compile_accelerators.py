@@ -22,7 +22,7 @@ import sys
 
 import pytest
 
-from jaxcse import targets as _targets  # noqa: E402  (jax-free: only finds the CUDA plugin installed for compiling)
+from jaxcse.compile import targets as _targets  # noqa: E402  (jax-free: only finds the CUDA plugin installed for compiling)
 
 
 def _gpu_compiler_missing() -> str | None:
@@ -57,7 +57,7 @@ METHODS = {
 @pytest.fixture(scope="module")
 def devices():
   """The compile-only devices of a target, built once per module when first asked for."""
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   built = {}
 
@@ -86,10 +86,10 @@ def _config(model_dir: str, name: str):
 @pytest.mark.parametrize("target", [TPU, GPU])
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices, method, target):
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, targets
 
   config = _config(tiny_model_dir, method)
-  report = aot.compile_train_step(config, targets.get(target), devices=devices(target), cache_dir=CACHE)
+  report = lowering.compile_train_step(config, targets.get(target), devices=devices(target), cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == (8 if target == TPU else 1)
   assert report["batch_shape"] == [16, 3 if method.startswith("simcse_sup") else 1, 8]
   # The donated train state comes back in place, and the memory adds up.
@@ -110,27 +110,27 @@ def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices
 
 
 def test_a_multi_host_slice_compiles_the_global_batch_over_its_hosts(tiny_model_dir):
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, targets
 
   target = targets.get("v5e-16")
   found = targets.devices(target)
   assert sorted({d.process_index for d in found}) == [0, 1, 2, 3]  # 4 hosts of 4 chips: 4 processes.
   config = _config(tiny_model_dir, "simcse+bf16+checkpointing")
   config.train.batch_size = 32
-  report = aot.compile_train_step(config, target, devices=found, cache_dir=CACHE)
+  report = lowering.compile_train_step(config, target, devices=found, cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == 16 and report["num_hosts"] == 4
   assert report["collectives"].get("all-gather", 0) >= 1 and report["collectives"].get("all-reduce", 0) >= 1
 
 
 def test_modernbert_compiles_for_a_tpu_chip(tmp_path):
   """configs/modernbert.py on a tiny random ModernBERT (rotary, local/global attention, GeGLU) for Colab's v5e-1."""
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, targets
   from tests import helpers
 
   folder = helpers.make_tiny_modernbert_dir(str(tmp_path / "tiny_modernbert"))
   config = helpers.tiny_config(folder, "", "modernbert", **{"train.batch_size": 16, "model.dtype": "bfloat16"})
   target = targets.get("v5e-1")
-  report = aot.compile_train_step(config, target, devices=targets.devices(target), cache_dir=CACHE)
+  report = lowering.compile_train_step(config, target, devices=targets.devices(target), cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == 1 and report["batch_shape"] == [16, 1, 16]
   assert report["flops_per_device"] > 0
 
@@ -140,15 +140,15 @@ def test_the_usable_hbm_in_the_table_is_libtpus():
   import jax
   import jax.numpy as jnp
 
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, targets
 
   for name in ("v5e-1", "v6e-1", "v4-8", "v5p-8", "v3-8", "v2-8"):
     target = targets.get(name)
     mesh = jax.sharding.Mesh(targets.devices(target)[:1], ("data",))
     big = jax.ShapeDtypeStruct((64 * 2**30 // 4,), jnp.float32,
                                sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-    with pytest.raises(aot.OutOfMemory) as refused:
-      aot.compile_facts(jax.jit(lambda x: x * 2), (big,), target)
+    with pytest.raises(lowering.OutOfMemory) as refused:
+      lowering.compile_facts(jax.jit(lambda x: x * 2), (big,), target)
     available = float(re.search(r"exceeds available HBM \(([\d.]+)G\)", str(refused.value)).group(1))
     assert available == target.peaks.tpu_usable_gib, name
 

@@ -241,3 +241,37 @@ def test_attend_padding_is_the_model_without_a_mask_on_a_batch_cut_at_its_longes
   masked = spec.module_for("bert_pooler").apply({"params": params}, ids, mask)
   assert not np.allclose(masked[0], ours[0])  # The short sentence sees its padding now.
   np.testing.assert_allclose(masked, _torch_forward(hf, ids, mask).pooler_output.numpy(), **TORCH_TOL)
+
+
+@pytest.mark.parametrize("per_element", [False, True])
+def test_attention_dropout_is_shared_across_the_batch_unless_drawn_per_element(tiny_model_dir, per_element):
+  # Attention dropout only (hidden dropout 0), at a rate high enough that two draws never agree: identical rows in
+  # one batch get the same output when the mask is shared across the batch (flax's broadcast_dropout, as jaxcse has
+  # always trained), different outputs when it is drawn per element (PyTorch's BERT, the official code).
+  loaded, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+  hf_config = models.hf_config_from_pretrained(tiny_model_dir, dropout=0.5)
+  hf_config.hidden_dropout_prob = 0.0
+  spec = models.build_spec(hf_config, loaded.tokenizer, loaded.pooling, attention_dropout_per_element=per_element)
+  ids = jnp.tile(jnp.array([[101, 2023, 2003, 1037, 3231, 102]]), (4, 1))
+  mask = jnp.ones_like(ids)
+  module = spec.module_for("avg")
+  trained = module.apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(0)})
+  plain = module.apply({"params": params}, ids, mask)
+  rows_equal = [bool(jnp.array_equal(trained[0], trained[i])) for i in range(1, 4)]
+  assert rows_equal == [not per_element] * 3
+  assert not jnp.allclose(trained[0], plain[0], atol=1e-3)  # Dropout acted in both cases.
+  # Without dropout the switch changes nothing: the same program, the same output.
+  other = models.build_spec(spec.hf_config, spec.tokenizer, spec.pooling, attention_dropout_per_element=not per_element)
+  np.testing.assert_array_equal(other.module_for("avg").apply({"params": params}, ids, mask), plain)
+
+
+def test_the_config_switch_reaches_the_encoder_and_its_mlm_head(tiny_model_dir, small_data_dir):
+  from jaxcse import configured
+  from tests import helpers
+
+  for per_element in (False, True):
+    config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"model.attention_dropout_per_element": per_element,
+                                                                    "mlm.enabled": True})
+    spec = configured.model(config).spec
+    assert spec.backbone.shared_attention_dropout is (not per_element)
+    assert spec.mlm.module.shared_attention_dropout is (not per_element)

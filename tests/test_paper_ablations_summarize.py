@@ -59,6 +59,9 @@ def _fake_run(out, group, name, *, avg, stsb_dev, selection=None, steps=(0, 125,
   _write(os.path.join(run_dir, "config.json"), {"loss": {"temperature": temperature}})
 
 
+AVG_WOBBLE = {"p0.0": {1: 0.5, 2: -0.5, 3: 1.0}, "p0.2": {1: -1.0, 2: 0.25, 3: 0.5}}
+
+
 @pytest.fixture
 def study(tmp_path):
   out = str(tmp_path / "study")
@@ -76,9 +79,12 @@ def study(tmp_path):
     _fake_run(out, "main_clip", f"dclr-lr1e-4-seed{seed}", avg=avg, stsb_dev=58.0, selection=57.0)
   # Dropout rows, ours: fixed 0.1 < p 0.0 < p 0.5 < p 0.1 (STS-B dev), v1's order; the published table has
   # p 0.0 (71.1) just above p 0.5 (71.0).
-  for row, base in [("fixed0.1", 40.0), ("p0.0", 50.0), ("p0.5", 51.0), ("p0.1", 60.0)]:
+  # p 0.2 sits between p 0.5 and p 0.1 in both. STS avg: each row base - 10 plus the seed's shared delta, plus, for
+  # p 0.0 and p 0.2, a seed-to-seed wobble of its own (AVG_WOBBLE) so that their paired t is finite.
+  for row, base in [("fixed0.1", 40.0), ("p0.0", 50.0), ("p0.5", 51.0), ("p0.2", 55.0), ("p0.1", 60.0)]:
     for seed, delta in [(1, -2.0), (2, 0.0), (3, 2.0)]:
-      _fake_run(out, "dropout", f"{row}-lr3e-4-seed{seed}", avg=base - 10 + delta, stsb_dev=base + delta)
+      wobble = AVG_WOBBLE.get(row, {}).get(seed, 0.0)
+      _fake_run(out, "dropout", f"{row}-lr3e-4-seed{seed}", avg=base - 10 + delta + wobble, stsb_dev=base + delta)
   # Dynamics: the four runs of SimCSE's Fig. 2 and DCLR's three, with alignment and uniformity at every evaluation.
   for i, name in enumerate(["simcse-lr3e-4-seed1", "no_dropout-lr3e-4-seed1", "fixed0.1-lr3e-4-seed1",
                             "delete_one_word-lr3e-4-seed1", "dclr-lr1e-4-seed1", "dclr_loss_x128-lr1e-4-seed1",
@@ -103,15 +109,34 @@ def test_tables_and_plots_of_a_fake_study(summarize, study, capsys):
   assert "| dclr, clipped as SimCSE | 1e-4 | 57.00 | 58.00 | 49.00 | yes |" in text
   assert "| dclr, clipped as SimCSE | 1e-3 | 55.00 | 59.00 | 53.00 |  |" in text
   assert "| dclr, clipped as SimCSE (max_grad_norm / 128) | 1e-4 | 3 | 58.00 ± 0.00 | 50.00 ± 1.00 | – |" in text
-  # Dropout table: the paper's numbers (published and v1) beside ours, mean ± std over the three seeds.
-  assert "| p = 0.0 (no dropout) | `model.dropout=0.0` | 71.1 | 64.9 | 50.00 ± 2.00 | 40.00 ± 2.00 |" in text
-  assert "| p = 0.01 | `model.dropout=0.01` | 72.6 | 69.5 | – | – |" in text  # Not run: dashes, 0 seeds.
-  # Published: the pair (p 0.0, p 0.5) is reversed in ours, one discordant pair of six: tau = (5 - 1) / 6.
-  assert "Kendall's tau (published paper vs ours, STS-B dev): +0.667 (p = 0.333, 4 rows)." in text
-  assert "Kendall's tau (v1 paper vs ours, STS-B dev): +1.000 (p = 0.0833, 4 rows)." in text
-  # The augment table's None row is the dropout stage's p 0.1 runs; MixCSE and DCLR have no runs yet.
-  assert "| None (SimCSE, dropout 0.1) |  | 82.5 | 79.1 | 60.00 ± 2.00 | 50.00 ± 2.00 |" in text
-  assert "Kendall's tau (published paper vs ours, STS avg): fewer than 3 rows with both numbers." in text
+  # Dropout table: the paper's numbers (published and v1) beside ours, mean ± std over the three seeds, STS avg
+  # (primary) first, then its paired difference from p 0.1 with the Holm-corrected p, then STS-B dev.
+  p00 = [40.0 + d + AVG_WOBBLE["p0.0"][s] for s, d in [(1, -2.0), (2, 0.0), (3, 2.0)]]
+  assert (f"| p = 0.0 (no dropout) | `model.dropout=0.0` | 71.1 | 64.9 | {summarize.cell(p00)} | ") in text
+  assert "| p = 0.01 | `model.dropout=0.01` | 72.6 | 69.5 | – | – | – |" in text  # Not run: dashes, 0 seeds.
+  # Paired against p 0.1 seed by seed. fixed 0.1 and p 0.5 differ by the same amount in every seed (t infinite,
+  # p 0); p 0.0 and p 0.2 wobble, so Holm multiplies the smaller of their two p values by 2 (two tests rank
+  # below it: p 0) and keeps the larger (times 1) unless it is below that.
+  p_00 = stats.ttest_rel(p00, [48.0, 50.0, 52.0]).pvalue
+  p_02 = stats.ttest_rel([45.0 + d + AVG_WOBBLE["p0.2"][s] for s, d in [(1, -2.0), (2, 0.0), (3, 2.0)]],
+                         [48.0, 50.0, 52.0]).pvalue
+  low, high = sorted([p_00, p_02])
+  holm_00 = 2 * low if p_00 == low else max(2 * low, high)
+  assert f"| {summarize.cell(p00)} | {np.mean(p00) - 50.0:+.2f} (p Holm {holm_00:.3f}) | 50.00 ± 2.00 |" in text
+  assert "| -20.00 (p Holm 0.000) | 40.00 ± 2.00 |" in text  # fixed 0.1
+  assert "| p = 0.1 (SimCSE) | `model.dropout=0.1` | 82.5 | 79.1 | 50.00 ± 2.00 | baseline | 60.00 ± 2.00 |" in text
+  # The untrained encoder's row (experiments/positive_control/results/untrained-encoder.json) under every table.
+  assert text.count("| untrained encoder (no training) |  |  |  | 38.21 |  | 53.17 |") == 2  # dropout, augment
+  # Published order fixed < p 0.5 < p 0.0 < p 0.2 < p 0.1; ours has p 0.0 < p 0.5: one discordant pair of ten.
+  tau = stats.kendalltau([71.1, 71.0, 80.5, 82.5, 43.6], [50.0, 51.0, 55.0, 60.0, 40.0])
+  assert tau.statistic == pytest.approx(0.8)
+  assert f"Kendall's tau (published paper vs ours, STS-B dev): +0.800 (p = {tau.pvalue:.3g}, 5 rows)." in text
+  tau_v1 = stats.kendalltau([64.9, 67.4, 78.2, 79.1, 45.2], [50.0, 51.0, 55.0, 60.0, 40.0])
+  assert f"Kendall's tau (v1 paper vs ours, STS-B dev): +1.000 (p = {tau_v1.pvalue:.3g}, 5 rows)." in text
+  # The augment table's None row is the dropout stage's p 0.1 runs; its other rows have no runs, so no tau (below 5
+  # rows); MixCSE and DCLR have no runs yet.
+  assert "| None (SimCSE, dropout 0.1) |  | 82.5 | 79.1 | 50.00 ± 2.00 | baseline | 60.00 ± 2.00 |" in text
+  assert "Kendall's tau (published paper vs ours, STS-B dev): not given (fewer than 5 rows with both numbers)." in text
   for name in ("simcse_fig2_align_uniform.png", "dclr_fig4_uniformity.png", "mixcse_fig4a_scores.png"):
     path = os.path.join(study, "plots", name)
     assert os.path.getsize(path) > 10_000, name
@@ -119,13 +144,20 @@ def test_tables_and_plots_of_a_fake_study(summarize, study, capsys):
 
 
 def test_kendall_is_scipys_tau_on_the_rows_with_both_numbers(summarize):
-  paper = [71.1, 72.6, None, 82.5, 81.4, 43.6]
-  ours = [50.0, 49.0, 55.0, None, 58.0, 30.0]
+  paper = [71.1, 72.6, None, 82.5, 81.4, 43.6, 80.5]
+  ours = [50.0, 49.0, 55.0, None, 58.0, 30.0, 57.0]
   tau, p, n = summarize.kendall(paper, ours)
-  expected = stats.kendalltau([71.1, 72.6, 81.4, 43.6], [50.0, 49.0, 58.0, 30.0])
-  assert n == 4 and tau == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue)
-  assert tau == pytest.approx(4 / 6)  # One discordant pair of six.
-  assert summarize.kendall([1.0, 2.0, None], [1.0, None, 3.0]) is None
+  expected = stats.kendalltau([71.1, 72.6, 81.4, 43.6, 80.5], [50.0, 49.0, 58.0, 30.0, 57.0])
+  assert n == 5 and tau == pytest.approx(expected.statistic) and p == pytest.approx(expected.pvalue)
+  assert tau == pytest.approx(8 / 10)  # One discordant pair of ten.
+  # Below 5 rows with both numbers: no tau (4 rows order too little; its smallest two-sided p is 1/12).
+  assert summarize.kendall(paper[:-1], ours[:-1]) is None
+
+
+def test_holm_is_the_step_down_correction(summarize):
+  # Sorted: 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> 0.06 (never below an earlier one).
+  assert summarize.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  assert summarize.holm([0.5, 0.6]) == pytest.approx([1.0, 1.0])  # capped at 1
 
 
 def test_cell_is_mean_and_sample_std(summarize):
@@ -142,3 +174,38 @@ def test_a_broken_results_file_is_one_error_naming_it(summarize, study, capsys):
   assert broken in capsys.readouterr().err
   assert summarize.main(["--out", os.path.join(study, "absent")]) == 1
   assert "no results/ folder" in capsys.readouterr().err
+
+
+def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, study):
+  for seed, base in [(1, 48.0), (2, 50.0), (3, 52.0)]:  # The study's dropout/p0.1: 48, 50, 52 (seeds 1-3).
+    _fake_run(study, "augment", f"crop10-lr3e-4-seed{seed}", avg=base + 3.0, stsb_dev=60.0)
+    none = 54.0 + seed
+    for row, gain in [("none", 0.0), ("crop10", {1: 0.2, 2: 0.4, 3: 0.3}[seed]), ("crop30", {1: 0.0, 2: 0.1, 3: -0.1}[seed])]:
+      _fake_run(study, "horizon", f"{row}-lr3e-4-seed{seed}", avg=none + gain, stsb_dev=61.0, best_step=125)
+      _write(os.path.join(study, "results", "horizon", f"{row}-lr3e-4-seed{seed}-last.json"),
+             {"summary": {"Avg": none + gain - 1.0}})
+    _fake_run(study, "mask", f"p0.1-lr3e-4-seed{seed}", avg=base + 1.0, stsb_dev=59.0)
+    _fake_run(study, "mask", f"crop10-lr3e-4-seed{seed}", avg=base + 1.0 + {1: 2.5, 2: 2.1, 3: 3.0}[seed], stsb_dev=60.0)
+  official = os.path.join(study, "official-seed{}.json")
+  for seed, avg in [(1, 49.0), (2, 51.0), (3, 52.0)]:
+    _write(official.format(seed), {"summary": {"Avg": avg}})
+  runs = summarize.load_runs(study)
+  horizon = "\n".join(summarize.horizon_table(study, runs))
+  crop10 = [55.2, 56.4, 57.3]  # None (54 + seed) plus its gains; the last step 1 below each.
+  assert (f"| crop 10% | 3 | {summarize.cell(crop10)} | {summarize.cell([v - 1.0 for v in crop10])} | 61.00 ± 0.00 | "
+          "125, 125, 125 | +0.20, +0.40, +0.30 | +3.00, +3.00, +3.00 |") in horizon
+  half = stats.t.ppf(0.975, 2) * np.std([0.2, 0.4, 0.3], ddof=1) / np.sqrt(3)
+  assert f"mean 0.30, 95% interval [{0.3 - half:+.2f}, {0.3 + half:+.2f}] over 3 seeds; crop 30% below crop 10%: yes" \
+         in horizon
+  assert "Verdict by the pre-registered rule: the horizon (mean paired gain <= +0.5)." in horizon
+  mask = "\n".join(summarize.mask_table(runs, official))
+  assert "| None (dropout 0.1) | 3 | 51.00 ± 2.00 | 50.00 ± 2.00 | +1.00, +1.00, +1.00 | 59.00 ± 0.00 |" in mask
+  pooled = np.sqrt((4.0 + np.var([49.0, 51.0, 52.0], ddof=1)) / 2)
+  assert f"d = {51.0 - np.mean([49.0, 51.0, 52.0]):+.2f}, pooled SD {pooled:.2f}: equivalent" in mask
+  assert "Crop 10%'s paired gain with the per-element mask: +2.50, +2.10, +3.00" in mask
+  assert "with the shared mask, the same seeds: +3.00, +3.00, +3.00." in mask
+  assert "Verdict by the pre-registered rule: not the mask (>= +2.0 in every seed)." in mask
+  # Two seeds decide nothing; a gain between the two thresholds is "in part".
+  assert summarize.reversal_verdict({1: 3.0, 2: 3.0}) == "no decision: 2 of 3 seeds finished"
+  assert summarize.reversal_verdict({1: 3.0, 2: 1.0, 3: 0.4}) == "undecided (between the two)"
+  assert summarize.reversal_verdict({1: 0.2, 2: 0.4, 3: 0.3}, extra_condition=False) == "undecided (between the two)"

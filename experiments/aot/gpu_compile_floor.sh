@@ -6,7 +6,7 @@ for v in "$@"; do
   $d/bin/pip install -q "jax[cuda12-local]==$v" "jaxlib==$v" > $d.install.log 2>&1 || { echo "$v install failed"; continue; }
   out=$(cd /work/main && JAX_PLATFORMS=cpu PYTHONPATH=/work/main $d/bin/python -c "
 from jax.experimental import topologies
-from jaxcse import targets
+from jaxcse.compile import targets
 text = targets.gpu_config_text(targets.TARGETS['h100'].gpu_config)
 d = topologies.get_topology_desc(platform='cuda', topology_name='1x1x1', topology='1x1x1', target_config=text).devices
 import jax

@@ -10,12 +10,12 @@ import re
 
 import jax
 
-from jaxcse import aot
+from jaxcse.compile import lowering
 from jaxcse.configs import base, mixcse, simcse_sup
 
 for name, module in (("base", base), ("simcse_sup", simcse_sup), ("mixcse", mixcse)):
   config = module.get_config()
   config.model.dtype = "bfloat16"
-  program = aot.train_step_program(config, jax.devices())
+  program = lowering.train_step_program(config, jax.devices())
   text = re.sub(r"loc\([^)]*\)", "", program.jitted.lower(*program.args).as_text(debug_info=False))
   print(name, hashlib.sha256(text.encode()).hexdigest()[:16], len(text))

@@ -10,9 +10,11 @@ sts,align_uniform`` after training) and ``runs/<group>/<run>/`` (``metrics.jsonl
 * the learning-rate grid (one seed), and the main comparison: each method at its own best rate (the grid's
   seed 1 and the main stage's seeds);
 * one table per experiment (SimCSE's dropout and augmentation tables, MixCSE's and DCLR's ablations): the
-  paper's numbers with their source beside ours (mean ± std over seeds of STS-B dev at the kept checkpoint and
-  of the STS average of the seven test sets), and Kendall's tau between the paper's and our ordering of the
-  rows that have both (on the paper's metric: STS-B dev for SimCSE's tables, STS avg for MixCSE's and DCLR's);
+  paper's numbers with their source beside ours (mean ± std over seeds of the STS average of the seven test sets,
+  the primary metric, and of STS-B dev at the kept checkpoint, secondary), each row's paired difference from its
+  table's baseline in STS avg with its Holm-corrected p (``paired_tests.md`` has both metrics in full), the
+  untrained encoder's row, and Kendall's tau between the paper's and our ordering of the rows that have both (on
+  the paper's metric: STS-B dev for SimCSE's tables, STS avg for MixCSE's and DCLR's), only over 5 rows or more;
 * plots: SimCSE's Fig. 2 (alignment-uniformity trajectories of SimCSE, no dropout, fixed 0.1 and delete one
   word), DCLR's Fig. 4 (uniformity during training, DCLR vs SimCSE), MixCSE's Fig. 4a (positive, negative and
   mixed scores, divided by the temperature as the paper plots them, of the main MixCSE run).
@@ -30,6 +32,7 @@ import json
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 from scipy import stats
@@ -39,6 +42,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # The repository, fo
 
 from jaxcse import plot  # noqa: E402
 
+# The untrained encoder's scores (jaxcse.evaluate of the raw encoder, avg pooler): the floor under every table.
+UNTRAINED = os.path.join(HERE, "..", "positive_control", "results", "untrained-encoder.json")
+MIN_TAU_ROWS = 5  # Kendall's tau over fewer rows orders too little to quote (its smallest p is 0.083 at 4 rows).
+# Each ablation table's baseline row (the method as published): the row the others change one thing of.
+BASELINES = {"dropout": "p0.1", "augment": "p0.1", "mixcse": "lam0.2", "dclr": "full"}
+LAST_STEP = "-last"  # results/horizon/<run>-last.json: STS at the run's last step (the kept checkpoint: <run>.json).
+# The official SimCSE code trained on jaxcse's sentences in jaxcse's batch order (positive_control's data-subset
+# control): the reference for the mask stage's SimCSE row.
+OFFICIAL_ON_JAXCSE_BATCHES = os.path.join(HERE, "..", "positive_control", "results", "official_jaxdata-seed{}.json")
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}  # Student's t quantiles for the 95% intervals of n - 1 df.
 RUN_NAME = re.compile(r"^(?P<row>.+?)-lr(?P<lr>.+)-seed(?P<seed>\d+)$")  # lr may hold "-" (3e-4).
 METHODS = ("simcse", "mixcse", "dclr")
 CLIPPED_DCLR = "dclr, clipped as SimCSE"  # DCLR with max_grad_norm / 128 (run_study.sh main_clip): not in the paper.
@@ -179,6 +192,8 @@ def load_runs(out: str) -> list[Run]:
   for path in sorted(glob.glob(os.path.join(out, "results", "*", "*.json"))):
     group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[:-len(".json")]
     match = RUN_NAME.match(name)
+    if name.endswith(LAST_STEP):  # The horizon stage's STS at the last step: read by horizon_table.
+      continue
     if match is None:
       print(f"note: {path}: not named <row>-lr<lr>-seed<seed>; left out", file=sys.stderr)
       continue
@@ -217,12 +232,66 @@ def number(value: float | None, digits: int = 2) -> str:
 
 
 def kendall(paper: list[float | None], ours: list[float | None]) -> tuple[float, float, int] | None:
-  """Kendall's tau (scipy's tau-b) and its two-sided p-value over the rows that have both; None below 3 rows."""
+  """Kendall's tau (scipy's tau-b) and its two-sided p-value over the rows that have both; None below 5 rows."""
   pairs = [(p, o) for p, o in zip(paper, ours) if p is not None and o is not None]
-  if len(pairs) < 3:
+  if len(pairs) < MIN_TAU_ROWS:
     return None
   result = stats.kendalltau([p for p, _ in pairs], [o for _, o in pairs])
   return float(result.statistic), float(result.pvalue), len(pairs)
+
+
+def holm(p_values: list[float]) -> list[float]:
+  """Holm's step-down adjusted p values (scipy has Benjamini-Hochberg, not Holm)."""
+  order = np.argsort(p_values)
+  m, adjusted, running = len(p_values), [0.0] * len(p_values), 0.0
+  for rank, i in enumerate(order):
+    running = max(running, min(1.0, (m - rank) * p_values[i]))  # monotone: never below an earlier adjusted p
+    adjusted[i] = running
+  return adjusted
+
+
+@dataclasses.dataclass(frozen=True)
+class Paired:
+  """One row against its table's baseline, seed by seed (the rows of a table share seeds and data order)."""
+  n: int  # seeds both have
+  mean: float  # the row's mean over those seeds
+  d: float  # mean of (row - baseline) over those seeds
+  t: float  # paired t (scipy.stats.ttest_rel); nan when every difference is equal (no variance)
+  p: float
+  p_holm: float | None = None  # Holm-corrected within the table and metric; None when not tested (t is nan)
+
+
+def paired_contrasts(name: str, experiment: Experiment, runs: list[Run], key: str) -> dict[str, Paired]:
+  """Every row of table NAME but its baseline against the baseline in metric KEY, Holm-corrected over the table.
+
+  Keyed by row name; rows with fewer than 2 seeds shared with the baseline are left out."""
+  base_group = next(r.group for r in experiment.rows if r.row == BASELINES[name])
+  base = {r.seed: r for r in _row_runs(runs, base_group, BASELINES[name])[0] if getattr(r, key) is not None}
+  tested = {}
+  for row in experiment.rows:
+    if row.row == BASELINES[name] and row.group == base_group:
+      continue
+    pairs = [(getattr(r, key), getattr(base[r.seed], key)) for r in _row_runs(runs, row.group, row.row)[0]
+             if r.seed in base and getattr(r, key) is not None]
+    if len(pairs) >= 2:
+      a, b = np.array(pairs).T
+      with warnings.catch_warnings():  # Equal differences in every seed: scipy warns, and t is inf or nan.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        t = stats.ttest_rel(a, b)
+      tested[row.row] = Paired(len(pairs), float(np.mean(a)), float(np.mean(a - b)), float(t.statistic),
+                               float(t.pvalue))
+  family = [r for r, c in tested.items() if np.isfinite(c.p)]
+  for r, p_holm in zip(family, holm([tested[r].p for r in family])):
+    tested[r] = dataclasses.replace(tested[r], p_holm=p_holm)
+  return tested
+
+
+def untrained_scores(path: str) -> dict[str, float] | None:
+  """The untrained encoder's STS avg and STS-B dev (x100) from its evaluation file; None without the file."""
+  if not os.path.exists(path):
+    return None
+  u = _load_json(path)
+  return {"sts_avg": u["summary"]["Avg"], "stsb_dev": u["tasks"]["STSBenchmark"]["dev"]["spearman"] * 100}
 
 
 def _row_runs(runs: list[Run], group: str, row: str) -> tuple[list[Run], str | None, list[str]]:
@@ -237,12 +306,24 @@ def _row_runs(runs: list[Run], group: str, row: str) -> tuple[list[Run], str | N
   return sorted(by_lr[lr], key=lambda r: r.seed), lr, sorted(set(by_lr) - {lr})
 
 
-def experiment_table(name: str, experiment: Experiment, runs: list[Run]) -> list[str]:
+def _paired_cell(contrast: Paired | None, is_baseline: bool) -> str:
+  if is_baseline:
+    return "baseline"
+  if contrast is None:
+    return "–"
+  if contrast.p_holm is None:
+    return f"{contrast.d:+.2f} (equal in every seed)"
+  return f"{contrast.d:+.2f} (p Holm {contrast.p_holm:.3f})"
+
+
+def experiment_table(name: str, experiment: Experiment, runs: list[Run],
+                     untrained: dict[str, float] | None = None) -> list[str]:
   has_v1 = any(r.paper_v1 is not None for r in experiment.rows)
   metric = "STS-B dev" if experiment.metric == "stsb_dev" else "STS avg"
   lines = [f"### {experiment.title} (`{name}`)", "", f"Paper: {experiment.source}.", ""]
-  header = ["row", "switch", f"paper ({metric})", *(["paper v1"] if has_v1 else []), "ours: STS-B dev",
-            "ours: STS avg", "alignment", "uniformity", "seeds", "lr"]
+  paired = paired_contrasts(name, experiment, runs, "sts_avg")
+  header = ["row", "switch", f"paper ({metric})", *(["paper v1"] if has_v1 else []), "ours: STS avg",
+            f"STS avg: paired d vs {BASELINES[name]}", "ours: STS-B dev", "alignment", "uniformity", "seeds", "lr"]
   lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
   ours, notes = [], []
   for row in experiment.rows:
@@ -253,15 +334,21 @@ def experiment_table(name: str, experiment: Experiment, runs: list[Run]) -> list
     ours.append(mean(dev if experiment.metric == "stsb_dev" else avg))
     lines.append("| " + " | ".join([
         row.label, f"`{row.switch}`" if row.switch else "", number(row.paper, 2 if name in ("mixcse", "dclr") else 1),
-        *([number(row.paper_v1, 1)] if has_v1 else []), cell(dev), cell(avg),
+        *([number(row.paper_v1, 1)] if has_v1 else []), cell(avg),
+        _paired_cell(paired.get(row.row), row.row == BASELINES[name]), cell(dev),
         number(mean(_values(row_runs, "alignment")), 3), number(mean(_values(row_runs, "uniformity")), 3),
         str(len(row_runs)), lr or "–"]) + " |")
+  if untrained is not None:
+    lines.append("| " + " | ".join(["untrained encoder (no training)", "", "", *([""] if has_v1 else []),
+                                    number(untrained["sts_avg"]), "", number(untrained["stsb_dev"]), "–", "–", "–",
+                                    "–"]) + " |")
   lines.append("")
   for label, papers in (("published", [r.paper for r in experiment.rows]),
                         *((("v1", [r.paper_v1 for r in experiment.rows]),) if has_v1 else ())):
     tau = kendall(papers, ours)
     if tau is None:
-      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): fewer than 3 rows with both numbers.")
+      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): not given (fewer than {MIN_TAU_ROWS} rows "
+                   "with both numbers).")
     else:
       lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): {tau[0]:+.3f} (p = {tau[1]:.3g}, "
                    f"{tau[2]} rows).")
@@ -300,7 +387,7 @@ def lr_grid_table(runs: list[Run], best: dict[str, str]) -> list[str]:
                   f"{CLIPPED_DCLR}: DCLR with max_grad_norm / 128 (not in the paper; run_study.sh main_clip).", ""]
 
 
-def main_table(runs: list[Run], best: dict[str, str]) -> list[str]:
+def main_table(runs: list[Run], best: dict[str, str], untrained: dict[str, float] | None = None) -> list[str]:
   lines = ["### Main comparison: each method at its own best rate", "",
            "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |",
            "|---|---:|---:|---:|---:|---:|"]
@@ -320,11 +407,137 @@ def main_table(runs: list[Run], best: dict[str, str]) -> list[str]:
   if clipped:  # Not in the paper, not in tau: DCLR with its loss clipped as SimCSE's is, at its own best rate.
     lines.append(f"| {CLIPPED_DCLR} (max_grad_norm / 128) | {lr} | {len(clipped)} | "
                  f"{cell(_values(clipped, 'stsb_dev'))} | {cell(_values(clipped, 'sts_avg'))} | – |")
+  if untrained is not None:
+    lines.append(f"| untrained encoder (no training) | – | – | {number(untrained['stsb_dev'])} | "
+                 f"{number(untrained['sts_avg'])} | – |")
   tau = kendall([PAPER_MAIN[m][0] for m in METHODS], ours)
   lines.append("")
   lines.append("Kendall's tau (paper vs ours, STS avg): " + (
-      "fewer than 3 methods with results." if tau is None else f"{tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows)."))
+      f"not given (fewer than {MIN_TAU_ROWS} methods)." if tau is None
+      else f"{tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows)."))
   return lines + [""]
+
+
+# --------------------------------------------------------------------------
+# The regime and implementation tests of issue 38 (horizon, mask): their pre-registered rules, computed.
+
+
+def _by_seed(runs: list[Run], group: str, row: str, key: str = "sts_avg") -> dict[int, float]:
+  return {r.seed: getattr(r, key) for r in _row_runs(runs, group, row)[0] if getattr(r, key) is not None}
+
+
+def _gains(rows: dict[int, float], base: dict[int, float]) -> dict[int, float]:
+  return {seed: rows[seed] - base[seed] for seed in sorted(rows) if seed in base}
+
+
+def _interval(values: list[float]) -> str:
+  if len(values) < 2:
+    return "–"
+  half = T_975[len(values) - 1] * np.std(values, ddof=1) / np.sqrt(len(values))
+  return f"[{np.mean(values) - half:+.2f}, {np.mean(values) + half:+.2f}]"
+
+
+def _per_seed(values: dict[int, float]) -> str:
+  return ", ".join(f"{v:+.2f}" for _, v in sorted(values.items())) or "–"
+
+
+def reversal_verdict(gains: dict[int, float], *, extra_condition: bool = True, seeds_needed: int = 3) -> str:
+  """The pre-registered reading of crop 10%'s paired gains (README: the horizon and mask stages' rules)."""
+  if len(gains) < seeds_needed:
+    return f"no decision: {len(gains)} of {seeds_needed} seeds finished"
+  values = list(gains.values())
+  if np.mean(values) <= 0.5 and extra_condition:
+    return "gain gone (mean paired gain <= +0.5)"
+  if all(v >= 2.0 for v in values):
+    return "gain kept (>= +2.0 in every seed)"
+  return "undecided (between the two)"
+
+
+def _last_step_avg(out: str, group: str, row: str, lr: str, seeds: list[int]) -> dict[int, float]:
+  found = {}
+  for seed in seeds:
+    path = os.path.join(out, "results", group, f"{row}-lr{lr}-seed{seed}{LAST_STEP}.json")
+    if os.path.exists(path):
+      found[seed] = _load_json(path)["summary"]["Avg"]
+  return found
+
+
+def horizon_table(out: str, runs: list[Run]) -> list[str]:
+  """Stage horizon: None, crop 10% and crop 30% at 1,500 steps; the pre-registered rule on crop 10%'s gain."""
+  if not any(r.group == "horizon" for r in runs):
+    return []
+  lines = ["### The longer horizon (`horizon`: 1,500 steps; rule pre-registered in README.md)", "",
+           "| row | seeds | STS avg (kept checkpoint) | STS avg (last step) | STS-B dev (kept) | kept step | "
+           "paired gain over None (kept), per seed | the same at 250 steps |", "|---|---:|---:|---:|---:|---|---|---|"]
+  base = _by_seed(runs, "horizon", "none")
+  gains = {}
+  for row, label, short in (("none", "None (dropout 0.1)", "p0.1"), ("crop10", "crop 10%", "crop10"),
+                            ("crop30", "crop 30%", "crop30")):
+    row_runs, lr, _ = _row_runs(runs, "horizon", row)
+    kept = _by_seed(runs, "horizon", row)
+    last = _last_step_avg(out, "horizon", row, lr, sorted(kept)) if lr else {}
+    steps = []
+    for r in row_runs:
+      summary = os.path.join(r.run_dir or "", "summary.json")
+      steps.append(str(_load_json(summary).get("best_step")) if r.run_dir and os.path.exists(summary) else "?")
+    gains[row] = _gains(kept, base)
+    short_gains = _gains(_by_seed(runs, "augment" if row != "none" else "dropout", short),
+                         _by_seed(runs, "dropout", "p0.1"))
+    short_gains = {seed: v for seed, v in short_gains.items() if seed in kept}
+    lines.append(f"| {label} | {len(row_runs)} | {cell(list(kept.values()))} | {cell(list(last.values()))} | "
+                 f"{cell(_values(row_runs, 'stsb_dev'))} | {', '.join(steps) or '–'} | "
+                 f"{'–' if row == 'none' else _per_seed(gains[row])} | "
+                 f"{'–' if row == 'none' else _per_seed(short_gains)} |")
+  crop10, crop30 = gains["crop10"], gains["crop30"]
+  both = sorted(set(crop10) & set(crop30))
+  crop30_below = bool(both) and np.mean([crop30[s] for s in both]) < np.mean([crop10[s] for s in both])
+  lines += ["", f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
+            f"{_interval(list(crop10.values()))} over {len(crop10)} seeds; crop 30% below crop 10%: "
+            f"{'yes' if crop30_below else 'no'}.",
+            "Verdict by the pre-registered rule: " + reversal_verdict(crop10, extra_condition=crop30_below).replace(
+                "gain gone", "the horizon").replace("gain kept", "not the horizon") + ".", ""]
+  return lines
+
+
+def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES) -> list[str]:
+  """Stage mask: None and crop 10% with per-element attention-dropout masks; the pre-registered readings."""
+  if not any(r.group == "mask" for r in runs):
+    return []
+  shared_none, shared_crop = _by_seed(runs, "dropout", "p0.1"), _by_seed(runs, "augment", "crop10")
+  mask_none, mask_crop = _by_seed(runs, "mask", "p0.1"), _by_seed(runs, "mask", "crop10")
+  lines = ["### The attention-dropout mask (`mask`: per element, as PyTorch; rule pre-registered in README.md)", "",
+           "| row | seeds | STS avg, per-element mask | STS avg, shared mask (committed) | paired d (per element - "
+           "shared), per seed | STS-B dev, per-element mask |", "|---|---:|---:|---:|---|---:|"]
+  for row, label, mine, theirs in (("p0.1", "None (dropout 0.1)", mask_none, shared_none),
+                                   ("crop10", "crop 10%", mask_crop, shared_crop)):
+    d = _gains(mine, theirs)
+    lines.append(f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
+                 f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
+                 f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |")
+  d_none = list(_gains(mask_none, shared_none).values())
+  paired = "–"
+  if len(d_none) >= 2:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", RuntimeWarning)
+      t = stats.ttest_rel([mask_none[s] for s in sorted(mask_none) if s in shared_none],
+                          [shared_none[s] for s in sorted(mask_none) if s in shared_none])
+    paired = f"t {t.statistic:.2f}, p {t.pvalue:.3f}"
+  official = [_load_json(official_path.format(seed))["summary"]["Avg"] for seed in (1, 2, 3)
+              if os.path.exists(official_path.format(seed))]
+  lines += ["", f"The mask and SimCSE: d = {number(mean(d_none))} ({paired}, n = {len(d_none)})."]
+  if len(official) >= 2 and len(mask_none) >= 2:
+    d = np.mean(list(mask_none.values())) - np.mean(official)
+    pooled = np.sqrt((np.var(list(mask_none.values()), ddof=1) + np.var(official, ddof=1)) / 2)
+    lines.append(f"Against the official code on jaxcse's batches ({cell(official)}): d = {d:+.2f}, pooled SD "
+                 f"{pooled:.2f}: {'equivalent' if abs(d) <= pooled else 'not equivalent'} (|d| <= pooled SD).")
+  gains, shared_gains = _gains(mask_crop, mask_none), _gains(shared_crop, shared_none)
+  lines += [f"Crop 10%'s paired gain with the per-element mask: {_per_seed(gains)} (mean "
+            f"{number(mean(list(gains.values())))}, 95% interval {_interval(list(gains.values()))}); with the "
+            f"shared mask, the same seeds: {_per_seed({s: shared_gains[s] for s in gains if s in shared_gains})}.",
+            "Verdict by the pre-registered rule: " + reversal_verdict(gains).replace(
+                "gain gone", "the mask explains it").replace("gain kept", "not the mask").replace(
+                "undecided (between the two)", "in part") + ".", ""]
+  return lines
 
 
 # --------------------------------------------------------------------------
@@ -435,17 +648,23 @@ def plot_mixcse_scores(out: str, plots: str, best: dict[str, str]) -> str | None
   return path
 
 
-def summarize(out: str) -> str:
+def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   """Writes ``out/tables.md`` and ``out/plots/*.png``; returns the markdown."""
   runs = load_runs(out)
   best = best_lrs(runs)
+  untrained = untrained_scores(untrained_path)
   lines = ["# paper_ablations: tables", "",
            "Generated by `python experiments/paper_ablations/summarize.py --out DIR` from DIR/results and "
-           "DIR/runs. Ours: mean ± std over seeds (sample std); STS-B dev at the kept checkpoint and the STS avg "
-           "of the seven test sets (x100); alignment and uniformity on STS-B test (means).", ""]
-  lines += lr_grid_table(runs, best) + main_table(runs, best)
+           "DIR/runs. Primary metric: the STS avg of the seven test sets (x100), as the papers report; secondary: "
+           "STS-B dev at the kept checkpoint (also the selection metric). Ours: mean ± std over seeds (sample "
+           "std); alignment and uniformity on STS-B test (means). Paired d: the mean over seeds of (row - the "
+           "table's baseline) in the same seed (same data order), with its paired t test's p, Holm-corrected "
+           "within the table; n = 3 seeds gives that t 2 degrees of freedom, so a large p is no evidence of no "
+           "effect (both metrics in full: paired_tests.md). Kendall's tau only over 5 rows or more.", ""]
+  lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
-    lines += experiment_table(name, experiment, runs)
+    lines += experiment_table(name, experiment, runs, untrained)
+  lines += horizon_table(out, runs) + mask_table(runs)
   plots = os.path.join(out, "plots")
   os.makedirs(plots, exist_ok=True)
   written = [p for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
@@ -465,12 +684,15 @@ def summarize(out: str) -> str:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default=HERE, help="the study's folder (run_study.sh's OUT): read and written")
+  parser.add_argument("--untrained", default=UNTRAINED,
+                      help="jaxcse.evaluate's results for the untrained encoder (its row in every table; none "
+                           "without the file)")
   args = parser.parse_args(argv)
   if not os.path.isdir(os.path.join(args.out, "results")):
     print(f"error: {args.out}: no results/ folder (run run_study.sh first)", file=sys.stderr)
     return 1
   try:
-    print(summarize(args.out), end="")
+    print(summarize(args.out, args.untrained), end="")
   except (StudyError, plot.MetricsError) as e:
     print(f"error: {e}", file=sys.stderr)
     return 1

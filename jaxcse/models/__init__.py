@@ -248,8 +248,11 @@ def quiet_transformers():
     hf_logging.set_verbosity(verbosity)
 
 
-def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True) -> MLMHead:
-  module = families.get(hf_config.model_type).masked_lm(hf_config, dtype=dtype, tied=tied)
+def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True,
+              attention_dropout_per_element: bool = False) -> MLMHead:
+  family = families.get(hf_config.model_type)
+  module = family.masked_lm(hf_config, dtype=dtype, tied=tied,
+                            **family.attention_dropout_options(attention_dropout_per_element))
   return MLMHead(module, module.backbone_prefix, pretrained, tied)
 
 
@@ -299,18 +302,23 @@ def init_params(spec: ModelSpec, seed: int) -> dict:
 
 def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtype: Any = jnp.float32,
                gradient_checkpointing: bool = False, with_mlm_head: bool = False, mlm_head: str = "tied",
-               mlm_pretrained: bool = False, source: str = "", revision: str | None = None) -> ModelSpec:
+               mlm_pretrained: bool = False, source: str = "", revision: str | None = None,
+               attention_dropout_per_element: bool = False) -> ModelSpec:
   """The spec of an encoder of ``hf_config`` (any of ``families``): real params come from ``load_pretrained`` or
   ``init_params``, their shapes from ``jax.eval_shape(lambda: init_params(spec, seed))``.
 
   ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
+  ``attention_dropout_per_element``: draw the attention-dropout mask per element, as PyTorch, where the family
+  would share it across the batch (BERT's modules; ``families.Family.shares_attention_dropout``).
   """
   if with_mlm_head and mlm_head not in MLM_HEADS:
     raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
   family = families.get(hf_config.model_type)
   module = family.backbone(hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                           add_pooling_layer=family.has_pooler)
-  head = _mlm_head(hf_config, dtype, pretrained=mlm_pretrained, tied=mlm_head == "tied") if with_mlm_head else None
+                           add_pooling_layer=family.has_pooler,
+                           **family.attention_dropout_options(attention_dropout_per_element))
+  head = _mlm_head(hf_config, dtype, pretrained=mlm_pretrained, tied=mlm_head == "tied",
+                   attention_dropout_per_element=attention_dropout_per_element) if with_mlm_head else None
   return ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head, revision=revision)
 
 
@@ -335,6 +343,7 @@ def load_pretrained(
     with_mlm_head: bool = False,
     mlm_head: str = "tied",
     revision: str | None = None,
+    attention_dropout_per_element: bool = False,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 
@@ -362,6 +371,7 @@ def load_pretrained(
       output matrix.
     revision: for a hub id, the branch, tag or commit to load (default: main); the commit is recorded in
       ``spec.revision`` and in the saved description.
+    attention_dropout_per_element: as ``build_spec``'s.
   """
   from transformers import AutoTokenizer
 
@@ -370,7 +380,8 @@ def load_pretrained(
   with quiet_transformers():
     tokenizer = AutoTokenizer.from_pretrained(path)
   spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                    with_mlm_head=with_mlm_head, mlm_head=mlm_head, source=name_or_path, revision=commit)
+                    with_mlm_head=with_mlm_head, mlm_head=mlm_head, source=name_or_path, revision=commit,
+                    attention_dropout_per_element=attention_dropout_per_element)
   shapes = jax.eval_shape(lambda: init_params(spec, seed))
   state = weights.read_state(path)
   family = spec.family

@@ -62,6 +62,9 @@ class BertSelfAttention(nn.Module):
 
   config: Any
   dtype: Any = jnp.float32
+  # One attention-dropout mask per layer for the whole batch and every head (flax's broadcast_dropout, as
+  # transformers' Flax BERT drew it), or, False, one per element as PyTorch's BERT draws it.
+  shared_attention_dropout: bool = True
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
@@ -86,12 +89,13 @@ class BertSelfAttention(nn.Module):
       scaled = query / jnp.sqrt(depth).astype(self.dtype)
       out = jax.nn.dot_product_attention(scaled, key, value, bias=bias, scale=1.0)
     else:
-      # Dropout on the attention weights (its mask broadcast over the batch dims, as transformers' Flax BERT), or
-      # float64: flax's weights function, so that the dropout stream is the one earlier jaxcse versions drew.
+      # Dropout on the attention weights (shared: its mask broadcast over the batch and head dims, the stream
+      # earlier jaxcse versions drew), or float64: flax's weights function.
       dropout = not deterministic and rate > 0.0
       weights = dot_product_attention_weights(query, key, bias=bias,
                                               dropout_rng=self.make_rng("dropout") if dropout else None,
-                                              dropout_rate=rate, broadcast_dropout=True, deterministic=not dropout,
+                                              dropout_rate=rate, broadcast_dropout=self.shared_attention_dropout,
+                                              deterministic=not dropout,
                                               dtype=self.dtype, precision=None)
       out = jnp.einsum("...hqk,...khd->...qhd", weights, value)
     return out.reshape(out.shape[:2] + (-1,))
@@ -114,10 +118,12 @@ class BertResidual(nn.Module):
 class BertAttention(nn.Module):
   config: Any
   dtype: Any = jnp.float32
+  shared_attention_dropout: bool = True
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
-    attended = BertSelfAttention(self.config, self.dtype, name="self")(hidden, attention_mask, deterministic)
+    attended = BertSelfAttention(self.config, self.dtype, self.shared_attention_dropout, name="self")(
+        hidden, attention_mask, deterministic)
     return BertResidual(self.config, self.dtype, name="output")(attended, hidden, deterministic)
 
 
@@ -135,10 +141,12 @@ class BertIntermediate(nn.Module):
 class BertLayer(nn.Module):
   config: Any
   dtype: Any = jnp.float32
+  shared_attention_dropout: bool = True
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
-    attended = BertAttention(self.config, self.dtype, name="attention")(hidden, attention_mask, deterministic)
+    attended = BertAttention(self.config, self.dtype, self.shared_attention_dropout, name="attention")(
+        hidden, attention_mask, deterministic)
     expanded = BertIntermediate(self.config, self.dtype, name="intermediate")(attended)
     return BertResidual(self.config, self.dtype, name="output")(expanded, attended, deterministic)
 
@@ -149,12 +157,14 @@ class BertLayers(nn.Module):
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
+  shared_attention_dropout: bool = True
 
   def setup(self):
     # Rematerialised layers keep their activations out of memory; `deterministic` (argument 3, self counted) is a
     # Python bool, static for the remat trace.
     layer = nn.remat(BertLayer, static_argnums=(3,)) if self.gradient_checkpointing else BertLayer
-    self.layers = [layer(self.config, self.dtype, name=str(i)) for i in range(self.config.num_hidden_layers)]
+    self.layers = [layer(self.config, self.dtype, self.shared_attention_dropout, name=str(i))
+                   for i in range(self.config.num_hidden_layers)]
 
   def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
     states = [hidden] if output_hidden_states else None
@@ -169,10 +179,12 @@ class BertEncoder(nn.Module):
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
+  shared_attention_dropout: bool = True
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
-    return BertLayers(self.config, self.dtype, self.gradient_checkpointing, name="layer")(
+    return BertLayers(self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout,
+                      name="layer")(
         hidden, attention_mask, deterministic, output_hidden_states)
 
 
@@ -196,12 +208,16 @@ class BertModel(nn.Module):
     dtype: the computation dtype; parameters stay float32.
     gradient_checkpointing: rematerialise each layer in the backward pass.
     add_pooling_layer: build the NSP pooler (``pooler_output``); masked-LM models have none.
+    shared_attention_dropout: one attention-dropout mask per layer for the whole batch and every head (flax's
+      ``broadcast_dropout``, as transformers' Flax BERT drew it, and every jaxcse run before
+      ``model.attention_dropout_per_element``); False: one per element, as PyTorch's BERT draws it.
   """
 
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
   add_pooling_layer: bool = True
+  shared_attention_dropout: bool = True
 
   @nn.compact
   def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None, *, deterministic: bool = True,
@@ -212,7 +228,8 @@ class BertModel(nn.Module):
       position_ids = default_position_ids(self.config, input_ids)
     hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(input_ids, token_type_ids, position_ids,
                                                                         deterministic)
-    hidden, states = BertEncoder(self.config, self.dtype, self.gradient_checkpointing, name="encoder")(
+    hidden, states = BertEncoder(self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout,
+                                 name="encoder")(
         hidden, attention_mask, deterministic, output_hidden_states)
     pooled = BertPooler(self.config, self.dtype, name="pooler")(hidden) if self.add_pooling_layer else None
     return BackboneOutput(hidden, states, pooled)
@@ -295,6 +312,7 @@ class BertForMaskedLM(nn.Module):
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
   tied: bool = True
+  shared_attention_dropout: bool = True  # As BertModel's.
   backbone_prefix: ClassVar[str] = "bert"
   head_name: ClassVar[str] = "cls"
   head: ClassVar[type[nn.Module]] = BertOnlyMLMHead
@@ -305,7 +323,7 @@ class BertForMaskedLM(nn.Module):
     """Logits ``[batch, len, vocab]``; with ``positions`` ``[batch, predictions]``, only there (the output layer,
     the largest matmul of a small BERT, skips the ~85% of positions that are not predicted)."""
     backbone = BertModel(self.config, self.dtype, self.gradient_checkpointing, add_pooling_layer=False,
-                         name=self.backbone_prefix)
+                         shared_attention_dropout=self.shared_attention_dropout, name=self.backbone_prefix)
     hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids, deterministic=deterministic
                       ).last_hidden_state
     if positions is not None:

@@ -33,6 +33,9 @@ class Family:
       unless the masked-LM head is asked for.
     position_offset: position ids start after this many reserved rows of the position table (RoBERTa's
       ``pad_token_id + 1``): the longest input is ``max_position_embeddings`` minus it.
+    shares_attention_dropout: its modules share one attention-dropout mask across the batch unless built with
+      ``shared_attention_dropout=False`` (BERT's, as transformers' Flax BERT); False: they always draw one per
+      element, as PyTorch (ModernBERT's).
   """
 
   model_type: str
@@ -44,6 +47,11 @@ class Family:
   dropout_fields: tuple[str, ...]
   heads: tuple[str, ...]
   position_offset: Any = 0  # An int, or a function of the config.
+  shares_attention_dropout: bool = False
+
+  def attention_dropout_options(self, per_element: bool) -> dict[str, bool]:
+    """The module keyword that draws attention dropout per element (PyTorch's way), where the family has one."""
+    return {"shared_attention_dropout": not per_element} if self.shares_attention_dropout else {}
 
   def set_dropout(self, config: Any, rate: float) -> None:
     for field in self.dropout_fields:
@@ -80,10 +88,11 @@ def names() -> tuple[str, ...]:
 _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 _BERT_HEADS = ("cls.", "lm_head.", "classifier.", "qa_outputs.")
 register(Family("bert", bert.BertModel, bert.BertForMaskedLM, "BertModel", "BertForMaskedLM", True, _BERT_DROPOUT,
-                _BERT_HEADS))
+                _BERT_HEADS, shares_attention_dropout=True))
 for _type, _name in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta")):
   register(Family(_type, bert.BertModel, bert.RobertaForMaskedLM, f"{_name}Model", f"{_name}ForMaskedLM", True,
-                  _BERT_DROPOUT, _BERT_HEADS, position_offset=lambda config: config.pad_token_id + 1))
+                  _BERT_DROPOUT, _BERT_HEADS, position_offset=lambda config: config.pad_token_id + 1,
+                  shares_attention_dropout=True))
 register(Family("modernbert", modernbert.ModernBertModel, modernbert.ModernBertForMaskedLM, "ModernBertModel",
                 "ModernBertForMaskedLM", False, ("embedding_dropout", "attention_dropout", "mlp_dropout"),
                 ("head.", "decoder.", "classifier.")))

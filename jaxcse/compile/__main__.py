@@ -23,52 +23,13 @@ The numbers are the compiler's facts and bounds, not measured run times.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import re
 import sys
-import threading
+
+from jaxcse import compat
 
 # The status when the step does not fit the target (1: an error, 2: a bad flag).
 EXIT_DOES_NOT_FIT = 3
-
-# Lines that native libraries print on a machine without the accelerator, harmless and not ours: the CUDA plugin's
-# absent driver, absl's note on logging before its initialisation, libtpu's search for the TPU it runs on.
-HARMLESS_NATIVE_LINES = re.compile(
-    r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
-    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
-    r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
-    r"|libtpu_init_utils\.cc|^=== Source Location Trace: ===")
-
-
-@contextlib.contextmanager
-def harmless_native_lines_dropped():
-  """Passes everything written to file descriptor 2 (Python's and native libraries') through, less the
-  ``HARMLESS_NATIVE_LINES``, as it comes."""
-  sys.stderr.flush()
-  saved = os.dup(2)
-  relayed = os.dup(saved)  # The relay's own copy of the real stderr: it may write after ``saved`` is closed.
-  read_end, write_end = os.pipe()
-  os.dup2(write_end, 2)
-  os.close(write_end)
-
-  def relay():
-    with os.fdopen(read_end, "rb") as pipe, os.fdopen(relayed, "wb", buffering=0) as out:
-      for line in pipe:
-        if not HARMLESS_NATIVE_LINES.search(line.decode("utf-8", "replace")):
-          out.write(line)
-
-  thread = threading.Thread(target=relay, daemon=True)
-  thread.start()
-  try:
-    yield
-  finally:
-    sys.stderr.flush()
-    os.dup2(saved, 2)  # Closes the pipe's last write end: the relay reads to its end and stops.
-    os.close(saved)
-    thread.join(timeout=5)
 
 
 def _gib(n: float) -> str:
@@ -113,7 +74,7 @@ def _progress(line: str) -> None:
 
 
 def list_targets() -> None:
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   print(f"{'target':<11} {'devices':>7} {'hosts':>5}  {'device':<15} {'bf16 TFLOP/s':>12} {'HBM GB/s':>9} "
         f"{'usable':>10}  description")
@@ -134,7 +95,7 @@ def list_targets() -> None:
 def run_command() -> int:
   from absl import flags
 
-  from jaxcse import aot, targets
+  from jaxcse.compile import lowering, max_batch, targets
   from jaxcse.errors import USER_ERRORS, print_error
 
   FLAGS = flags.FLAGS
@@ -153,7 +114,7 @@ def run_command() -> int:
                     "overrides": [a for a in sys.argv[1:] if a.startswith("--config.")]}
     fits, error = True, None
     if FLAGS.inference:
-      reports = aot.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
+      reports = lowering.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
                                     lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir,
                                     log=_progress)
       result.update(reports[-1], lengths=reports)
@@ -164,16 +125,16 @@ def run_command() -> int:
       found = []
       for variant in FLAGS.variants:
         print(f"{target.name}: largest global batch, {variant} ...", flush=True)
-        found.append(aot.max_batch(config, target, variant, devices=devices, chunk=FLAGS.grad_cache_chunk or None,
+        found.append(max_batch.max_batch(config, target, variant, devices=devices, chunk=FLAGS.grad_cache_chunk or None,
                                    columns=FLAGS.columns or None, near=FLAGS.max_batch_near or None,
                                    cache_dir=cache_dir, log=print))
         print(f"{target.name}: {variant}: largest batch that fits: {found[-1]['max_batch_size']}", flush=True)
       result.update(target=target.name, num_devices=len(devices), max_batch=found)
     else:
       try:
-        report = aot.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
+        report = lowering.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
                                         cache_dir=cache_dir, log=_progress)
-      except aot.OutOfMemory as e:
+      except lowering.OutOfMemory as e:
         fits, error = False, str(e)
         result.update(target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False,
                       error=error)
@@ -194,7 +155,7 @@ def run_command() -> int:
 
 
 def install_gpu_compiler() -> int:
-  from jaxcse import targets
+  from jaxcse.compile import targets
   from jaxcse.errors import print_error
 
   print(f"installing jax's CUDA plugin for this jaxlib into {targets.gpu_compiler_dir()} ...", flush=True)
@@ -218,7 +179,7 @@ def main(argv: list[str]) -> None:
   if flags.FLAGS.config is None or flags.FLAGS.target is None:
     print("error: --config and --target are required (--list_targets shows the targets)", file=sys.stderr)
     sys.exit(1)  # A user mistake: 1, as every command documents.
-  with harmless_native_lines_dropped():
+  with compat.harmless_native_lines_dropped():
     status = run_command()
   sys.exit(status)
 
@@ -227,7 +188,7 @@ def _define_flags():
   from absl import flags
   from ml_collections import config_flags
 
-  from jaxcse import aot
+  from jaxcse.compile import max_batch
 
   config_flags.DEFINE_config_file("config", None, "Training config, as jaxcse-train's: a file (configs/base.py) or the "
                                   "name of a shipped config (base, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
@@ -241,7 +202,7 @@ def _define_flags():
   flags.DEFINE_integer("max_batch_near", 0, "With --find_max_batch: a guess of the answer (e.g. the same config's "
                        "largest batch on a similar target, scaled by the devices' count and memory); the search "
                        "widens a bracket around it by 1, 2, 4, ... steps, so a good guess costs two compilations.")
-  flags.DEFINE_list("variants", list(aot.MEMORY_VARIANTS), "With --find_max_batch: plain, grad_cache, "
+  flags.DEFINE_list("variants", list(max_batch.MEMORY_VARIANTS), "With --find_max_batch: plain, grad_cache, "
                     "gradient_checkpointing, grad_cache+gradient_checkpointing.")
   flags.DEFINE_integer("grad_cache_chunk", 0, "With --find_max_batch: GradCache's chunk (default: the config's "
                        "train.grad_cache_chunk, else its train.batch_size).")
@@ -269,10 +230,10 @@ def run() -> None:
   # This command never runs anything on this machine's accelerator (it would hold a TPU another process trains
   # on); the targets' devices are compile-only. Set before jax is imported.
   os.environ["JAX_PLATFORMS"] = "cpu"
-  from jaxcse import targets
+  from jaxcse.compile import targets
 
   targets.use_gpu_compiler()  # Before jax is imported: the CUDA plugin, if installed for compiling (see the flag).
-  with harmless_native_lines_dropped():
+  with compat.harmless_native_lines_dropped():
     from absl import app
 
     from jaxcse import train  # noqa: F401  (jax, flax and transformers load here, their native lines filtered)
