@@ -1,9 +1,11 @@
-"""Shared fixtures: a tiny random BERT with bert-base-uncased's tokenizer, a small corpus and a small data root."""
+"""Shared fixtures: a tiny random BERT with bert-base-uncased's tokenizer, a small corpus and a small data root, an
+uninterrupted reference run, and a small disk to fill."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -11,26 +13,16 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)  # For `configs` and `tests.helpers`.
 
-SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
-
-
-def shared_data_dir() -> str:
-  """The real data root: $JAXCSE_DATA_DIR, else ../shared/data next to the repo."""
-  root = os.environ.get("JAXCSE_DATA_DIR") or SHARED_DATA
-  if not os.path.isdir(os.path.join(root, "senteval", "downstream")):
-    pytest.skip(f"SentEval data not found under {root}")
-  return root
+from tests import helpers  # noqa: E402  (after the path above)
 
 
 @pytest.fixture(scope="session")
 def real_data_dir() -> str:
-  return shared_data_dir()
+  return helpers.shared_data_dir()
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> str:
-  from tests import helpers
-
   return helpers.make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny_bert")))
 
 
@@ -38,7 +30,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 def small_data_dir(tmp_path_factory) -> str:
   """A data root with a 400-sentence corpus and the first rows of STS-B and SICK (fast evaluations)."""
   root = str(tmp_path_factory.mktemp("data"))
-  real = shared_data_dir()
+  real = helpers.shared_data_dir()
   sts_dst = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
   sick_dst = os.path.join(root, "senteval", "downstream", "SICK")
   os.makedirs(sts_dst)
@@ -82,6 +74,33 @@ def tokenizer():
   """bert-base-uncased's tokenizer (all-MiniLM-L6-v2's), from tests/fixtures."""
   from transformers import AutoTokenizer
 
-  from tests import helpers
-
   return AutoTokenizer.from_pretrained(helpers.BERT_UNCASED_TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, small_data_dir, tmp_path_factory):
+  """An uninterrupted run of helpers.SCHEDULE: (workdir, summary). Tests copy it, never change it."""
+  from jaxcse import train
+
+  workdir = str(tmp_path_factory.mktemp("fault") / "reference")
+  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **helpers.SCHEDULE), workdir)
+  return workdir, summary
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """``small_disk("32m")``: the path of a tmpfs of that size (a real file system to fill), unmounted after the test.
+  Skips the test where mounting one needs root."""
+  mounted = []
+
+  def mount(size: str) -> str:
+    path = str(tmp_path / f"disk{len(mounted)}")
+    os.makedirs(path)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True).returncode:
+      pytest.skip("cannot mount a small tmpfs here (needs root)")
+    mounted.append(path)
+    return path
+
+  yield mount
+  for path in mounted:
+    subprocess.run(["umount", path], capture_output=True)

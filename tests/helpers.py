@@ -1,4 +1,5 @@
-"""Test helpers: a tiny BERT model folder, a tiny training config, and a one-step runner for device tests.
+"""Test helpers: a tiny BERT model folder, a tiny training config, what tests read back from a workdir, the faults
+they inject, and a one-step runner for device tests.
 
 ``python tests/helpers.py one_step MODEL_DIR DATA_DIR OUT.npz`` runs one train
 step on however many devices JAX sees (set XLA_FLAGS to simulate several) and
@@ -13,6 +14,17 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # bert-base-uncased's tokenizer (its README): the tiny test models' vocabulary, with no model package installed.
 BERT_UNCASED_TOKENIZER = os.path.join(REPO, "tests", "fixtures", "bert_uncased_tokenizer")
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
+
+
+def shared_data_dir() -> str:
+  """The real data root: $JAXCSE_DATA_DIR, else ../shared/data next to the repo; skips the test without it."""
+  import pytest  # Here, not above: the notebooks and the device runner import this module without pytest.
+
+  root = os.environ.get("JAXCSE_DATA_DIR") or SHARED_DATA
+  if not os.path.isdir(os.path.join(root, "senteval", "downstream")):
+    pytest.skip(f"SentEval data not found under {root}")
+  return root
 
 
 def write_text(path: str, text: str) -> None:
@@ -20,6 +32,53 @@ def write_text(path: str, text: str) -> None:
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w", encoding="utf-8") as f:
     f.write(text)
+
+
+def write_jsonl(path: str, records: list[dict]) -> None:
+  """Writes one JSON object a line, as the trainer writes metrics.jsonl."""
+  import json
+
+  write_text(path, "".join(json.dumps(r) + "\n" for r in records))
+
+
+def write_synthetic_run(workdir: str, offset: float, *, mixcse: bool = True, steps: int = 40) -> None:
+  """A metrics.jsonl with every key the trainer logs, training dynamics included, and the trainer's layout."""
+  import math
+
+  records = []
+  for step in range(0, steps + 1, 5):
+    if step:
+      record = {"step": step, "loss": 2.0 * math.exp(-step / 15) + 0.1, "grad_norm": 1.0,
+                "pos_score": 0.8 + 0.004 * step, "neg_score": 0.4 - 0.008 * step, "steps_per_sec": 3.0,
+                "epoch": step / 100}
+      record["contrastive_loss"] = record["loss"]
+      if mixcse:
+        record["mix_score"] = 0.6 - 0.01 * step
+      records.append(record)
+    if step % 10 == 0:
+      t = step / steps
+      records.append({"step": step, "eval/metric": 0.6 + 0.2 * t + offset, "eval/stsb_dev": 0.6 + 0.2 * t + offset,
+                      "eval/sickr_dev": 0.55 + 0.1 * t, "eval/omega_deg": 70 + 40 * t,
+                      "eval/alignment": 0.1 + 0.1 * t + offset, "eval/uniformity": -1.5 - t - offset,
+                      "eval/seconds": 1.0})
+  write_jsonl(os.path.join(workdir, "metrics.jsonl"), records)
+
+
+def unused_port() -> int:
+  """A local TCP port nothing listens on: bound, then closed again on return (free to listen on; refuses a
+  connection, like a machine offline)."""
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def random_normal(seed: int, *shape: int):
+  """Standard normal float32 values of ``shape``, the same for the same seed."""
+  import numpy as np
+
+  return np.random.default_rng(seed).normal(size=shape).astype(np.float32)
 
 
 def numeric_embed(sentences):
@@ -122,6 +181,148 @@ def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **over
       node = node[p]
     node[leaf] = value
   return config
+
+
+# The train command's flags for tiny_config: every value it sets on configs/base.py (the base config's dclr
+# complementary model aside).
+TINY_CONFIG_KEYS = ("model.name", "data.data_dir", "data.train", "data.max_seq_len", "train.batch_size",
+                    "train.max_steps", "train.learning_rate", "train.log_every", "eval.every", "eval.batch_size",
+                    "checkpoint.every")
+
+
+def train_cli_args(workdir: str, model_dir: str, data_dir: str, **overrides) -> list[str]:
+  """The arguments of ``python -m jaxcse.train`` for ``tiny_config(model_dir, data_dir, **overrides)``."""
+  import functools
+  import operator
+
+  config = tiny_config(model_dir, data_dir, **overrides)
+  args = ["--config", os.path.join(REPO, "configs", "base.py"), "--workdir", workdir]
+  for key in dict.fromkeys((*TINY_CONFIG_KEYS, *overrides)):
+    args.append(f"--config.{key}={functools.reduce(operator.getitem, key.split('.'), config)}")
+  return args
+
+
+# 9 steps, an evaluation every 3, latest every 4. At lr 3e-3 the tiny model's STS-B dev improves at every
+# evaluation (-0.170, -0.167, -0.166), so each saves a best checkpoint. The ``reference`` fixture's run.
+SCHEDULE = {"train.max_steps": 9, "eval.every": 3, "checkpoint.every": 4, "train.learning_rate": 3e-3,
+            "train.log_every": 1}
+
+
+# --------------------------------------------------------------------------
+# What a run left in its workdir.
+
+
+def metrics_records(workdir: str) -> list[dict]:
+  """Every record of the workdir's metrics.jsonl, in order."""
+  import json
+
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def saved_params(workdir: str, checkpoint: str = "latest") -> dict:
+  """The params of a workdir's checkpoint as ``{"a/b/kernel": array}``."""
+  import flax
+  import jax
+
+  from jaxcse import loading
+
+  return flax.traverse_util.flatten_dict(jax.device_get(loading.load_model(workdir, checkpoint=checkpoint).params),
+                                         sep="/")
+
+
+def assert_same_params(a: dict, b: dict) -> None:
+  """Flat params (as ``saved_params`` returns them) equal bit for bit."""
+  import numpy as np
+
+  assert a.keys() == b.keys()
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def checkpoint_steps(workdir: str, sub: str) -> list[int]:
+  """The steps saved under ``workdir/sub`` (latest, best, ...), ascending; none when the folder is missing."""
+  folder = os.path.join(workdir, sub)
+  return sorted(int(d) for d in os.listdir(folder) if d.isdigit()) if os.path.isdir(folder) else []
+
+
+def largest_file(folder: str, under: str) -> str:
+  """The largest file below ``folder/under`` (a checkpoint's params data, say)."""
+  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(folder, under)) for f in fs]
+  return max(files, key=os.path.getsize)
+
+
+def lines_said(stderr: str) -> list[str]:
+  """What a command told the user on stderr: every line but absl's INFO log lines (``I1123 12:00:00 ...``)."""
+  return [line for line in stderr.splitlines() if line.strip() and not (line[:1] == "I" and line[1:5].isdigit())]
+
+
+def warnings_naming(caplog, text: str) -> list[str]:
+  """The messages of the warnings pytest's ``caplog`` caught that contain ``text``."""
+  import logging
+
+  return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and text in r.getMessage()]
+
+
+# --------------------------------------------------------------------------
+# Faults to inject.
+
+
+class Interrupted(RuntimeError):
+  """Stands for a crash: raised in place of a step's batch."""
+
+
+def interrupting(iterate, step_index: int):
+  """``Batches.iterate`` that raises Interrupted before the batch of ``step_index`` (after everything of the steps
+  before it)."""
+
+  def interrupted(self, start_step, end_step, *rest, **kwargs):
+    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
+      if step == step_index:
+        raise Interrupted(f"interrupted before step index {step}")
+      yield batch
+
+  return interrupted
+
+
+def train_interrupted(config, workdir: str, step_index: int) -> None:
+  """Trains ``config`` in ``workdir`` up to the batch of ``step_index``, where the run crashes: everything of the
+  steps before it is done, as in a run killed there."""
+  import pytest
+
+  from jaxcse import data as data_lib, train
+
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(data_lib.Batches, "iterate", interrupting(data_lib.Batches.iterate, step_index))
+    with pytest.raises(Interrupted):
+      train.train_and_evaluate(config, workdir)
+
+
+def damage(path: str, how: str) -> None:
+  """Truncates, flips three bits of, or deletes a file."""
+  if how == "delete":
+    os.remove(path)
+    return
+  with open(path, "rb") as f:
+    data = bytearray(f.read())
+  if how == "truncate":
+    data = data[: len(data) // 2]
+  else:
+    for i in (len(data) // 3, len(data) // 2, 2 * len(data) // 3):
+      data[i] ^= 0x10
+  with open(path, "wb") as f:
+    f.write(bytes(data))
+
+
+def exploded_params(params):
+  """Params as after one Adam step at lr 1e30: every weight moved by 1e30, finite, and the forward pass overflows."""
+  import jax
+  import numpy as np
+
+  rng = np.random.default_rng(0)
+  return jax.tree.map(
+      lambda x: np.asarray(x) + np.float32(1e30) * rng.choice([-1, 1], size=x.shape).astype(np.float32),
+      jax.device_get(params))
 
 
 # Every objective the train step can run, as (config file, overrides); checked on 1 vs 2 devices.

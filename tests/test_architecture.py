@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import os
 import sys
 
@@ -30,7 +29,7 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
   finally:
     objectives.unregister("toy_l2")
   assert summary["steps"] == 2
-  records = [json.loads(line) for line in open(os.path.join(fresh_workdir, "metrics.jsonl")) if "loss" in line]
+  records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   assert all(r["loss"] == r["contrastive_loss"] and r["loss"] >= 0 for r in records)
   assert all("l2/mean_norm" in r and "pos_score" in r for r in records)  # Its metrics and the default scores.
   with pytest.raises(ValueError, match="unknown method 'toy_l2'"):

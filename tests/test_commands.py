@@ -278,8 +278,6 @@ def test_wordpiece_mistakes_write_nothing_then_it_runs(small_data_dir, tmp_path,
 
 
 def test_plot_mistakes_write_nothing_then_it_runs(tmp_path, capsys):
-  from tests.test_plot import write_synthetic_run
-
   pytest.importorskip("matplotlib")
   run = tmp_path / "run"
   helpers.write_text(str(run / "metrics.jsonl"), '{"step": 1, "loss": 0.5}\n{"step": 2, "loss": nope}\n')
@@ -291,7 +289,7 @@ def test_plot_mistakes_write_nothing_then_it_runs(tmp_path, capsys):
     assert plot.main(argv) == 1
     assert message in one_error_line(capsys)
     assert snapshot(str(tmp_path)) == before
-  write_synthetic_run(str(run), 0.0)
+  helpers.write_synthetic_run(str(run), 0.0)
   assert plot.main([str(run)]) == 0
   assert os.path.isfile(run / "plots" / "run_training.png")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,14 +12,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxcse import compat
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _closed_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]  # Closed when the block ends: nothing listens there.
+from tests.helpers import REPO, unused_port
 
 
 def test_network_errors_catch_what_the_installed_hub_raises_offline(monkeypatch):
@@ -29,7 +21,7 @@ def test_network_errors_catch_what_the_installed_hub_raises_offline(monkeypatch)
 
   monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_ETAG_TIMEOUT", 2)
   compat.reset_hub_sessions()
-  url = f"http://127.0.0.1:{_closed_port()}/datasets/x/y/resolve/main/f.txt"
+  url = f"http://127.0.0.1:{unused_port()}/datasets/x/y/resolve/main/f.txt"
   with pytest.raises(Exception) as raised:
     huggingface_hub.get_hf_file_metadata(url, timeout=2)
   assert isinstance(raised.value, compat.network_errors()), type(raised.value).__mro__
@@ -70,6 +62,16 @@ def test_hlo_module_cost_analysis_reads_an_optimized_module():
   compiled = jax.jit(lambda a, b: a @ b).lower(jnp.ones((64, 32)), jnp.ones((32, 16))).compile()
   cost = compat.hlo_module_cost_analysis(compiled.runtime_executable().hlo_modules()[0])
   assert cost["flops"] == pytest.approx(2 * 64 * 32 * 16, rel=0.01)
+
+
+def test_enable_x64_computes_in_float64_inside_and_restores_the_default_after():
+  # Float64 tests (gradient checks, 1 vs 2 devices) rely on it on every jax jaxcse supports; none may leak x64.
+  default = jnp.ones(1).dtype
+  with compat.enable_x64(True):
+    assert jnp.ones(1).dtype == jnp.float64
+    with compat.enable_x64(False):
+      assert jnp.ones(1).dtype == jnp.float32
+  assert jnp.ones(1).dtype == default == jnp.float32
 
 
 # What the libraries print on a machine without their accelerator: jax-cuda12-plugin 0.10.2 when jax starts it,

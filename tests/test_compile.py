@@ -56,8 +56,7 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
   results = {}
   for name, (config_name, overrides) in DRIFT_VARIANTS.items():
     overrides = {k: tiny_mlm if v == "TINY_MLM" else v for k, v in overrides.items()}
-    config = helpers.tiny_config(model_dir, data_dir, config_name, **{
-        "train.batch_size": 8, "eval.at_start": False, "data.max_seq_len": 16, **overrides})
+    config = helpers.tiny_config(model_dir, data_dir, config_name, **{"eval.at_start": False, **overrides})
     if config_name == "pretrain_mlm":  # A smaller random BERT than BERT-Mini: the lowering is what is compared.
       config.model.architecture.num_hidden_layers, config.model.architecture.hidden_size = 2, 32
       config.model.architecture.num_attention_heads, config.model.architecture.intermediate_size = 2, 64

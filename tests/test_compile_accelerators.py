@@ -128,8 +128,7 @@ def test_modernbert_compiles_for_a_tpu_chip(tmp_path):
   from tests import helpers
 
   folder = helpers.make_tiny_modernbert_dir(str(tmp_path / "tiny_modernbert"))
-  config = helpers.tiny_config(folder, "", "modernbert", **{"train.batch_size": 16, "data.max_seq_len": 16,
-                                                           "model.dtype": "bfloat16"})
+  config = helpers.tiny_config(folder, "", "modernbert", **{"train.batch_size": 16, "model.dtype": "bfloat16"})
   target = targets.get("v5e-1")
   report = lowering.compile_train_step(config, target, devices=targets.devices(target), cache_dir=CACHE)
   assert report["fits"] and report["num_devices"] == 1 and report["batch_shape"] == [16, 1, 16]

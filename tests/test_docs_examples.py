@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, shared_data_dir
+from tests.helpers import REPO
 
 DOCUMENTS = ["README.md"] + sorted(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "docs", "*.md")))
 RUN = {"python", "bash", "sh", "console"}
@@ -236,11 +236,10 @@ def _run(block: Block, folder: str, env: dict[str, str], data_root: str) -> str 
   return None
 
 
-def test_every_example_runs(tmp_path):
+def test_every_example_runs(real_data_dir, tmp_path):
   # Blocks import what the dev extra installs; a venv without it cannot run them (CI's has it).
   for module in ("sentence_transformers", "mteb", "matplotlib"):
     pytest.importorskip(module, reason=f"the docs' examples use {module} (pip install -e '.[dev]')")
-  data_root = shared_data_dir()
   env = _environment(str(tmp_path / "jax_cache"))
   failures, costs = [], []
   readme = _scratch(str(tmp_path / "README"))
@@ -255,7 +254,7 @@ def test_every_example_runs(tmp_path):
     for block in parse(document):
       if block.language in RUN and block.no_ci is None:
         cpu, wall = _children_cpu_seconds(), time.monotonic()
-        failure = _run(block, folder, env, data_root)
+        failure = _run(block, folder, env, real_data_dir)
         costs.append((block.where, _children_cpu_seconds() - cpu, time.monotonic() - wall))
         if failure:
           failures.append(failure)

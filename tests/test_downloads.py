@@ -9,13 +9,11 @@ or a closed local port, for the offline case.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import http.server
 import io
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -28,6 +26,7 @@ import pytest
 from jaxcse import compat
 from jaxcse.data import downloads
 from jaxcse.data.downloads import DownloadError
+from tests.helpers import unused_port
 
 PAYLOAD = b"".join(b"sentence %d of a small corpus\n" % i for i in range(3000))  # ~90 KB: several read chunks.
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
@@ -229,15 +228,9 @@ def test_http_error_names_url_and_status(server, tmp_path):
     _fetch(server, tmp_path / "corpus.txt", sha256=PAYLOAD_SHA)
 
 
-def _closed_port() -> int:
-  with contextlib.closing(socket.socket()) as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]  # Closed again on return: connecting to it is refused, like a machine offline.
-
-
 def test_offline_error_names_url_cause_and_the_manual_copy(tmp_path, monkeypatch):
   monkeypatch.setattr("time.sleep", lambda seconds: None)  # huggingface_hub waits 23 s over its five retries.
-  endpoint = f"http://127.0.0.1:{_closed_port()}"
+  endpoint = f"http://127.0.0.1:{unused_port()}"
   dest = str(tmp_path / "corpora" / "wiki1m_for_simcse.txt")
   with pytest.raises(DownloadError) as error:
     downloads.fetch_file("wiki1m_for_simcse.txt", dest, sha256=PAYLOAD_SHA, endpoint=endpoint)
@@ -393,7 +386,7 @@ def test_download_mistakes_create_nothing_then_it_runs(server, tmp_path, real_da
   for argv, message in [
       (["--data_dir", str(tmp_path / "a_file" / "data")], "a_file is not a writable folder"),
       (["--data_dir", str(tmp_path / "a_file")], "exists and is not a folder"),
-      (["--data_dir", root, "--endpoint", f"http://127.0.0.1:{_closed_port()}"], "Connection refused"),
+      (["--data_dir", root, "--endpoint", f"http://127.0.0.1:{unused_port()}"], "Connection refused"),
   ]:
     assert downloads.main(["download", "senteval", *argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -411,7 +404,7 @@ def test_a_failed_download_is_one_line_without_the_hubs_retries(server, tmp_path
   # the command's own logging set-up is what is tested.
   server.files["senteval.tar"] = b"never sent"
   server.cdn_status = 503
-  endpoint = f"http://127.0.0.1:{_closed_port()}" if fault == "refused" else server.base
+  endpoint = f"http://127.0.0.1:{unused_port()}" if fault == "refused" else server.base
   env = {**os.environ, "PYTHONPATH": REPO}
   run = subprocess.run([sys.executable, "-m", "jaxcse.data", "download", "senteval", "--data_dir",
                         str(tmp_path / "data"), "--endpoint", endpoint], capture_output=True, text=True, env=env,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import math
-import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -76,8 +74,7 @@ def test_tiny_run_logs_dynamics(tiny_model_dir, small_data_dir, fresh_workdir):
       "train.max_steps": 2, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2,
       "train.grad_cache_chunk": 4})
   train.train_and_evaluate(config, fresh_workdir)
-  with open(os.path.join(fresh_workdir, "metrics.jsonl")) as f:
-    records = [json.loads(line) for line in f]
+  records = helpers.metrics_records(fresh_workdir)
   train_records = [r for r in records if "loss" in r]
   eval_records = [r for r in records if "eval/metric" in r]
   assert [r["step"] for r in train_records] == [1, 2] and [r["step"] for r in eval_records] == [2]

@@ -12,9 +12,8 @@ from jaxcse import configuration, sts_data
 from jaxcse import data, files
 from jaxcse.data import DataError, downloads, manifest, root
 from tests import helpers
-from tests.conftest import SHARED_DATA
 
-REAL_ROOT = os.environ.get("JAXCSE_DATA_DIR") or SHARED_DATA  # Read before the fixture below unsets it.
+REAL_ROOT = os.environ.get("JAXCSE_DATA_DIR") or helpers.SHARED_DATA  # Read before the fixture below unsets it.
 CORPUS = "corpora/wiki_offline_20k.txt"
 STSB_DEV = sts_data.STSB_DEV_FILE
 

@@ -12,117 +12,62 @@ import subprocess
 import sys
 import time
 
-import flax
 import jax
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, data as data_lib, encode, errors, loading, train
+from jaxcse import checkpoints, encode, errors, loading, train
 from tests import helpers
+from tests.helpers import (SCHEDULE, Interrupted, assert_same_params, checkpoint_steps, damage, largest_file,
+                           metrics_records, saved_params, train_cli_args, train_interrupted)
 
 REPO = helpers.REPO
 
 
-class Interrupted(RuntimeError):
-  """Stands for a crash: raised in place of a step's batch."""
-
-
-def _interrupt_at(monkeypatch, step_index: int) -> None:
-  """Makes the next run crash before the batch of ``step_index`` (after everything of the steps before it)."""
-  iterate = data_lib.Batches.iterate
-
-  def interrupted(self, start_step, end_step, *rest, **kwargs):
-    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
-      if step == step_index:
-        raise Interrupted(step)
-      yield batch
-
-  monkeypatch.setattr(data_lib.Batches, "iterate", interrupted)
-
-
-def _params(workdir: str, checkpoint: str = "latest") -> dict:
-  return flax.traverse_util.flatten_dict(jax.device_get(loading.load_model(workdir, checkpoint=checkpoint).params),
-                                         sep="/")
-
-
-def _assert_same_params(a: dict, b: dict) -> None:
-  assert a.keys() == b.keys()
-  for key in a:
-    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-
-
-def _steps(workdir: str, sub: str) -> list[int]:
-  folder = os.path.join(workdir, sub)
-  return sorted(int(d) for d in os.listdir(folder) if d.isdigit()) if os.path.isdir(folder) else []
-
-
-# 9 steps, an evaluation every 3, latest every 4. At lr 3e-3 the tiny model's STS-B dev improves at every
-# evaluation (-0.170, -0.167, -0.166), so each saves a best checkpoint.
-SCHEDULE = {"train.max_steps": 9, "eval.every": 3, "checkpoint.every": 4, "train.learning_rate": 3e-3,
-            "train.log_every": 1}
-
-
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir, small_data_dir, tmp_path_factory):
-  """An uninterrupted run of SCHEDULE: (workdir, summary)."""
-  workdir = str(tmp_path_factory.mktemp("fault") / "reference")
-  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
-  return workdir, summary
-
-
-def test_resume_never_serves_a_stale_best_checkpoint(reference, tiny_model_dir, small_data_dir, tmp_path,
-                                                     monkeypatch):
+def test_resume_never_serves_a_stale_best_checkpoint(reference, tiny_model_dir, small_data_dir, tmp_path):
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  _interrupt_at(monkeypatch, 7)  # After the evaluation at step 6 (a best checkpoint) and the latest one at 4.
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, workdir)
-  assert _steps(workdir, checkpoints.LATEST_DIR) == [4] and max(_steps(workdir, checkpoints.BEST_DIR)) > 4
-  monkeypatch.undo()
+  train_interrupted(config, workdir, 7)  # After the evaluation at step 6 (a best checkpoint) and the latest one at 4.
+  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4]
+  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) > 4
   summary = train.train_and_evaluate(config, workdir)
   # The resumed run recomputed the evaluations after step 4: the best checkpoint it reports is the one it serves,
   # and equals the uninterrupted run's.
   assert {**summary, "workdir": None} == {**ref_summary, "workdir": None}
-  assert max(_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
+  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
   assert loading.load_model(workdir).step == summary["best_step"]
-  _assert_same_params(_params(workdir, "best"), _params(ref_dir, "best"))
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
-def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_model_dir, small_data_dir, tmp_path,
-                                                                          monkeypatch):
+def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_model_dir, small_data_dir, tmp_path):
   workdir = str(tmp_path / "w")
-  _interrupt_at(monkeypatch, 3)  # Killed before any latest checkpoint: only best ones exist.
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
-  monkeypatch.undo()
-  assert _steps(workdir, checkpoints.BEST_DIR) and not _steps(workdir, checkpoints.LATEST_DIR)
+  # Killed before any latest checkpoint: only best ones exist.
+  train_interrupted(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir, 3)
+  assert checkpoint_steps(workdir, checkpoints.BEST_DIR) and not checkpoint_steps(workdir, checkpoints.LATEST_DIR)
   other = helpers.tiny_config(tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.learning_rate": 1e-3,
                                                                   "train.max_steps": 6})
   with pytest.raises(train.WorkdirError, match="holds another run .* --restart"):
     train.train_and_evaluate(other, workdir)
   summary = train.train_and_evaluate(other, workdir, restart=True)
-  assert max(_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
+  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
   assert json.load(open(os.path.join(workdir, "config.json")))["train"]["learning_rate"] == 1e-3
-  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  records = metrics_records(workdir)
   assert [r["step"] for r in records if "loss" in r] == list(range(1, 7))  # Nothing of the first run is left.
 
 
 def test_the_same_run_restarted_before_its_first_checkpoint_starts_clean(reference, tiny_model_dir, small_data_dir,
-                                                                         tmp_path, monkeypatch):
+                                                                         tmp_path):
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  _interrupt_at(monkeypatch, 3)
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, workdir)
-  monkeypatch.undo()
+  train_interrupted(config, workdir, 3)
   summary = train.train_and_evaluate(config, workdir)  # Same config: no refusal; the stale best is recomputed.
   assert {**summary, "workdir": None} == {**ref_summary, "workdir": None}
-  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  records = metrics_records(workdir)
   assert [r["step"] for r in records if "loss" in r] == list(range(1, 10))
-  _assert_same_params(_params(workdir, "best"), _params(ref_dir, "best"))
+  assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
 
 
 # The overflow is the point: numpy's cast of the infinite update warns, and that warning is expected here.
@@ -135,7 +80,7 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
   with pytest.raises(train.NonFiniteLossError, match="non-finite parameters after step 1; stopped. The last good "
                                                      "checkpoint is none"):
     train.train_and_evaluate(config, fresh_workdir)
-  assert not _steps(fresh_workdir, checkpoints.LATEST_DIR)
+  assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
   # A checkpoint that does hold non-finite parameters (written by hand) is refused by every reader.
   from jaxcse import models
 
@@ -155,61 +100,39 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
   assert not os.path.exists(out)
 
 
-def _damage(path: str, how: str) -> None:
-  """Truncates, flips three bits of, or deletes a file."""
-  if how == "delete":
-    os.remove(path)
-    return
-  data = bytearray(open(path, "rb").read())
-  if how == "truncate":
-    data = data[: len(data) // 2]
-  else:
-    for i in (len(data) // 3, len(data) // 2, 2 * len(data) // 3):
-      data[i] ^= 0x10
-  open(path, "wb").write(bytes(data))
-
-
-def _largest_file(folder: str, under: str) -> str:
-  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(folder, under)) for f in fs]
-  return max(files, key=os.path.getsize)
-
-
 @pytest.mark.parametrize("how", ["truncate", "flip", "metadata"])
 def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(reference, tiny_model_dir, small_data_dir,
-                                                                    tmp_path, monkeypatch, caplog, how):
+                                                                    tmp_path, caplog, how):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  _interrupt_at(monkeypatch, 8)  # Latest checkpoints 4 and 8 exist.
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, workdir)
-  monkeypatch.undo()
-  assert _steps(workdir, checkpoints.LATEST_DIR) == [4, 8]
+  train_interrupted(config, workdir, 8)  # Latest checkpoints 4 and 8 exist.
+  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4, 8]
   step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
   if how == "metadata":
-    _damage(os.path.join(step8, "_CHECKPOINT_METADATA"), "delete")
+    damage(os.path.join(step8, "_CHECKPOINT_METADATA"), "delete")
   else:
-    _damage(_largest_file(step8, "params"), how)
+    damage(largest_file(step8, "params"), how)
   train.train_and_evaluate(config, workdir)
   assert any("checkpoints/latest/8 is not usable" in r.getMessage() for r in caplog.records)
   # latest/8 as damaged; best/6, intact, because the run resumed from 4 evaluates step 6 again (never deleted).
   set_aside = os.listdir(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))
   assert sorted("-".join(name.split("-")[:2]) for name in set_aside) == ["best-6", "latest-8"]
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
 def test_a_damaged_best_checkpoint_falls_back_with_a_warning_then_errors(reference, tmp_path, caplog):
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)
-  best = _steps(workdir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(workdir, checkpoints.BEST_DIR)
   assert len(best) == 2
-  _damage(_largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[-1])), "params"), "truncate")
+  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[-1])), "params"), "truncate")
   loaded = loading.load_model(workdir)
   assert loaded.step == best[0]
   assert any(f"best/{best[-1]}" in r.getMessage() and "does not match its sha256" in r.getMessage()
              for r in caplog.records)
-  _damage(_largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[0])), "params"), "flip")
+  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[0])), "params"), "flip")
   with pytest.raises(checkpoints.CheckpointError, match="does not match its sha256"):
     loading.load_model(workdir)
 
@@ -224,61 +147,46 @@ def test_a_second_process_on_the_workdir_is_refused(tiny_model_dir, small_data_d
   assert os.listdir(fresh_workdir) == [checkpoints.LOCK_FILE]  # Nothing written.
 
 
-def _tmpfs(path: str, size: str) -> bool:
-  os.makedirs(path, exist_ok=True)
-  return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path], capture_output=True).returncode == 0
-
-
-def test_a_full_disk_is_one_clear_error_and_resume_works_after(reference, tiny_model_dir, small_data_dir, tmp_path,
+def test_a_full_disk_is_one_clear_error_and_resume_works_after(reference, tiny_model_dir, small_data_dir, small_disk,
                                                                monkeypatch):
   ref_dir, _ = reference
-  disk = str(tmp_path / "disk")
-  if not _tmpfs(disk, "64m"):
-    pytest.skip("cannot mount a small tmpfs here (needs root)")
-  try:
-    workdir = os.path.join(disk, "w")
-    config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-    filler = os.path.join(disk, "filler")
-    save = checkpoints.save
+  disk = small_disk("64m")
+  workdir = os.path.join(disk, "w")
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
+  filler = os.path.join(disk, "filler")
+  save = checkpoints.save
 
-    def fill_then_save(mngr, step, **kwargs):
-      if step == 8 and "latest" in str(mngr.directory):  # The disk fills up just before the second latest save.
-        with open(filler, "wb") as f:
-          try:
-            while True:
-              f.write(b"\0" * (1 << 20))
-          except OSError:
-            pass
-      return save(mngr, step, **kwargs)
+  def fill_then_save(mngr, step, **kwargs):
+    if step == 8 and "latest" in str(mngr.directory):  # The disk fills up just before the second latest save.
+      with open(filler, "wb") as f:
+        try:
+          while True:
+            f.write(b"\0" * (1 << 20))
+        except OSError:
+          pass
+    return save(mngr, step, **kwargs)
 
-    monkeypatch.setattr(checkpoints, "save", fill_then_save)
-    with pytest.raises(checkpoints.CheckpointError) as info:
-      train.train_and_evaluate(config, workdir)
-    message = str(info.value)
-    assert "could not write checkpoint" in message and "latest/8" in message
-    assert "No space left" in message or "RESOURCE_EXHAUSTED" in message or "ENOSPC" in message, message
-    assert "\n" not in message
-    assert _steps(workdir, checkpoints.LATEST_DIR) == [4]  # Nothing under the final name of step 8.
-    monkeypatch.undo()
-    os.remove(filler)
+  monkeypatch.setattr(checkpoints, "save", fill_then_save)
+  with pytest.raises(checkpoints.CheckpointError) as info:
     train.train_and_evaluate(config, workdir)
-    _assert_same_params(_params(workdir), _params(ref_dir))
-  finally:
-    subprocess.run(["umount", disk], capture_output=True)
+  message = str(info.value)
+  assert "could not write checkpoint" in message and "latest/8" in message
+  assert "No space left" in message or "RESOURCE_EXHAUSTED" in message or "ENOSPC" in message, message
+  assert "\n" not in message
+  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4]  # Nothing under the final name of step 8.
+  monkeypatch.undo()
+  os.remove(filler)
+  train.train_and_evaluate(config, workdir)
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
 def test_kill_during_saves_resumes_to_the_same_parameters(reference, tiny_model_dir, small_data_dir, tmp_path):
   """kill -9 at random moments of a run that saves at every step: each resume ends where the reference does."""
   ref_dir, _ = reference
   workdir = str(tmp_path / "killed")
-  overrides = {**SCHEDULE, "checkpoint.every": 1}
-  cmd = [sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"), "--workdir",
-         workdir]
-  for key, value in {"model.name": tiny_model_dir, "data.data_dir": small_data_dir, "data.train": "corpora/small.txt",
-                     "data.max_seq_len": 16, "train.batch_size": 8, "eval.batch_size": 32, **overrides}.items():
-    cmd.append(f"--config.{key}={value}")
+  cmd = [sys.executable, "-m", "jaxcse.train",
+         *train_cli_args(workdir, tiny_model_dir, small_data_dir, **{**SCHEDULE, "checkpoint.every": 1})]
   rng = random.Random(0)
-  metrics = os.path.join(workdir, "metrics.jsonl")
   for kill in range(3):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -291,8 +199,8 @@ def test_kill_during_saves_resumes_to_the_same_parameters(reference, tiny_model_
     proc.send_signal(signal.SIGKILL)
     proc.wait()
   assert subprocess.run(cmd, cwd=REPO, capture_output=True).returncode == 0
-  _assert_same_params(_params(workdir), _params(ref_dir))
-  records = [json.loads(line) for line in open(metrics)]
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
+  records = metrics_records(workdir)
   assert [r["step"] for r in records if "loss" in r] == list(range(1, 10))  # Nothing lost, nothing twice.
 
 

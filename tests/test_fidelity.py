@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +47,7 @@ def test_dclr_as_released_trains_and_selects_as_the_released_code(tiny_model_dir
   masked = embedder_lib.BucketedEmbedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size)
   other = sts_metrics.dev_scores_and_embeddings(lambda s: masked(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
   assert other != scores  # The mask matters, so the check above can fail.
-  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl")) if "loss" in line]
+  records = [r for r in helpers.metrics_records(workdir) if "loss" in r]
   assert all("dclr/weight_zero_frac" in r for r in records)
 
 

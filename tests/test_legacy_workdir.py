@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from jaxcse import encode, loading, models, train
+from tests import helpers
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "legacy_workdir")
 # float32 rounding: the embeddings pass through 2 layers of sums over at most 32 terms (hidden 16, intermediate 32,
@@ -54,8 +55,7 @@ def test_a_legacy_workdir_resumes_to_the_same_run(workdir):
   def by_step(lines):  # A step has a training line and, at evaluations, an eval/ line.
     return {(m["step"], any(k.startswith("eval/") for k in m)): m for m in lines}
 
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    ours = by_step(map(json.loads, f))
+  ours = by_step(helpers.metrics_records(workdir))
   reference = by_step(expected["reference_metrics"])
   assert ours.keys() == reference.keys()
   clocks = ("eval/seconds", "steps_per_sec")  # Wall-clock readings, not results.

@@ -169,7 +169,7 @@ def test_pretraining_from_random_init_learns_and_exports_a_bert(small_data_dir, 
   workdir = str(tmp_path / "mlm")
   summary = train.train_and_evaluate(_tiny_pretraining(small_data_dir, **{
       "train.max_steps": 40, "eval.every": 20, "eval.at_start": True, "checkpoint.every": 20}), workdir)
-  records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  records = helpers.metrics_records(workdir)
   evals = [r for r in records if "eval/metric" in r]
   assert [r["step"] for r in evals] == [0, 20, 40]
   # Held-out loss starts at ~log(8192) = 9.0 and falls as the model learns the token distribution (8.0 after 40 steps).

@@ -395,8 +395,7 @@ def test_the_modernbert_config_trains_encodes_and_exports(small_data_dir, tmp_pa
 
   folder = helpers.make_tiny_modernbert_dir(str(tmp_path / "tiny_modernbert"))
   workdir = str(tmp_path / "workdir")
-  config = helpers.tiny_config(folder, small_data_dir, "modernbert", **{"train.max_steps": 3, "eval.every": 3,
-                                                                        "checkpoint.every": 3})
+  config = helpers.tiny_config(folder, small_data_dir, "modernbert", **{"train.max_steps": 3})
   summary = train.train_and_evaluate(config, workdir)
   assert summary["steps"] == 3
   encoder = encode.Encoder.load(workdir)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,10 +27,6 @@ STEPS, CHECKPOINT_EVERY, INTERRUPT_AT = 6, 3, 4
 OVERRIDES = {"train.max_steps": STEPS, "checkpoint.every": CHECKPOINT_EVERY, "eval.every": 3}
 # Per launch. Measured on the 2-core dev machine at load average ~12: 87-130 s a launch (15-30 s of CPU per process).
 DEADLINE_S = 180
-
-
-class Interrupted(RuntimeError):
-  """Stands for a crash: raised in place of a step's batch."""
 
 
 def _worker(argv: list[str]) -> None:
@@ -47,18 +42,10 @@ def _worker(argv: list[str]) -> None:
   from tests import helpers
 
   distributed.initialize_distributed(args.coordinator_address, 2, args.process_id)
-  iterate = data_lib.Batches.iterate
-
-  def interrupted_iterate(self, start_step, end_step, *rest, **kwargs):
-    for step, batch in enumerate(iterate(self, start_step, end_step, *rest, **kwargs), start=start_step):
-      if step == args.interrupt_at:
-        raise Interrupted(f"interrupted before step index {step}")
-      yield batch
-
-  data_lib.Batches.iterate = interrupted_iterate
+  data_lib.Batches.iterate = helpers.interrupting(data_lib.Batches.iterate, args.interrupt_at)
   try:
     train.train_and_evaluate(helpers.tiny_config(args.model_dir, args.data_dir, **OVERRIDES), args.workdir)
-  except Interrupted as e:
+  except helpers.Interrupted as e:
     print(f"process {args.process_id}: {e}", flush=True)
     return
   raise SystemExit(f"process {args.process_id}: the run was not interrupted")
@@ -69,19 +56,12 @@ if __name__ == "__main__" and sys.argv[1:2] == ["worker"]:
   sys.exit(0)
 
 
-import flax  # noqa: E402  (the worker above must not import the test dependencies)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxcse import checkpoints, distributed, loading  # noqa: E402
+from jaxcse import checkpoints, distributed  # noqa: E402
 from tests import helpers  # noqa: E402
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -117,27 +97,9 @@ def _launch(commands: list[tuple[list[str], dict[str, str]]], tmp_path, name: st
   return outputs
 
 
-def _params(workdir: str) -> dict[str, np.ndarray]:
-  params = loading.load_model(workdir, checkpoint="latest").params
-  return flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
-
-
-def _records(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
-
-
 def _cli(workdir: str, model_dir: str, data_dir: str) -> list[str]:
   """``python -m jaxcse.train`` with the same config as the worker's ``tiny_config(..., **OVERRIDES)``."""
-  config = helpers.tiny_config(model_dir, data_dir, **OVERRIDES)
-  cmd = [sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"),
-         "--workdir", workdir]
-  for key in ("model.name", "data.data_dir", "data.train", "data.max_seq_len", "train.batch_size",
-              "train.max_steps", "train.learning_rate", "train.log_every", "eval.every", "eval.batch_size",
-              "checkpoint.every"):
-    section, field = key.split(".")
-    cmd.append(f"--config.{key}={config[section][field]}")
-  return cmd
+  return [sys.executable, "-m", "jaxcse.train", *helpers.train_cli_args(workdir, model_dir, data_dir, **OVERRIDES)]
 
 
 def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_dir, tmp_path):
@@ -148,7 +110,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
 
   # Two processes with one device each; the first run stops (as if it crashed) before step index 4.
   workdir = str(tmp_path / "two_processes")
-  address = f"127.0.0.1:{_free_port()}"
+  address = f"127.0.0.1:{helpers.unused_port()}"
   worker = [sys.executable, os.path.abspath(__file__), "worker", "--coordinator_address", address,
             "--model_dir", tiny_model_dir, "--data_dir", small_data_dir, "--workdir", workdir,
             "--interrupt_at", str(INTERRUPT_AT), "--process_id"]
@@ -157,10 +119,10 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
     assert f"process {i}: interrupted before step index {INTERRUPT_AT}" in out
   assert os.listdir(os.path.join(workdir, checkpoints.LATEST_DIR)) == [str(CHECKPOINT_EVERY)]
   # Steps 2, 3 and 4 were logged; the resumed run starts again after the checkpoint at 3 and drops the line of 4.
-  assert [r["step"] for r in _records(workdir) if "loss" in r] == [2, 3, 4]
+  assert [r["step"] for r in helpers.metrics_records(workdir) if "loss" in r] == [2, 3, 4]
 
   # The resumed run: the CLI, with the process settings in the environment as a launcher would set them.
-  address = f"127.0.0.1:{_free_port()}"
+  address = f"127.0.0.1:{helpers.unused_port()}"
   outputs = _launch([(_cli(workdir, tiny_model_dir, small_data_dir),
                       _env(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)))
                      for i in range(2)], tmp_path, "resumed")
@@ -173,7 +135,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
   # gradient's all-reduce over two participants is one float addition, commutative, so the bits match whether
   # it runs inside a process or across processes (through gloo). Against one device the params differ by up to
   # ~4e-6 (the per-device partial sums associate differently); test_train covers that comparison.
-  ref_records, records = _records(reference), _records(workdir)
+  ref_records, records = helpers.metrics_records(reference), helpers.metrics_records(workdir)
   assert len(records) == len(ref_records)  # Only process 0 wrote metrics.jsonl: no line twice.
   for ref, got in zip(ref_records, records):
     assert ref.keys() == got.keys()
@@ -183,10 +145,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
   summary, ref_summary = (json.load(open(os.path.join(w, "summary.json"))) for w in (workdir, reference))
   # The same summary (provenance aside: its wall time and command differ).
   assert {**summary, "workdir": None, "provenance": None} == {**ref_summary, "workdir": None, "provenance": None}
-  ref_params, params = _params(reference), _params(workdir)
-  assert ref_params.keys() == params.keys()
-  for key in ref_params:
-    np.testing.assert_array_equal(params[key], ref_params[key], err_msg=key)
+  helpers.assert_same_params(helpers.saved_params(workdir), helpers.saved_params(reference))
 
 
 def test_partial_process_settings_are_an_error():

@@ -13,9 +13,8 @@ import pytest
 
 from jaxcse import checkpoints, encode, evaluate, export_hf, files, loading, models, train
 from tests import helpers
-from tests.test_fault_tolerance import (SCHEDULE, _damage, _largest_file, _steps,  # noqa: F401 (a fixture)
-                                        reference)
-from tests.test_reliability import _exploded, _warnings_naming
+from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
+                           lines_said, saved_params, train_cli_args, warnings_naming)
 
 
 def _set_aside(workdir: str) -> dict[str, str]:
@@ -45,11 +44,11 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(reference, t
                                                                     tmp_path, caplog):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
-  latest, best = _steps(workdir, checkpoints.LATEST_DIR), _steps(workdir, checkpoints.BEST_DIR)
+  latest, best = checkpoint_steps(workdir, checkpoints.LATEST_DIR), checkpoint_steps(workdir, checkpoints.BEST_DIR)
   assert latest == [8, 9] and best == [6, 9]
   records = {step: _record(os.path.join(workdir, checkpoints.BEST_DIR, str(step))) for step in best}
   for step in latest:  # As in the issue: 4 bytes overwritten in the largest params file of every latest one.
-    path = _largest_file(os.path.join(workdir, checkpoints.LATEST_DIR, str(step)), "params")
+    path = largest_file(os.path.join(workdir, checkpoints.LATEST_DIR, str(step)), "params")
     with open(path, "r+b") as f:
       f.seek(os.path.getsize(path) // 2)
       f.write(b"\xde\xad\xbe\xef")
@@ -60,7 +59,7 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(reference, t
   kept = _set_aside(workdir)
   assert sorted(kept) == ["best-6", "best-9", "latest-8", "latest-9"]
   for step in best:
-    said = _warnings_naming(caplog, f"best/{step} is intact but this run starts over")
+    said = warnings_naming(caplog, f"best/{step} is intact but this run starts over")
     assert len(said) == 1 and said[0].endswith(f"moved to {kept[f'best-{step}']} (kept, not deleted)")
     # Moved whole: its files still match the record it was saved with.
     assert _record(kept[f"best-{step}"]) == records[step]
@@ -72,7 +71,8 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(reference, t
 
 
 def _everything(workdir: str) -> dict[str, list[int]]:
-  return {sub: _steps(workdir, sub) for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)}
+  return {sub: checkpoint_steps(workdir, sub)
+          for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)}
 
 
 def _change_hidden_size(workdir: str) -> str:
@@ -99,15 +99,15 @@ def test_a_changed_model_description_is_refused_by_the_trainer_and_nothing_is_se
     assert _everything(workdir) == before and not os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))
 
 
-@pytest.mark.parametrize("damage", ["truncate tokenizer.json", "change config.json", "delete tokenizer.json"])
-def test_every_reader_refuses_a_damaged_model_description_in_one_line(reference, tmp_path, capsys, damage):
+@pytest.mark.parametrize("fault", ["truncate tokenizer.json", "change config.json", "delete tokenizer.json"])
+def test_every_reader_refuses_a_damaged_model_description_in_one_line(reference, tmp_path, capsys, fault):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
-  how, name = damage.split()
+  how, name = fault.split()
   named = os.path.join(model_dir, name)
   if how == "truncate":  # Gave "Exception: EOF while parsing a value" and a traceback.
-    _damage(named, "truncate")
+    damage(named, "truncate")
   elif how == "change":
     _change_hidden_size(workdir)
   else:
@@ -138,7 +138,7 @@ def test_a_description_without_its_record_loads_unverified_and_resuming_records_
   assert {"config.json", "tokenizer.json", models.JAXCSE_MODEL_FILE} <= set(written)
   os.remove(record)  # As an older jaxcse left it (tests/fixtures/legacy_workdir, too).
   assert loading.load_model(workdir).step == 9
-  assert len(_warnings_naming(caplog, "its files are read unverified")) == 1
+  assert len(warnings_naming(caplog, "its files are read unverified")) == 1
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
   with open(record) as f:
     assert json.load(f) == written
@@ -214,10 +214,10 @@ def test_resume_sets_aside_an_exploded_best_checkpoint(reference, tiny_model_dir
   # best/9's weights exploded but checksummed (as a jaxcse without the output probe saved them).
   shutil.rmtree(os.path.join(best_dir, "9"))
   mngr = checkpoints.manager(best_dir)
-  checkpoints.save(mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]}, params=_exploded(good.params))
+  checkpoints.save(mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]}, params=exploded_params(good.params))
   mngr.close()
   summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
-  assert len(_warnings_naming(caplog, "best/9 is not usable (its outputs")) == 1
+  assert len(warnings_naming(caplog, "best/9 is not usable (its outputs")) == 1
   assert "best-9" in _set_aside(workdir)
   # The resume point, step 9, is evaluated again and is the best once more; readers serve it.
   assert summary["best_step"] == 9 and loading.load_model(workdir).step == 9
@@ -297,10 +297,7 @@ def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where:
   import subprocess
   import sys
 
-  args = ["--config", os.path.join(helpers.REPO, "configs", "base.py"), "--workdir", workdir]
-  for key, value in {"model.name": tiny_model_dir, "data.data_dir": small_data_dir, "data.train": "corpora/small.txt",
-                     "data.max_seq_len": 16, "train.batch_size": 8, "eval.batch_size": 32, **SCHEDULE}.items():
-    args.append(f"--config.{key}={value}")
+  args = train_cli_args(workdir, tiny_model_dir, small_data_dir, **SCHEDULE)
   env = {**os.environ, "SIGINT_AT": where or "", "SIGINT_DELAY": str(delay)}
   script = SIGINT_TRAIN if where else "import sys; from jaxcse import train; sys.argv[0] = 'jaxcse.train'; train.run()"
   return subprocess.run([sys.executable, "-c", script, *args], cwd=helpers.REPO, capture_output=True, text=True,
@@ -310,14 +307,12 @@ def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where:
 def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_dir, small_data_dir, tmp_path):
   import re
 
-  from tests.test_reliability import _said
-
   ref_dir, _ = reference
   bad = {}  # Every point's problem, so that one run of the test shows them all.
   for i, (where, delay) in enumerate(SIGINT_POINTS):
     workdir = str(tmp_path / f"w{i}")
     run = _sigint_train(workdir, tiny_model_dir, small_data_dir, where, delay)
-    said = _said(run.stderr)
+    said = lines_said(run.stderr)
     expected = (r"interrupted before the run started; the workdir is as it was" if where == "read_inputs" else
                 INTERRUPTED)
     if run.returncode != 130 or len(said) != 1 or not re.fullmatch(expected, said[0]):
@@ -336,6 +331,4 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
   # The same command resumes them (here, the one stopped during a save) to the uninterrupted run's parameters.
   save = str(tmp_path / f"w{SIGINT_POINTS.index(('save', 0.01))}")
   assert _sigint_train(save, tiny_model_dir, small_data_dir, None, 0).returncode == 0
-  from tests.test_fault_tolerance import _assert_same_params, _params
-
-  _assert_same_params(_params(save), _params(ref_dir))
+  assert_same_params(saved_params(save), saved_params(ref_dir))

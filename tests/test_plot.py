@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import numpy as np
@@ -27,27 +26,6 @@ def assert_png(path: str, min_size: tuple[int, int] = (300, 200)) -> np.ndarray:
   return pixels
 
 
-def write_synthetic_run(workdir: str, offset: float, *, mixcse: bool = True, steps: int = 40) -> None:
-  """A metrics.jsonl with every key the trainer logs, training dynamics included, and the trainer's layout."""
-  records = []
-  for step in range(0, steps + 1, 5):
-    if step:
-      record = {"step": step, "loss": 2.0 * math.exp(-step / 15) + 0.1, "grad_norm": 1.0,
-                "pos_score": 0.8 + 0.004 * step, "neg_score": 0.4 - 0.008 * step, "steps_per_sec": 3.0,
-                "epoch": step / 100}
-      record["contrastive_loss"] = record["loss"]
-      if mixcse:
-        record["mix_score"] = 0.6 - 0.01 * step
-      records.append(record)
-    if step % 10 == 0:
-      t = step / steps
-      records.append({"step": step, "eval/metric": 0.6 + 0.2 * t + offset, "eval/stsb_dev": 0.6 + 0.2 * t + offset,
-                      "eval/sickr_dev": 0.55 + 0.1 * t, "eval/omega_deg": 70 + 40 * t,
-                      "eval/alignment": 0.1 + 0.1 * t + offset, "eval/uniformity": -1.5 - t - offset,
-                      "eval/seconds": 1.0})
-  helpers.write_text(os.path.join(workdir, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
-
-
 def write_results(path: str, model: str, avg: float, alignment: float, uniformity: float) -> None:
   helpers.write_text(path, json.dumps({"model": model, "pooler": "cls", "tasks": {},
                                        "summary": {"Avg": avg, "alignment": alignment, "uniformity": uniformity}}))
@@ -56,8 +34,8 @@ def write_results(path: str, model: str, avg: float, alignment: float, uniformit
 def test_synthetic_runs_with_every_key(tmp_path, capsys):
   """Every panel is drawn (no note on stderr), the map uses the trajectories and the given results files."""
   runs = [str(tmp_path / "simcse"), str(tmp_path / "mixcse")]
-  write_synthetic_run(runs[0], 0.0, mixcse=False)
-  write_synthetic_run(runs[1], 0.02)
+  helpers.write_synthetic_run(runs[0], 0.0, mixcse=False)
+  helpers.write_synthetic_run(runs[1], 0.02)
   results = [str(tmp_path / "simcse.json"), str(tmp_path / "mixcse.json")]
   write_results(results[0], runs[0], 74.1, 0.25, -2.5)
   write_results(results[1], runs[1], 75.3, 0.27, -2.7)
@@ -83,13 +61,12 @@ def test_results_found_in_workdir_and_test_split_map(tmp_path, capsys):
   """Without eval/alignment, the map takes STS-B test points from the results JSON found in each workdir."""
   runs = [str(tmp_path / "a"), str(tmp_path / "b")]
   for i, run in enumerate(runs):
-    write_synthetic_run(run, 0.01 * i)
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-      records = [json.loads(line) for line in f]
+    helpers.write_synthetic_run(run, 0.01 * i)
+    records = helpers.metrics_records(run)
     for r in records:
       r.pop("eval/alignment", None)
       r.pop("eval/uniformity", None)
-    helpers.write_text(os.path.join(run, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in records))
+    helpers.write_jsonl(os.path.join(run, "metrics.jsonl"), records)
     write_results(os.path.join(run, "sts.json"), run, 75.0 + i, 0.2 + 0.01 * i, -2.4 - 0.1 * i)
   written = plot.plot_runs(runs, str(tmp_path / "out"))
   err = capsys.readouterr().err
@@ -149,7 +126,7 @@ def test_broken_metrics_file(tmp_path, capsys, content, message):
 def test_missing_metrics_and_unmatched_results(tmp_path, capsys):
   assert plot.main([str(tmp_path)]) == 1
   assert f"{tmp_path / 'metrics.jsonl'}: no such file" in capsys.readouterr().err
-  write_synthetic_run(str(tmp_path / "run"), 0.0)
+  helpers.write_synthetic_run(str(tmp_path / "run"), 0.0)
   stray = str(tmp_path / "stray.json")
   write_results(stray, str(tmp_path / "elsewhere"), 70.0, 0.2, -2.0)
   assert plot.main([str(tmp_path / "run"), "--results", stray]) == 1

@@ -13,14 +13,14 @@ import signal
 import subprocess
 import sys
 
-import jax
 import numpy as np
 import pytest
 
 from jaxcse import checkpoints, embedder, encode, files, evaluate, export_hf, loading, train
 from tests import helpers
-from tests.test_fault_tolerance import (SCHEDULE, Interrupted, _assert_same_params, _damage, _interrupt_at,
-                                        _largest_file, _params, _steps, _tmpfs, reference)  # noqa: F401 (a fixture)
+from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
+                           lines_said, metrics_records, saved_params, train_cli_args, train_interrupted,
+                           warnings_naming)
 
 REPO = helpers.REPO
 
@@ -68,27 +68,9 @@ train.run()
 def _train_cli(workdir: str, tiny_model_dir: str, small_data_dir: str, env: dict | None = None,
                **overrides) -> subprocess.CompletedProcess:
   """The train command on SCHEDULE (+ overrides), with the faults of ``env`` injected."""
-  args = ["--config", os.path.join(REPO, "configs", "base.py"), "--workdir", workdir]
-  for key, value in {"model.name": tiny_model_dir, "data.data_dir": small_data_dir, "data.train": "corpora/small.txt",
-                     "data.max_seq_len": 16, "train.batch_size": 8, "eval.batch_size": 32, **SCHEDULE,
-                     **overrides}.items():
-    args.append(f"--config.{key}={value}")
+  args = train_cli_args(workdir, tiny_model_dir, small_data_dir, **{**SCHEDULE, **overrides})
   return subprocess.run([sys.executable, "-c", INJECTED_TRAIN, *args], cwd=REPO, capture_output=True, text=True,
                         env={**os.environ, **(env or {})}, timeout=600)
-
-
-def _said(stderr: str) -> list[str]:
-  """What a command told the user on stderr: every line but absl's INFO log lines (``I1123 12:00:00 ...``)."""
-  return [line for line in stderr.splitlines() if line.strip() and not (line[:1] == "I" and line[1:5].isdigit())]
-
-
-def _warnings_naming(caplog, text: str) -> list[str]:
-  return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and text in r.getMessage()]
-
-
-def _records(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
 
 
 # --------------------------------------------------------------------------
@@ -105,9 +87,9 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning_on_resume(reference,
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
     f.write('{"step": 9, "loss": 2.0')
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
-  assert len(_warnings_naming(caplog, "metrics.jsonl:")) == 1
-  assert [r["step"] for r in _records(workdir)] == [r["step"] for r in _records(ref_dir)]
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert len(warnings_naming(caplog, "metrics.jsonl:")) == 1
+  assert [r["step"] for r in metrics_records(workdir)] == [r["step"] for r in metrics_records(ref_dir)]
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
 def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the_file(
@@ -136,53 +118,49 @@ def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the
     train.train_and_evaluate(config, workdir)
   assert info.value.errno == errno.EFBIG and info.value.filename == metrics
   assert open(metrics).read().endswith("}\n")  # The append is absent, not torn.
-  assert [r["step"] for r in _records(workdir)][-1] == 5
+  assert [r["step"] for r in metrics_records(workdir)][-1] == 5
   monkeypatch.undo()
   train.train_and_evaluate(config, workdir)
-  assert [r["step"] for r in _records(workdir)] == [r["step"] for r in _records(ref_dir)]
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert [r["step"] for r in metrics_records(workdir)] == [r["step"] for r in metrics_records(ref_dir)]
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
-def test_a_disk_that_fills_while_logging_needs_no_hand_edit(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+def test_a_disk_that_fills_while_logging_needs_no_hand_edit(tiny_model_dir, small_data_dir, small_disk, tmp_path,
+                                                            monkeypatch):
   """A real file system that fills (a tmpfs): whichever write fails, the run stops in one error naming the file,
   every line of metrics.jsonl is whole, and once there is space again the same command finishes the run."""
-  disk = str(tmp_path / "disk")
-  if not _tmpfs(disk, "32m"):
-    pytest.skip("cannot mount a small tmpfs here (needs root)")
-  try:
-    # Checkpoints only at 20 and 40: after the disk fills at 20, nineteen ~300-byte lines cannot all fit in what is
-    # left of metrics.jsonl's last 4 KiB page, so a line is cut short before the save at 40.
-    overrides = {**SCHEDULE, "train.max_steps": 40, "checkpoint.every": 20, "eval.every": 10_000, "eval.at_end": False}
-    config = helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides)
-    reference = str(tmp_path / "reference")
-    train.train_and_evaluate(config, reference)
-    workdir = os.path.join(disk, "w")
-    filler = os.path.join(disk, "filler")
-    save = checkpoints.save
+  disk = small_disk("32m")
+  # Checkpoints only at 20 and 40: after the disk fills at 20, nineteen ~300-byte lines cannot all fit in what is
+  # left of metrics.jsonl's last 4 KiB page, so a line is cut short before the save at 40.
+  overrides = {**SCHEDULE, "train.max_steps": 40, "checkpoint.every": 20, "eval.every": 10_000, "eval.at_end": False}
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides)
+  reference = str(tmp_path / "reference")
+  train.train_and_evaluate(config, reference)
+  workdir = os.path.join(disk, "w")
+  filler = os.path.join(disk, "filler")
+  save = checkpoints.save
 
-    def save_then_fill(mngr, step, **kwargs):
-      save(mngr, step, **kwargs)
-      if step == 20:
-        with open(filler, "wb", buffering=0) as f:  # Unbuffered: nothing left to flush when it is full.
-          try:
-            while True:
-              f.write(b"\0" * 4096)
-          except OSError:
-            pass
+  def save_then_fill(mngr, step, **kwargs):
+    save(mngr, step, **kwargs)
+    if step == 20:
+      with open(filler, "wb", buffering=0) as f:  # Unbuffered: nothing left to flush when it is full.
+        try:
+          while True:
+            f.write(b"\0" * 4096)
+        except OSError:
+          pass
 
-    monkeypatch.setattr(checkpoints, "save", save_then_fill)
-    with pytest.raises(OSError) as info:
-      train.train_and_evaluate(config, workdir)
-    assert info.value.errno == errno.ENOSPC and info.value.filename == os.path.join(workdir, "metrics.jsonl")
-    steps = [r["step"] for r in _records(workdir)]  # Every line parses: nothing torn.
-    assert 20 < steps[-1] < 40
-    monkeypatch.undo()
-    os.remove(filler)
+  monkeypatch.setattr(checkpoints, "save", save_then_fill)
+  with pytest.raises(OSError) as info:
     train.train_and_evaluate(config, workdir)
-    assert [r["step"] for r in _records(workdir)] == list(range(1, 41))
-    _assert_same_params(_params(workdir), _params(reference))
-  finally:
-    subprocess.run(["umount", disk], capture_output=True)
+  assert info.value.errno == errno.ENOSPC and info.value.filename == os.path.join(workdir, "metrics.jsonl")
+  steps = [r["step"] for r in metrics_records(workdir)]  # Every line parses: nothing torn.
+  assert 20 < steps[-1] < 40
+  monkeypatch.undo()
+  os.remove(filler)
+  train.train_and_evaluate(config, workdir)
+  assert [r["step"] for r in metrics_records(workdir)] == list(range(1, 41))
+  assert_same_params(saved_params(workdir), saved_params(reference))
 
 
 def test_append_line_is_whole_or_absent(tmp_path, monkeypatch):
@@ -226,13 +204,13 @@ def test_a_kill_before_the_checksum_record_leaves_an_incomplete_checkpoint(refer
   step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
   assert os.path.isdir(step8) and not os.path.exists(os.path.join(step8, checkpoints.CHECKSUMS))
   # Nothing vouches for its files: flipped bits in them must never be served. Readers skip it with one warning.
-  _damage(_largest_file(step8, "params"), "flip")
+  damage(largest_file(step8, "params"), "flip")
   resumed = _train_cli(workdir, tiny_model_dir, small_data_dir)
   assert resumed.returncode == 0, resumed.stderr
-  warnings = [line for line in _said(resumed.stderr) if "latest/8" in line]
+  warnings = [line for line in lines_said(resumed.stderr) if "latest/8" in line]
   assert len(warnings) == 1 and f"no {checkpoints.CHECKSUMS}: the save did not finish" in warnings[0], warnings
-  assert not any("Traceback" in line for line in _said(resumed.stderr))
-  _assert_same_params(_params(workdir), _params(ref_dir))  # Resumed from 4, exactly as the uninterrupted run.
+  assert not any("Traceback" in line for line in lines_said(resumed.stderr))
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))  # Resumed from 4, exactly as the uninterrupted run.
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate"])
@@ -241,10 +219,10 @@ def test_every_reader_falls_back_past_a_checkpoint_without_its_record(reference,
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)
   for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR):
-    newest = os.path.join(workdir, sub, str(max(_steps(workdir, sub))))
-    _damage(_largest_file(newest, "params"), how)
+    newest = os.path.join(workdir, sub, str(max(checkpoint_steps(workdir, sub))))
+    damage(largest_file(newest, "params"), how)
     os.remove(os.path.join(newest, checkpoints.CHECKSUMS))
-  best = _steps(workdir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(workdir, checkpoints.BEST_DIR)
   assert loading.load_model(workdir).step == best[0]
   assert loading.load_model(workdir, checkpoint="latest").step == 8
   # The commands: one warning line each, then the older checkpoint.
@@ -255,28 +233,24 @@ def test_every_reader_falls_back_past_a_checkpoint_without_its_record(reference,
                      (export_hf.main, [workdir, str(tmp_path / "export")])]:
     caplog.clear()
     assert main(argv) == 0
-    assert len(_warnings_naming(caplog, f"best/{best[-1]}")) == 1
+    assert len(warnings_naming(caplog, f"best/{best[-1]}")) == 1
     assert "Traceback" not in capsys.readouterr().err
   np.testing.assert_array_equal(np.load(out), encode.Encoder.load(ref_dir, checkpoint=str(best[0])).embed(["a sentence"]))
 
 
 def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_checkpoint(reference, tiny_model_dir,
-                                                                                      small_data_dir, tmp_path,
-                                                                                      monkeypatch, caplog):
+                                                                                      small_data_dir, tmp_path, caplog):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  _interrupt_at(monkeypatch, 8)
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, workdir)
-  monkeypatch.undo()
+  train_interrupted(config, workdir, 8)
   # Damage that the record vouches for (a record written over the damaged files): only orbax can tell.
   step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
-  _damage(_largest_file(step8, "params"), "truncate")
+  damage(largest_file(step8, "params"), "truncate")
   files.write_json(os.path.join(step8, checkpoints.CHECKSUMS), checkpoints._file_digests(step8))
   train.train_and_evaluate(config, workdir)  # One run: no "run the same command again".
-  assert len(_warnings_naming(caplog, "checkpoints/latest/8 is not usable (cannot be read")) == 1
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert len(warnings_naming(caplog, "checkpoints/latest/8 is not usable (cannot be read")) == 1
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
 # --------------------------------------------------------------------------
@@ -289,11 +263,8 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  _interrupt_at(monkeypatch, 7)  # Latest 4; best 6 (after it: stale).
-  with pytest.raises(Interrupted):
-    train.train_and_evaluate(config, workdir)
-  monkeypatch.undo()
-  before = {sub: _steps(workdir, sub) for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR)}
+  train_interrupted(config, workdir, 7)  # Latest 4; best 6 (after it: stale).
+  before = {sub: checkpoint_steps(workdir, sub) for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR)}
   metrics_before = open(os.path.join(workdir, "metrics.jsonl")).read()
   changed = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
       **SCHEDULE, "train.max_steps": 5, "train.learning_rate": 1e-4, "checkpoint.every": 100})
@@ -308,7 +279,7 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   assert "train.learning_rate (0.003 there, 0.0001 here)" in message and "train.max_steps (9 there, 5 here)" in message
   assert "checkpoint.every" not in message and "--restart" in message and "\n" not in message
   # Refused before anything changed: the stale best checkpoint is still there, metrics.jsonl is as it was.
-  assert {sub: _steps(workdir, sub) for sub in before} == before
+  assert {sub: checkpoint_steps(workdir, sub) for sub in before} == before
   assert open(os.path.join(workdir, "metrics.jsonl")).read() == metrics_before
   assert not any("recomputes" in r.getMessage() or "evaluates that step" in r.getMessage() for r in caplog.records)
   # What cannot change the result may change: the same run finishes exactly as the uninterrupted one.
@@ -318,8 +289,8 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   assert any("best/6 is intact but was saved after the resume point, step 4: the resumed run evaluates that step "
              "again; moved to" in r.getMessage() for r in caplog.records)
   assert summary["best_step"] == ref_summary["best_step"]
-  _assert_same_params(_params(workdir), _params(ref_dir))
-  _assert_same_params(_params(workdir, "best"), _params(ref_dir, "best"))
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
+  assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
   # --restart starts the changed run clean.
   summary = train.train_and_evaluate(changed, workdir, restart=True)
   assert summary["steps"] == 5
@@ -343,13 +314,6 @@ def test_config_fields_of_another_jaxcse_version_are_a_warning_not_a_refusal(tin
 # 4. A finite-but-exploded checkpoint.
 
 
-def _exploded(params):
-  """Params as after one Adam step at lr 1e30: every weight moved by 1e30, finite, and the forward pass overflows."""
-  rng = np.random.default_rng(0)
-  return jax.tree.map(lambda x: np.asarray(x) + np.float32(1e30) * rng.choice([-1, 1], size=x.shape).astype(np.float32),
-                      jax.device_get(params))
-
-
 def test_the_trainer_never_saves_a_checkpoint_whose_outputs_overflow(tiny_model_dir, small_data_dir, fresh_workdir):
   # As in the issue: lr 1e30 with clipping; after step 1 every weight is ~1e30, finite, and the forward overflows.
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
@@ -357,7 +321,7 @@ def test_the_trainer_never_saves_a_checkpoint_whose_outputs_overflow(tiny_model_
   with pytest.raises(train.NonFiniteLossError, match=r"after step 1 the model's outputs \(.*\) are not finite on a "
                                                      r"probe batch .* The last good checkpoint is none"):
     train.train_and_evaluate(config, fresh_workdir)
-  assert not _steps(fresh_workdir, checkpoints.LATEST_DIR)
+  assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
 
 
 def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(reference, tmp_path, caplog, capsys):
@@ -365,13 +329,13 @@ def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(referenc
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)
   good = loading.load_model(workdir)
-  exploded = _exploded(good.params)
+  exploded = exploded_params(good.params)
   assert checkpoints.all_finite(exploded)
   mngr = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
   checkpoints.save(mngr, 10, meta={"step": 10, "metric": 1.0}, params=exploded)
   mngr.close()
   assert loading.load_model(workdir).step == good.step
-  assert len(_warnings_naming(caplog, "best/10: its outputs (pooler cls, pooler cls_before_pooler) are not finite")) == 1
+  assert len(warnings_naming(caplog, "best/10: its outputs (pooler cls, pooler cls_before_pooler) are not finite")) == 1
   out_dir = str(tmp_path / "export")
   assert export_hf.main([workdir, out_dir, "--checkpoint", "10"]) == 1  # Refused: nothing written.
   err = capsys.readouterr().err.strip().splitlines()
@@ -386,7 +350,7 @@ def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(referenc
 def test_encode_refusing_a_model_leaves_no_partial_output(reference, tmp_path):
   ref_dir, _ = reference
   loaded = loading.load_model(ref_dir)
-  encoder = encode.Encoder(loaded.spec, _exploded(loaded.params))  # Built directly: no probe on the way.
+  encoder = encode.Encoder(loaded.spec, exploded_params(loaded.params))  # Built directly: no probe on the way.
   lines = tmp_path / "in.txt"
   lines.write_text("".join(f"sentence {i}\n" for i in range(20)))
   out = str(tmp_path / "x.npy")
@@ -403,25 +367,26 @@ def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(refe
                                                                            small_data_dir, tmp_path, caplog):
   ref_dir, ref_summary = reference
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  best = _steps(ref_dir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(ref_dir, checkpoints.BEST_DIR)
   assert ref_summary["best_step"] == best[-1] == 9 and len(best) == 2
   # The newest best damaged: set aside, the older one is the best again, and the resume point (9) is evaluated
   # again, which is this run's best (its score is ref_summary's).
   workdir = str(tmp_path / "newest")
   shutil.copytree(ref_dir, workdir)
-  _damage(_largest_file(os.path.join(workdir, checkpoints.BEST_DIR, "9"), "params"), "flip")
+  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, "9"), "params"), "flip")
   summary = train.train_and_evaluate(config, workdir)
-  assert len(_warnings_naming(caplog, "checkpoints/best/9 is not usable")) == 1
-  assert len(_warnings_naming(caplog, f"step 9, is gone (set aside or deleted); the best is now step {best[0]}")) == 1
+  assert len(warnings_naming(caplog, "checkpoints/best/9 is not usable")) == 1
+  assert len(warnings_naming(caplog, f"step 9, is gone (set aside or deleted); the best is now step {best[0]}")) == 1
   assert summary["best_step"] == 9 and summary["best_metric"] == ref_summary["best_metric"]
   assert loading.load_model(workdir).step == 9
-  _assert_same_params(_params(workdir, "best"), _params(ref_dir, "best"))
-  assert [r["step"] for r in _records(workdir)] == [r["step"] for r in _records(ref_dir)]  # No line twice.
+  assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
+  # No line twice.
+  assert [r["step"] for r in metrics_records(workdir)] == [r["step"] for r in metrics_records(ref_dir)]
   # Every best checkpoint damaged: none to fall back to; the resume point is evaluated and becomes the best.
   workdir = str(tmp_path / "all")
   shutil.copytree(ref_dir, workdir)
   for step in best:
-    _damage(_largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(step)), "params"), "truncate")
+    damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(step)), "params"), "truncate")
   summary = train.train_and_evaluate(config, workdir)
   assert summary["best_step"] == 9 and loading.load_model(workdir).step == 9
 
@@ -430,22 +395,17 @@ def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(refe
 # 6. One line, not a wall.
 
 
-def test_a_full_disk_during_a_save_is_one_line(tiny_model_dir, small_data_dir, tmp_path):
-  disk = str(tmp_path / "disk")
-  if not _tmpfs(disk, "32m"):
-    pytest.skip("cannot mount a small tmpfs here (needs root)")
-  try:
-    workdir = os.path.join(disk, "w")
-    # 1 MB left when the save of latest/8 starts: orbax's write threads fail partway (each logged a traceback).
-    run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"FILL_DISK_BEFORE_SAVE_OF": "latest/8",
-                                                               "FILLER": os.path.join(disk, "filler"),
-                                                               "LEAVE": str(1 << 20)})
-    said = _said(run.stderr)
-    assert run.returncode == 1 and len(said) == 1, said[:20]
-    assert said[0].startswith("error: could not write checkpoint") and "latest/8" in said[0]
-    assert "No space left" in said[0] or "RESOURCE_EXHAUSTED" in said[0]
-  finally:
-    subprocess.run(["umount", disk], capture_output=True)
+def test_a_full_disk_during_a_save_is_one_line(tiny_model_dir, small_data_dir, small_disk):
+  disk = small_disk("32m")
+  workdir = os.path.join(disk, "w")
+  # 1 MB left when the save of latest/8 starts: orbax's write threads fail partway (each logged a traceback).
+  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"FILL_DISK_BEFORE_SAVE_OF": "latest/8",
+                                                             "FILLER": os.path.join(disk, "filler"),
+                                                             "LEAVE": str(1 << 20)})
+  said = lines_said(run.stderr)
+  assert run.returncode == 1 and len(said) == 1, said[:20]
+  assert said[0].startswith("error: could not write checkpoint") and "latest/8" in said[0]
+  assert "No space left" in said[0] or "RESOURCE_EXHAUSTED" in said[0]
 
 
 def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_dir, small_data_dir, tmp_path):
@@ -453,10 +413,10 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_d
   workdir = str(tmp_path / "w")
   run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "6"})
   assert run.returncode == 130
-  assert _said(run.stderr) == ["interrupted at step 6; rerun the same command to resume (from its checkpoint at "
+  assert lines_said(run.stderr) == ["interrupted at step 6; rerun the same command to resume (from its checkpoint at "
                                "step 4)"]
   assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0
-  _assert_same_params(_params(workdir), _params(ref_dir))
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
 def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):

@@ -23,23 +23,13 @@ from tests import helpers
 REPO = helpers.REPO
 
 
-def _final_params(workdir: str) -> dict:
-  params = loading.load_model(workdir, checkpoint="latest").params
-  return flax.traverse_util.flatten_dict(jax.device_get(params), sep="/")
-
-
-def _metrics(workdir: str) -> list[dict]:
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return [json.loads(line) for line in f]
-
-
 def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir):
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"eval.at_start": True})
   summary = train.train_and_evaluate(config, fresh_workdir)
 
   assert summary["steps"] == 6
   assert summary["first_eval"]["step"] == 0
-  records = _metrics(fresh_workdir)
+  records = helpers.metrics_records(fresh_workdir)
   loss_steps = [r["step"] for r in records if "loss" in r]
   eval_steps = [r["step"] for r in records if "eval/metric" in r]
   assert loss_steps == [2, 3, 4, 6]  # log_every=2, plus the eval step 3 (logged before evaluating).
@@ -81,12 +71,8 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, small_data_
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), reference)
 
   killed = str(tmp_path / "killed")
-  cmd = [sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"),
-         "--workdir", killed]
-  for key, value in {"model.name": tiny_model_dir, "data.data_dir": small_data_dir, "data.train": "corpora/small.txt",
-                     "data.max_seq_len": 16, "train.batch_size": 8, "train.learning_rate": 1e-3,
-                     "eval.batch_size": 32, **overrides}.items():
-    cmd.append(f"--config.{key}={value}")
+  cmd = [sys.executable, "-m", "jaxcse.train",
+         *helpers.train_cli_args(killed, tiny_model_dir, small_data_dir, **overrides)]
   proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   metrics_path = os.path.join(killed, "metrics.jsonl")
   deadline = time.time() + 240
@@ -104,14 +90,11 @@ def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, small_data_
 
   summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), killed)
   assert summary["steps"] == steps
-  logged = [r["step"] for r in _metrics(killed) if "loss" in r]
+  logged = [r["step"] for r in helpers.metrics_records(killed) if "loss" in r]
   assert logged == list(range(1, steps + 1))  # Nothing lost, nothing logged twice.
-  a, b = _final_params(reference), _final_params(killed)
-  assert a.keys() == b.keys()
-  for key in a:
-    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-  ref_losses = [r["loss"] for r in _metrics(reference) if "loss" in r]
-  assert ref_losses == [r["loss"] for r in _metrics(killed) if "loss" in r]
+  helpers.assert_same_params(helpers.saved_params(reference), helpers.saved_params(killed))
+  ref_losses = [r["loss"] for r in helpers.metrics_records(reference) if "loss" in r]
+  assert ref_losses == [r["loss"] for r in helpers.metrics_records(killed) if "loss" in r]
 
 
 def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_data_dir, tmp_path):
@@ -151,11 +134,10 @@ def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_dat
 
 @pytest.mark.parametrize("config_name", helpers.CONFIG_NAMES)
 def test_every_config_file_runs_a_few_steps(config_name, tiny_model_dir, small_data_dir, fresh_workdir):
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name,
-                               **{"train.max_steps": 3, "eval.every": 3, "checkpoint.every": 3})
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **{"train.max_steps": 3})
   summary = train.train_and_evaluate(config, fresh_workdir)
   assert summary["steps"] == 3 and summary["best_step"] in (0, 3)
-  records = [r for r in _metrics(fresh_workdir) if "loss" in r]
+  records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   assert records and all(np.isfinite(r["loss"]) for r in records)
   if config.method == "dclr":
     assert "dclr/weight_zero_frac" in records[-1]
@@ -181,11 +163,11 @@ def test_mlm_objective_trains_the_head_and_is_saved(tiny_model_dir, small_data_d
   with pytest.raises(_Crash):
     train.train_and_evaluate(config, fresh_workdir)
   monkeypatch.undo()
-  records = [r for r in _metrics(fresh_workdir) if "loss" in r]
+  records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   last = records[-1]
   assert last["loss"] == pytest.approx(last["contrastive_loss"] + 0.1 * last["mlm_loss"], rel=1e-4)
   assert last["mlm_loss"] > 5.0  # A fresh head over 30522 tokens starts near log(30522) = 10.3.
-  params = _final_params(fresh_workdir)
+  params = helpers.saved_params(fresh_workdir)
   assert any(k.startswith("mlm_head/") for k in params)
   # Resuming (with the same config: another max_steps would be another run) rebuilds the head from the saved
   # description.
@@ -222,7 +204,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, sm
   mngr = checkpoints.manager(os.path.join(fresh_workdir, checkpoints.LATEST_DIR))
   # Checkpoint n holds the state after n steps; the last one kept is the state the bad step started from.
   assert bad_step >= 2 and mngr.latest_step() == bad_step - 1
-  params = _final_params(fresh_workdir)
+  params = helpers.saved_params(fresh_workdir)
   assert all(np.isfinite(v).all() for v in params.values())
   loaded = loading.load_model(fresh_workdir, checkpoint="latest")  # Its outputs are finite too (else refused).
   assert loaded.step == bad_step - 1
@@ -285,7 +267,7 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
   shuffled = jax.tree.map(lambda x: x[::-1] if x.ndim == 2 else x, complementary.params)
   assert float(loss_wrt_complementary(shuffled)) != float(loss_wrt_complementary(complementary.params))
   train.train_and_evaluate(config, fresh_workdir)
-  assert set(_final_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(params, sep="/"))
+  assert set(helpers.saved_params(fresh_workdir)) == set(flax.traverse_util.flatten_dict(params, sep="/"))
 
 
 @pytest.mark.parametrize("head", ["untied_fresh", "untied_pretrained", "tied"])
