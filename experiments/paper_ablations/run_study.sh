@@ -57,6 +57,8 @@ after=()
 
 # run GROUP NAME STEPS ARGS...: trains WORKDIRS/GROUP/NAME unless OUT/results/GROUP/NAME.json exists, copies its
 # metrics, summary and config to OUT/runs/GROUP/NAME and evaluates it on the STS tasks (+ alignment/uniformity).
+# Logs are appended to: a resumed run (or a second process that the workdir's lock turns away) adds to the log
+# instead of truncating what the first segment wrote.
 run() {
   group=$1 name=$2 steps=$3; shift 3
   f=$OUT/results/$group/$name.json
@@ -65,10 +67,10 @@ run() {
   case " $* " in *" configs/dclr.py "*) complementary ;; esac
   wd=$W/$group/$name
   python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
-      2>&1 | tee "$OUT/logs/$group/train-$name.log"
+      2>&1 | tee -a "$OUT/logs/$group/train-$name.log"
   cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$group/$name/"
   python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" \
-      2>&1 | tee "$OUT/logs/$group/eval-$name.log"
+      2>&1 | tee -a "$OUT/logs/$group/eval-$name.log"
   mv "$f.partial" "$f"
 }
 
@@ -238,7 +240,7 @@ for stage in $STAGES; do
       last=$OUT/results/horizon/$name-last.json
       if [ ! -f "$last" ]; then
         python -m jaxcse.evaluate --model "$W/horizon/$name" --checkpoint latest --tasks sts,align_uniform \
-            --output "$last.partial" 2>&1 | tee "$OUT/logs/horizon/eval-$name-last.log"
+            --output "$last.partial" 2>&1 | tee -a "$OUT/logs/horizon/eval-$name-last.log"
         mv "$last.partial" "$last"
       fi
     done
