@@ -10,6 +10,7 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
+from packaging.version import Version
 
 from jaxcse import compat
 from tests.helpers import REPO, unused_port
@@ -119,7 +120,10 @@ def test_the_cuda_plugin_still_prints_only_lines_the_filter_drops():
   # As jaxcse-compile starts jax: the plugin installed for compiling found, then jax's CPU asked for.
   printed = _library_start_stderr("from jaxcse.compile import targets; targets.use_gpu_compiler(); import jax; "
                                   "jax.devices('cpu')")
-  assert printed, "the CUDA plugin prints nothing now: drop its lines from compat.HARMLESS_NATIVE_LINES"
+  # jaxlib 0.10.2's plugin prints 8 lines at every start (absl's InitializeLog warning, cudart_stub); 0.12.0.1's
+  # prints none (CI's newest end, 2026-11-26). The filter stays while the supported range holds a plugin that prints.
+  if compat.version("jaxlib") < Version("0.12"):
+    assert printed, "the CUDA plugin prints nothing now: its lines in compat.HARMLESS_NATIVE_LINES may go"
   assert [line for line in printed if not compat.HARMLESS_NATIVE_LINES.search(line)] == []
 
 
