@@ -12,7 +12,9 @@ import sys
 import numpy as np
 
 
-def main(jaxcse_npz: str, official_npz: str) -> None:
+def main(jaxcse_npz: str, official_npz: str, views: str = "both") -> None:
+  if views not in ("both", "first"):
+    raise SystemExit(f"views: both or first, not {views!r}")
   jax_b, off_b = np.load(jaxcse_npz), np.load(official_npz)
   steps = len([k for k in off_b.files if k.startswith("input_ids_")])
   if steps == 0 or steps > len(jax_b["input_ids"]):
@@ -27,7 +29,7 @@ def main(jaxcse_npz: str, official_npz: str) -> None:
     else:
       if j_mask[:, length:].any():
         problems.append(f"jaxcse has tokens past the official batch's length {length}")
-      for view in range(2):
+      for view in range(2 if views == "both" else 1):
         if not np.array_equal(mask[:, view], j_mask[:, :length]):
           problems.append(f"view {view}: attention masks differ in {int((mask[:, view] != j_mask[:, :length]).sum())} places")
         on = j_mask[:, :length].astype(bool)
@@ -35,7 +37,7 @@ def main(jaxcse_npz: str, official_npz: str) -> None:
           problems.append(f"view {view}: token ids differ")
     if problems:
       raise SystemExit(f"batch {k}: " + "; ".join(problems))
-    print(f"batch {k}: equal (64 sentences x 2 views, {int(j_mask.sum())} tokens, padded length {length})")
+    print(f"batch {k}: equal (64 sentences x {2 if views == 'both' else 1} view(s), {int(j_mask.sum())} tokens, padded length {length})")
 
 
 if __name__ == "__main__":
