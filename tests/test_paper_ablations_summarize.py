@@ -209,3 +209,10 @@ def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, 
   assert summarize.reversal_verdict({1: 3.0, 2: 3.0}) == "no decision: 2 of 3 seeds finished"
   assert summarize.reversal_verdict({1: 3.0, 2: 1.0, 3: 0.4}) == "undecided (between the two)"
   assert summarize.reversal_verdict({1: 0.2, 2: 0.4, 3: 0.3}, extra_condition=False) == "undecided (between the two)"
+  # The horizon's "gain gone" needs crop 30% measured on the same seeds: untested is not "undecided".
+  assert summarize.horizon_verdict({1: 0.2, 2: 0.4, 3: 0.3}, {1: 0.0}, True).startswith(
+      "no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is untested "
+      "(seed(s) 2, 3 not run)")
+  assert summarize.horizon_verdict({1: 0.2, 2: 0.4, 3: 0.3}, {1: 0.0, 2: 0.1, 3: -0.1}, True) == \
+      "the horizon (mean paired gain <= +0.5)"
+  assert summarize.horizon_verdict({1: 2.2, 2: 2.4, 3: 2.3}, {}, False) == "not the horizon (>= +2.0 in every seed)"

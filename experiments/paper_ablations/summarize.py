@@ -494,9 +494,18 @@ def horizon_table(out: str, runs: list[Run]) -> list[str]:
   lines += ["", f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
             f"{_interval(list(crop10.values()))} over {len(crop10)} seeds; crop 30% below crop 10%: "
             f"{'yes' if crop30_below else 'no'}.",
-            "Verdict by the pre-registered rule: " + reversal_verdict(crop10, extra_condition=crop30_below).replace(
-                "gain gone", "the horizon").replace("gain kept", "not the horizon") + ".", ""]
+            "Verdict by the pre-registered rule: " + horizon_verdict(crop10, crop30, crop30_below) + ".", ""]
   return lines
+
+
+def horizon_verdict(crop10: dict[int, float], crop30: dict[int, float], crop30_below: bool) -> str:
+  """reversal_verdict in the horizon rule's words; "the horizon" also needs crop 30% on the same 3 seeds."""
+  verdict = reversal_verdict(crop10, extra_condition=crop30_below)
+  missing = sorted(set(crop10) - set(crop30))
+  if len(crop10) >= 3 and np.mean(list(crop10.values())) <= 0.5 and missing:
+    return (f"no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is "
+            f"untested (seed(s) {', '.join(map(str, missing))} not run)")
+  return verdict.replace("gain gone", "the horizon").replace("gain kept", "not the horizon")
 
 
 def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES) -> list[str]:

@@ -93,6 +93,90 @@ def criterion_rows(name: str, other_runs: dict, base_runs: dict) -> list[str]:
   return rows
 
 
+HORIZON_ROWS = (("none", "None (dropout 0.1)"), ("crop10", "crop 10%"), ("crop30", "crop 30%"))
+HORIZON_SEED, HORIZON_LR = 1, "1e-3"
+HORIZON_BAND = 1.4  # README, "The horizon slice through the official code": 2 x 0.71, the data-subset control's pooled SD
+
+
+def _read(path: str) -> dict | None:
+  if not os.path.exists(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def horizon_runs(ablations: str) -> dict:
+  """{implementation: {row: run}} for the horizon slice's seed, each run {kept, last (STS avg), step (kept),
+  dev ({step: STS-B dev x100})}; rows not finished are absent."""
+  found = {"official": {}, "jaxcse": {}}
+  for row, _ in HORIZON_ROWS:
+    prefix = os.path.join(HERE, "results", f"official_horizon-{row}-seed{HORIZON_SEED}")
+    kept, last = _read(prefix + ".json"), _read(prefix + "-last.json")
+    if kept and last:
+      pc = kept["positive_control"]
+      found["official"][row] = {"kept": kept["summary"]["Avg"], "last": last["summary"]["Avg"],
+                                "step": pc["selected_step"],
+                                "dev": {int(s): v * 100 for s, v in pc["jaxcse_stsb_dev"].items()}}
+    name = f"{row}-lr{HORIZON_LR}-seed{HORIZON_SEED}"
+    kept = _read(os.path.join(ablations, "results", "horizon", name + ".json"))
+    last = _read(os.path.join(ablations, "results", "horizon", name + "-last.json"))
+    summary = _read(os.path.join(ablations, "runs", "horizon", name, "summary.json"))
+    if kept and last and summary:
+      with open(os.path.join(ablations, "runs", "horizon", name, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+      found["jaxcse"][row] = {"kept": kept["summary"]["Avg"], "last": last["summary"]["Avg"],
+                              "step": summary["best_step"],
+                              "dev": {r["step"]: r["eval/stsb_dev"] * 100 for r in records if "eval/stsb_dev" in r}}
+  return found
+
+
+def horizon_lines(ablations: str) -> list[str]:
+  """The horizon slice through the official code (seed 1) beside jaxcse's seed 1, and the pre-registered verdict."""
+  runs = horizon_runs(ablations)
+  if not runs["official"]:
+    return []
+  lines = ["", f"## The horizon slice through the official code (seed {HORIZON_SEED}, 1,500 steps; rule pre-registered "
+           "in README.md)", "",
+           "Official = princeton-nlp/SimCSE `train.py` + simcse_crop.patch on jaxcse's seed-1 sentences and batches; "
+           "jaxcse = the study's horizon runs of the same seed (`../paper_ablations/results/horizon/`). STS avg at the "
+           "kept checkpoint (best STS-B dev) and at step 1,500; STS-B dev every 250 steps.", "",
+           "| row | implementation | STS avg, kept (step) | STS avg, last | STS-B dev at 250 / 500 / ... / 1,500 |",
+           "|---|---|---:|---:|---|"]
+  for row, label in HORIZON_ROWS:
+    for impl in ("official", "jaxcse"):
+      r = runs[impl].get(row)
+      if r is None:
+        lines.append(f"| {label} | {impl} | not run | – | – |")
+        continue
+      dev = " / ".join(f"{r['dev'][s]:.2f}" for s in sorted(r["dev"]))
+      lines.append(f"| {label} | {impl} | {r['kept']:.2f} ({r['step']}) | {r['last']:.2f} | {dev} |")
+  lines += ["", "| gain over None | official | jaxcse | official − jaxcse | reading (band ±"
+            f"{HORIZON_BAND}) |", "|---|---:|---:|---:|---|"]
+  for row, label in HORIZON_ROWS[1:]:
+    gains = {}
+    for impl in ("official", "jaxcse"):
+      if row in runs[impl] and "none" in runs[impl]:
+        gains[impl] = {k: runs[impl][row][k] - runs[impl]["none"][k] for k in ("kept", "last")}
+    if len(gains) < 2:
+      lines.append(f"| {label} | {'–' if 'official' not in gains else format(gains['official']['kept'], '+.2f')} | "
+                   f"{'–' if 'jaxcse' not in gains else format(gains['jaxcse']['kept'], '+.2f')} | – | "
+                   "not both run: no reading |")
+      continue
+    diff = gains["official"]["kept"] - gains["jaxcse"]["kept"]
+    reading = ("the official code agrees" if abs(diff) <= HORIZON_BAND
+               else f"the official code disagrees (its gain {'higher' if diff > 0 else 'lower'})")
+    if row != "crop10":
+      reading += " (secondary)"
+    lines.append(f"| {label}, kept | {gains['official']['kept']:+.2f} | {gains['jaxcse']['kept']:+.2f} | "
+                 f"{diff:+.2f} | **{reading}** |")
+    last_diff = gains["official"]["last"] - gains["jaxcse"]["last"]
+    lines.append(f"| {label}, last step (secondary) | {gains['official']['last']:+.2f} | "
+                 f"{gains['jaxcse']['last']:+.2f} | {last_diff:+.2f} | – |")
+  lines += ["", "One seed: a single-run comparison, as pre-registered; the band is the SD of a difference of two gains "
+            "(2 x 0.71), not a test."]
+  return lines
+
+
 def fmt(values: list) -> str:
   if not values:
     return "–"
@@ -152,7 +236,8 @@ def main() -> None:
             "each. With 2-3 seeds per group the t tests have little power and the intervals are wide; the verdict is "
             "the pre-registered |d| <= pooled SD rule alone. The paired t pairs the seeds both groups have: a real pairing "
             "of data only for (a') against jaxcse (same sentences and batches per seed); elsewhere by seed number "
-            "only.", ""]
+            "only."]
+  lines += horizon_lines(a.ablations) + [""]
   with open(a.out, "w") as f:
     f.write("\n".join(lines))
   print("\n".join(lines))
