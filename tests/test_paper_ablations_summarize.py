@@ -194,6 +194,10 @@ def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, 
   crop10 = [55.2, 56.4, 57.3]  # None (54 + seed) plus its gains; the last step 1 below each.
   assert (f"| crop 10% | 3 | {summarize.cell(crop10)} | {summarize.cell([v - 1.0 for v in crop10])} | 61.00 ± 0.00 | "
           "125, 125, 125 | +0.20, +0.40, +0.30 | +3.00, +3.00, +3.00 |") in horizon
+  assert "| untrained encoder (no training) | – | 38.21 | – | 53.17 | – | – | – |" in "\n".join(
+      summarize.horizon_table(study, runs, {"sts_avg": 38.21, "stsb_dev": 53.17}))
+  assert "| untrained encoder (no training) | – | 38.21 | – | – | 53.17 |" in "\n".join(
+      summarize.mask_table(runs, official, {"sts_avg": 38.21, "stsb_dev": 53.17}))
   half = stats.t.ppf(0.975, 2) * np.std([0.2, 0.4, 0.3], ddof=1) / np.sqrt(3)
   assert f"mean 0.30, 95% interval [{0.3 - half:+.2f}, {0.3 + half:+.2f}] over 3 seeds; crop 30% below crop 10%: yes" \
          in horizon

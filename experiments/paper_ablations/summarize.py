@@ -462,7 +462,7 @@ def _last_step_avg(out: str, group: str, row: str, lr: str, seeds: list[int]) ->
   return found
 
 
-def horizon_table(out: str, runs: list[Run]) -> list[str]:
+def horizon_table(out: str, runs: list[Run], untrained: dict[str, float] | None = None) -> list[str]:
   """Stage horizon: None, crop 10% and crop 30% at 1,500 steps; the pre-registered rule on crop 10%'s gain."""
   if not any(r.group == "horizon" for r in runs):
     return []
@@ -488,11 +488,14 @@ def horizon_table(out: str, runs: list[Run]) -> list[str]:
                  f"{cell(_values(row_runs, 'stsb_dev'))} | {', '.join(steps) or '–'} | "
                  f"{'–' if row == 'none' else _per_seed(gains[row])} | "
                  f"{'–' if row == 'none' else _per_seed(short_gains)} |")
+  if untrained is not None:
+    lines.append(f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | "
+                 f"{number(untrained['stsb_dev'])} | – | – | – |")
   crop10, crop30 = gains["crop10"], gains["crop30"]
   both = sorted(set(crop10) & set(crop30))
   crop30_below = bool(both) and np.mean([crop30[s] for s in both]) < np.mean([crop10[s] for s in both])
   lines += ["", f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
-            f"{_interval(list(crop10.values()))} over {len(crop10)} seeds; crop 30% below crop 10%: "
+            f"{_interval(list(crop10.values()))} over {len(crop10)} seed{'' if len(crop10) == 1 else 's'}; crop 30% below crop 10%: "
             f"{'yes' if crop30_below else 'no'}.",
             "Verdict by the pre-registered rule: " + horizon_verdict(crop10, crop30, crop30_below) + ".", ""]
   return lines
@@ -508,7 +511,8 @@ def horizon_verdict(crop10: dict[int, float], crop30: dict[int, float], crop30_b
   return verdict.replace("gain gone", "the horizon").replace("gain kept", "not the horizon")
 
 
-def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES) -> list[str]:
+def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES,
+               untrained: dict[str, float] | None = None) -> list[str]:
   """Stage mask: None and crop 10% with per-element attention-dropout masks; the pre-registered readings."""
   if not any(r.group == "mask" for r in runs):
     return []
@@ -523,6 +527,9 @@ def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES)
     lines.append(f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
                  f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
                  f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |")
+  if untrained is not None:
+    lines.append(f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | – | "
+                 f"{number(untrained['stsb_dev'])} |")
   d_none = list(_gains(mask_none, shared_none).values())
   paired = "–"
   if len(d_none) >= 2:
@@ -673,7 +680,7 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
     lines += experiment_table(name, experiment, runs, untrained)
-  lines += horizon_table(out, runs) + mask_table(runs)
+  lines += horizon_table(out, runs, untrained) + mask_table(runs, untrained=untrained)
   plots = os.path.join(out, "plots")
   os.makedirs(plots, exist_ok=True)
   written = [p for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
