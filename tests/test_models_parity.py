@@ -258,6 +258,12 @@ def test_a_missing_nsp_pooler_is_initialised_with_one_line_unless_a_pooler_reads
       f"{folder} has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)"]
   with pytest.raises(weights.WeightsError, match="pooler 'bert_pooler' needs the checkpoint's pooler layer"):
     models.load_pretrained(folder, models.PoolerSpec("bert_pooler"))
+  # Evaluation loads with the checkpoint's pooler layer as the cls MLP: only a pooler with an MLP needs it there.
+  for pooler in ("avg", "cls_before_pooler"):
+    _, params = models.load_pretrained(folder, models.PoolerSpec(pooler), mlp_from_backbone_pooler=True)
+    assert "mlp" not in params
+  with pytest.raises(weights.WeightsError, match="pooler 'cls' needs the checkpoint's pooler layer"):
+    models.load_pretrained(folder, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True)
 
 
 def test_no_weights_file_is_one_error(tiny_model_dir, tmp_path):

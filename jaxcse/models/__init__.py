@@ -388,8 +388,10 @@ def load_pretrained(
   backbone, absent, used = weights.fill(shapes["backbone"], state, prefixes=("", spec_prefix(spec) + "."),
                                         where=path, optional=("pooler",))
   if absent:  # BERT's NSP pooler layer, which masked-LM checkpoints lack.
-    needed = poolers.get(pooling.pooler).needs_pooler_output or mlp_from_backbone_pooler
-    if needed:
+    # Read by the bert_pooler poolers, and as the cls MLP when mlp_from_backbone_pooler: a pooler with no MLP (avg,
+    # cls_before_pooler, ...) never reads it, so its absence is no error then.
+    pooler = poolers.get(pooling.pooler)
+    if pooler.needs_pooler_output or (mlp_from_backbone_pooler and pooler.has_mlp):
       raise weights.WeightsError(f"{name_or_path}: pooler {pooling.pooler!r} needs the checkpoint's pooler layer "
                                  "(pooler.dense), and it has none")
     log.info("%s has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)",
