@@ -6,9 +6,7 @@
 #   bash dropout_check.sh      (environment as loop_check.sh)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-SIMCSE=${SIMCSE:-/work/simcse-official}; VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; JAXCSE_CODE=${JAXCSE_CODE:-$(cd "$HERE/../.." && pwd)}; JAXCSE_VENV=${JAXCSE_VENV:-/work/venv-new}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 BATCHES="$WORK/jaxdata/jaxcse-seed1.batches.npz"; N=32; D="$HERE/dropout_check"; mkdir -p "$D"
 [ -f "$BATCHES" ] || PYTHONPATH="$JAXCSE_CODE" JAXCSE_DATA_DIR="$DATA" "$JAXCSE_VENV/bin/python" "$HERE/jaxcse_sentences.py" \
   1 "$WORK/jaxdata/jaxcse-seed1.txt" "$BATCHES"

@@ -5,9 +5,7 @@
 #                           which jaxcse_sentences.py writes)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-SIMCSE=${SIMCSE:-/work/simcse-official}; VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; JAXCSE_CODE=${JAXCSE_CODE:-$(cd "$HERE/../.." && pwd)}; JAXCSE_VENV=${JAXCSE_VENV:-/work/venv-new}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 BATCHES="$WORK/jaxdata/jaxcse-seed1.batches.npz"; mkdir -p "$WORK/loopcheck"
 [ -f "$BATCHES" ] || PYTHONPATH="$JAXCSE_CODE" JAXCSE_DATA_DIR="$DATA" "$JAXCSE_VENV/bin/python" "$HERE/jaxcse_sentences.py" \
   1 "$WORK/jaxdata/jaxcse-seed1.txt" "$BATCHES"

@@ -6,9 +6,7 @@
 # WORK (default /work/pc-runs), DATA (default /work/shared/data), PC_CODE and PC_VENV (the frozen jaxcse to score with).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-SIMCSE=${SIMCSE:-/work/simcse-official}; VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; PC_CODE=${PC_CODE:-/work/pc-code}; PC_VENV=${PC_VENV:-/work/venv-old}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 SEEDS=${*:-1 2 3}
 FTZ_LAUNCH='import runpy, sys, torch; assert torch.set_flush_denormal(True); sys.argv[0] = "train.py"; runpy.run_path("train.py", run_name="__main__")'
 

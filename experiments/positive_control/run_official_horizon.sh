@@ -10,10 +10,7 @@
 #   run_official_jaxdata.sh; SIMCSE must have both patches applied)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-SIMCSE=${SIMCSE:-/work/simcse-official}; VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; PC_CODE=${PC_CODE:-/work/pc-code}; PC_VENV=${PC_VENV:-/work/venv-old}
-JAXCSE_CODE=${JAXCSE_CODE:-$(cd "$HERE/../.." && pwd)}; JAXCSE_VENV=${JAXCSE_VENV:-/work/venv-new}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 STEPS=1500 EVERY=250  # as the study's horizon stage (run_study.sh HORIZON_STEPS, HORIZON_EVERY)
 RUNS=${*:-none:1 crop10:1 crop30:1}
 mkdir -p "$WORK/jaxdata" "$HERE/logs" "$HERE/results"

@@ -10,10 +10,7 @@
 #   the jaxcse whose data code writes the sentences, and JAXCSE_VENV)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-SIMCSE=${SIMCSE:-/work/simcse-official}; VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; PC_CODE=${PC_CODE:-/work/pc-code}; PC_VENV=${PC_VENV:-/work/venv-old}
-JAXCSE_CODE=${JAXCSE_CODE:-$(cd "$HERE/../.." && pwd)}; JAXCSE_VENV=${JAXCSE_VENV:-/work/venv-new}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 SEEDS=${*:-1 2 3}
 mkdir -p "$WORK/jaxdata" "$HERE/logs" "$HERE/results"
 for S in $SEEDS; do

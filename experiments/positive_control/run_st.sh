@@ -4,9 +4,7 @@
 # skipped.   bash run_st.sh [SEED ...]   (default 1 2 3; environment as run_official.sh)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-VENV=${VENV:-/work/venv-simcse}; WORK=${WORK:-/work/pc-runs}
-DATA=${DATA:-/work/shared/data}; PC_CODE=${PC_CODE:-/work/pc-code}; PC_VENV=${PC_VENV:-/work/venv-old}
-ENCODER=${ENCODER:-/work/main/jaxcse/pretrained/bert-mini-wiki-uncased}
+. "$HERE/paths.sh"
 SEEDS=${*:-1 2 3}
 mkdir -p "$WORK" "$HERE/logs" "$HERE/results"
 head -n 16000 "$DATA/corpora/wiki_offline.txt" > "$WORK/wiki16k.txt"
