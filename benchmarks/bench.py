@@ -63,7 +63,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, sts_data, train_step
+from jaxcse import data as data_lib, evaluate, models
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.core import errors
+from jaxcse.storage import hub
+from jaxcse.training import objectives, train_step
+from jaxcse.evaluation import sts_data
 
 
 def _baselines():

@@ -35,10 +35,12 @@ import jax
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxcse import loading, models, poolers, st_format
+from jaxcse.storage import loading, st_format
+from jaxcse import models
+from jaxcse.models import poolers
 from jaxcse.models import weights
-from jaxcse import errors, files
-from jaxcse.errors import JaxcseError
+from jaxcse.core import errors, files
+from jaxcse.core.errors import JaxcseError
 
 class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""
@@ -260,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
   trained = None
   if loaded.step is not None:
-    from jaxcse import checkpoints
+    from jaxcse.storage import checkpoints
 
     workdir = checkpoints.find_workdir(args.model)
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.

@@ -72,7 +72,7 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
   torch = pytest.importorskip("torch")
   from transformers import AutoTokenizer, BertConfig, BertModel
 
-  from jaxcse import hub
+  from jaxcse.storage import hub
 
   minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from jaxcse import cli, encode, evaluate, export_hf, hub, loading
+from jaxcse.training import cli
+from jaxcse import encode, evaluate, export_hf
+from jaxcse.storage import hub, loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from jaxcse import encode, evaluate, export_hf, plot, report, train, wordpiece
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 from tests import helpers
 
 

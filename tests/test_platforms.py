@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from jaxcse import platforms
+from jaxcse.core import platforms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ml_collections
 
-from jaxcse import models, objectives, sts_metrics
-from jaxcse.errors import JaxcseError
+from jaxcse import models
+from jaxcse.training import objectives
+from jaxcse.evaluation import sts_metrics
+from jaxcse.core.errors import JaxcseError
 
 
 class ConfigError(JaxcseError, ValueError):

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
 

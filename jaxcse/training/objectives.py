@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import losses, models
+from jaxcse.training import losses
+from jaxcse import models
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics).
 SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
