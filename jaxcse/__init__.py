@@ -5,6 +5,8 @@ from jaxcse.version import __version__  # noqa: F401  (jaxcse.__version__)
 
 # Before anything imports jax: no accelerator here -> jax's CPU only (jaxcse/platforms.py says why).
 _platforms.cpu_only_without_accelerators()
+# And, on the CPU only, XLA's per-step buffers kept by malloc rather than mapped afresh each step (same docstring).
+_platforms.keep_xla_cpu_buffers()
 
 
 def __getattr__(name):

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers, provenance
-from jaxcse import errors, files
+from jaxcse import errors, files, platforms
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
@@ -386,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--overwrite", action="store_true",
                       help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused")
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")

@@ -33,7 +33,7 @@ import numpy as np
 
 from jaxcse import data as data_lib
 from jaxcse import transfer as transfer_lib
-from jaxcse import errors, files, provenance
+from jaxcse import errors, files, platforms, provenance
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 from jaxcse.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
@@ -225,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument("--output", default=None, help="write the full results as JSON here")
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
 
   tasks = expand_tasks(args.tasks)
   if args.output:

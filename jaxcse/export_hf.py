@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxcse import loading, models, poolers, st_format
+from jaxcse import loading, models, platforms, poolers, st_format
 from jaxcse.models import weights
 from jaxcse import errors, files
 from jaxcse.errors import JaxcseError
@@ -245,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
                            "fine-tune), not a sentence-transformers model")
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
   errors.check_output(args.out_dir, folder=True)  # Before the slow part; export checks again.
   if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):
     raise ExportError(f"{args.out_dir}: exists and is not empty; choose a new folder or remove it")

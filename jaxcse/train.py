@@ -39,7 +39,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, cli, configuration, configured, data as data_lib, distributed, errors, files, models
-from jaxcse import objectives, provenance, sts_data, train_step as step_lib, validation
+from jaxcse import objectives, platforms, provenance, sts_data, train_step as step_lib, validation
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
@@ -752,6 +752,7 @@ def main(argv: list[str]) -> None:
   """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``)."""
   del argv
   config, workdir, restart = cli.train_flags()
+  platforms.use_compilation_cache()
   with cli.one_line_errors():
     summary = train_and_evaluate(config, workdir, restart=restart)
   if jax.process_index() == 0:

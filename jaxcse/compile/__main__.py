@@ -95,8 +95,11 @@ def list_targets() -> None:
 def run_command() -> int:
   from absl import flags
 
+  from jaxcse import platforms
   from jaxcse.compile import lowering, max_batch, targets
   from jaxcse.errors import USER_ERRORS, print_error
+
+  platforms.use_compilation_cache()  # Read by the CPU target; the others turn jax's cache off below.
 
   FLAGS = flags.FLAGS
   config = FLAGS.config
