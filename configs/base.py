@@ -46,7 +46,12 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.data_dir = ""  # Data root; empty = $JAXCSE_DATA_DIR. Relative paths below resolve there.
-  config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt, .csv (sent0,sent1[,hard_neg]) or tfds:NAME[:split].
+  # .txt, .csv (sent0,sent1[,hard_neg]), tfds:NAME[:split]; pair data (docs/own_data.md): .jsonl, .parquet, a
+  # Dataset.save_to_disk folder or hf:NAME[:CONFIG[:SPLIT]], columns in order anchor, positive, negatives.
+  config.data.train = "corpora/wiki1m_for_simcse.txt"
+  # How a .csv reads: simcse (a header sent0[,sent1[,hard_neg]] or text) or sentence_transformers (any names, in
+  # order anchor, positive, negatives; a label/score column is the label), as for .jsonl.
+  config.data.csv_format = "simcse"
   config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
   config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
   config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).

@@ -253,16 +253,19 @@ class _Inputs:
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
   complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``configured.complementary``).
   augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
-  corpus_digests: dict[str, str] | None  # sha256 of the training corpus's files (``_corpus_digests``); None: TFDS.
+  corpus_digests: dict[str, str] | None  # sha256 of the training corpus (``_corpus_digests``); None: TFDS.
 
 
-def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh) -> _Inputs:
+def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool, mesh, train_data=None) -> _Inputs:
   """Checks the workdir and loads the model, corpus and dev sets; writes nothing.
 
   So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the
-  run with the workdir exactly as it was, and the corrected command then starts cleanly.
+  run with the workdir exactly as it was, and the corrected command then starts cleanly. ``train_data``: a
+  ``datasets.Dataset`` to train on instead of ``config.data.train``'s.
   """
-  corpus_digests = _corpus_digests(config)
+  pair_data = train_data is not None or data_lib.is_pairs_source(_data_source(config), config.data.csv_format)
+  corpus = _corpus(config, train_data) if pair_data else None  # Its digest is of its content: read it first.
+  corpus_digests = _corpus_digests(config, corpus)
   errors.check_output(workdir, folder=True)
   start = _start_point(workdir, restart)
   _check_workdir(config, workdir, restart, start)
@@ -273,7 +276,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   else:
     built = configured.model(config)
     spec, params = built.spec, built.params
-  batches, heldout = _batches(config, spec)
+  batches, heldout = _batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
@@ -281,8 +284,23 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   return _Inputs(start, spec, params, batches, heldout, dev_sets, complementary, augment_mlm, corpus_digests)
 
 
-def _corpus_digests(config: ml_collections.ConfigDict) -> dict[str, str] | None:
-  """sha256 of the training corpus's files, by path relative to the corpus's folder; None for a TFDS dataset."""
+def _data_source(config: ml_collections.ConfigDict) -> str:
+  """``config.data.train`` resolved under the data root where it is there (so a folder is seen as one), else as is."""
+  source = config.data.train
+  if source.startswith((data_lib.TFDS_PREFIX, data_lib.HF_PREFIX)):
+    return source
+  try:
+    return data_lib.resolve(source, config.data.data_dir or None)
+  except data_lib.DataError:
+    return source  # The reader says what is missing.
+
+
+def _corpus_digests(config: ml_collections.ConfigDict, corpus=None) -> dict[str, str] | None:
+  """sha256 of the training corpus: of its files, by path relative to the corpus's folder (a file, or a
+  ``save_to_disk`` folder); of its content for a hub dataset or a ``datasets.Dataset`` (``corpus``, read already);
+  None for a TFDS dataset."""
+  if corpus is not None and (not config.data.train or config.data.train.startswith(data_lib.HF_PREFIX)):
+    return {corpus.path: corpus.content_sha256}
   if config.data.train.startswith(data_lib.TFDS_PREFIX):
     return None  # TFDS versions its datasets itself (the name holds the version).
   path = os.path.abspath(data_lib.resolve(config.data.train, config.data.data_dir or None))
@@ -347,13 +365,42 @@ def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workd
   files.write_json(os.path.join(workdir, "config.json"), config.to_dict())
 
 
-def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
-  """``(train batches, held-out corpus or None)`` for the configured corpus."""
-  corpus = data_lib.load_corpus(config.data.train, root=config.data.data_dir or None,
-                                skip_empty_lines=config.data.skip_empty_lines,
+def _corpus(config: ml_collections.ConfigDict, train_data=None):
+  """The training corpus: ``train_data`` (a ``datasets.Dataset``) if given, else ``config.data.train``'s, checked
+  against the method (``_check_labels``)."""
+  corpus = data_lib.load_corpus(config.data.train if train_data is None else train_data,
+                                root=config.data.data_dir or None, skip_empty_lines=config.data.skip_empty_lines,
                                 tfds_text_feature=config.data.tfds_text_feature,
-                                tfds_data_dir=config.data.tfds_data_dir or None)
+                                tfds_data_dir=config.data.tfds_data_dir or None, csv_format=config.data.csv_format)
+  _check_labels(config, corpus)
+  return corpus
+
+
+def _check_labels(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses labelled rows (scored pairs) for a method that does not read ``batch["labels"]``, and the reverse.
+
+  A method reads the labels when its ``objectives.Objective`` says ``uses_labels`` (CoSENT's); for any other, a
+  score column would be silently ignored, and its pairs all trained as positives.
+  """
+  label = getattr(corpus, "label_column", None)
+  uses_labels = bool(getattr(objectives.get(config.method), "uses_labels", False))
+  if label and not uses_labels:
+    raise data_lib.DataError(f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
+                             f"{config.method} does not use: train scored pairs with a method for them (cosent), or "
+                             "drop the column to train the pairs as positives")
+  if uses_labels and not label:
+    raise data_lib.DataError(f"{corpus.path}: method {config.method} needs a label per row (a column named "
+                             f"{' or '.join(data_lib.LABEL_COLUMNS)})")
+
+
+def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=None):
+  """``(train batches, held-out corpus or None)`` for the configured corpus (``corpus``, if read already)."""
+  if corpus is None:
+    corpus = _corpus(config)
   heldout = None
+  if isinstance(corpus, data_lib.PairCorpus) and (config.data.heldout_fraction > 0 or config.data.pack):
+    raise data_lib.DataError(f"{corpus.path}: data.heldout_fraction and data.pack are for one-sentence-a-line "
+                             "corpora (.txt, tfds:), not pair data")
   if config.data.heldout_fraction > 0:
     corpus, heldout = data_lib.split_heldout(corpus, config.data.heldout_fraction)
   if config.data.pack:
@@ -363,6 +410,12 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec):
     batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
                                max_seq_len=config.data.max_seq_len, seed=config.seed,
                                no_duplicates=config.data.no_duplicates)
+    if config.data.no_duplicates:
+      report = batches.epoch_report(0)
+      log.info("%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
+               "%d); %d examples were deferred to a later batch and %d left out of the epoch (plain: %d)",
+               corpus.path, report.batches, config.train.batch_size, report.examples // config.train.batch_size,
+               report.deferred, report.left_out, report.examples % config.train.batch_size)
   return batches, heldout
 
 
@@ -386,7 +439,8 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
   portable = {k: v for k, v in flax.traverse_util.flatten_dict(config.to_dict()).items() if k not in paths}
   distributed.check_processes_agree(
       config=zlib.crc32(json.dumps(sorted(portable.items()), default=str).encode()),
-      corpus=zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
+      corpus=int(corpus.content_sha256[:8], 16) if isinstance(corpus, data_lib.PairCorpus) else
+      zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
       resume_step=0 if resume_step is None else resume_step + 1,
       initial_params=int(models.params_fingerprint(params)[:8], 16) if resume_step is None else 0,
   )
@@ -616,8 +670,13 @@ def _stopped(latest, workdir: str) -> str:
 # The loop.
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False) -> dict:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False,
+                       train_data=None) -> dict:
   """Trains per ``config`` in ``workdir``, resuming from its newest good checkpoint if there is one.
+
+  ``train_data``, a ``datasets.Dataset`` built in Python, is trained on instead of a file (``config.data.train``
+  must then be empty): its columns read as a pair file's (``jaxcse.data.pairs``), its content's sha256 recorded in
+  ``inputs.json``, so a resume must pass the same rows.
 
   Returns a summary: steps, best evaluation and its step, first evaluation. ``restart`` deletes a previous run's
   checkpoints and logs first (without it, a workdir holding another run's config and no checkpoint is refused).
@@ -634,13 +693,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
   that every process sees (a shared filesystem).
   """
   configuration.validate(config)
+  _check_training_data(config, train_data)
   with _CtrlC() as ctrl_c:  # From here on, Ctrl-C stops the run only at a safe point (``_CtrlC``).
     primary = jax.process_index() == 0
     mesh = distributed.make_mesh()
     if config.train.batch_size % mesh.size:
       raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                       f"{mesh.size} devices")
-    inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
+    inputs = _read_inputs(config, workdir, restart, mesh, train_data)  # Before anything is written.
     if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
       raise Interrupted("interrupted before the run started; the workdir is as it was")
     os.makedirs(workdir, exist_ok=True)
@@ -653,6 +713,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
     if ctrl_c.requested:  # Pressed while the finished run wrote its summary: it is complete, say so.
       raise Interrupted(f"interrupted as the run finished; {workdir} is complete (nothing to resume)")
     return summary
+
+
+def _check_training_data(config: ml_collections.ConfigDict, train_data) -> None:
+  """Exactly one source of training data: ``config.data.train``, or ``train_data``, a ``datasets.Dataset``."""
+  if train_data is None:
+    if not config.data.train:
+      raise configuration.ConfigError("data.train is empty: give the training data (a file, a save_to_disk folder, "
+                                      "hf:NAME[:CONFIG[:SPLIT]] or tfds:NAME), or pass train_data=a datasets.Dataset")
+    return
+  import datasets
+
+  if not isinstance(train_data, datasets.Dataset):
+    raise configuration.ConfigError(f"train_data must be a datasets.Dataset (one split), not a "
+                                    f"{type(train_data).__name__}")
+  if config.data.train:
+    raise configuration.ConfigError(f"train_data is given, and data.train is {config.data.train!r} too: set "
+                                    "config.data.train = '' to train on train_data")
 
 
 def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs, ctrl_c: _CtrlC) -> dict:
@@ -735,11 +812,15 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   summary = {"steps": total_steps, "best_step": best_so_far.step, "best_metric": best_so_far.metric,
              "first_eval": best_so_far.first_eval, "workdir": workdir}
   if primary:
-    corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
-        if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
+    if isinstance(batches.corpus, data_lib.PairCorpus):
+      digests = inputs.corpus_digests
+    else:
+      corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
+          if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
+      digests = provenance.data_digests([corpus]) if corpus else None
     record = {**summary, "provenance": provenance.provenance(
         config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
-        data=provenance.data_digests([corpus]) if corpus else None, wall_seconds=time.time() - started)}
+        data=digests, wall_seconds=time.time() - started)}
     files.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
 

@@ -153,7 +153,7 @@ def make_tiny_mlm_dir(model_dir: str, path: str) -> str:
 
 
 CONFIG_NAMES = ("base", "quickstart", "quickstart_minilm", "simcse_sup", "mixcse", "dclr", "dclr_roberta", "dclr_as_released",
-                "colab_tpu", "modernbert")
+                "colab_tpu", "modernbert", "pairs")
 
 
 def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **overrides):
@@ -163,7 +163,9 @@ def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **over
   config = importlib.import_module(f"jaxcse.configs.{config_name}").get_config()
   config.model.name = model_dir
   config.data.data_dir = data_dir
-  config.data.train = "corpora/small_nli.csv" if config.data.train.endswith(".csv") else "corpora/small.txt"
+  pair_config = config.data.get("csv_format") == "sentence_transformers"  # configs/pairs.py: its data is pairs.
+  config.data.train = "corpora/small_nli.csv" if config.data.train.endswith(".csv") or pair_config else \
+      "corpora/small.txt"
   config.data.max_seq_len = 16
   config.train.batch_size = 8
   config.train.max_steps = 6

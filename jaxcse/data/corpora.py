@@ -25,6 +25,7 @@ import logging
 import re
 import zlib
 
+from jaxcse.data import pairs
 from jaxcse.data.root import DataError, resolve
 
 
@@ -104,7 +105,9 @@ def read_csv(path: str) -> Corpus:
   if header == ["text"]:
     header = ["sent0"]
   if header != list(CSV_COLUMNS[: len(header)]):  # An unknown or misplaced column must not be dropped.
-    raise DataError(f"{path}:1: header {','.join(header)}: expected sent0[,sent1[,hard_neg]] (or text)")
+    raise DataError(f"{path}:1: header {','.join(header)}: expected sent0[,sent1[,hard_neg]] (or text); for "
+                    "columns in order whatever their names (anchor, positive, negatives, a label/score), as "
+                    "sentence-transformers reads them, set data.csv_format=sentence_transformers")
   names = header
   index = {name: i for i, name in enumerate(names)}
   columns: dict[str, list[str]] = {name: [] for name in names}
@@ -188,9 +191,17 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
   return Corpus(spec, {"sent0": sentences}, skipped)
 
 
-def load_corpus(path: str, *, root: str | None = None, skip_empty_lines: bool = True,
-                tfds_text_feature: str = "text", tfds_data_dir: str | None = None) -> Corpus:
-  """Reads a training corpus: ``tfds:NAME[:split]``, else a file by its extension (``.csv`` or text)."""
+def load_corpus(path, *, root: str | None = None, skip_empty_lines: bool = True,
+                tfds_text_feature: str = "text", tfds_data_dir: str | None = None,
+                csv_format: str = "simcse") -> Corpus | pairs.PairCorpus:
+  """Reads a training corpus: ``tfds:NAME[:split]``, pair data (``pairs.is_pairs_source``: ``hf:``, a
+  ``datasets.Dataset``, a ``save_to_disk`` folder, ``.jsonl``/``.json``/``.parquet``, a ``.csv`` with
+  ``csv_format="sentence_transformers"``), else a file by its extension (SimCSE's ``.csv``, or text)."""
+  if csv_format not in pairs.CSV_FORMATS:
+    raise DataError(f"data.csv_format must be one of {', '.join(pairs.CSV_FORMATS)}, not {csv_format!r}")
+  if pairs.is_pairs_source(path if not isinstance(path, str) or path.startswith(pairs.HF_PREFIX)
+                           else _resolved_if_present(path, root), csv_format):
+    return pairs.load_pairs(path, root=root)
   if path.startswith(TFDS_PREFIX):
     corpus = read_tfds(path, text_feature=tfds_text_feature, data_dir=tfds_data_dir,
                        skip_empty_lines=skip_empty_lines)
@@ -206,6 +217,14 @@ def load_corpus(path: str, *, root: str | None = None, skip_empty_lines: bool = 
     logging.warning("%s: skipped %d empty line(s) (lines %s%s)", full, len(corpus.skipped_empty_lines), first,
                     ", ..." if len(corpus.skipped_empty_lines) > 5 else "")
   return corpus
+
+
+def _resolved_if_present(path: str, root: str | None) -> str:
+  """``path`` resolved under the data root if it is there (so a folder is recognised), else as given."""
+  try:
+    return resolve(path, root)
+  except DataError:
+    return path  # The reader names what is missing.
 
 
 def is_heldout(text: str, fraction: float) -> bool:
