@@ -119,7 +119,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.every = 125  # Evaluate STS-B dev every this many steps and keep the best checkpoint.
   config.eval.at_start = False  # Also evaluate before the first step (reports the starting point).
   config.eval.at_end = True  # Also evaluate after the last step.
-  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
+  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm), or a number of your own dev sets
+  # below: pairs_spearman, pairs_pearson, retrieval_ndcg@10, retrieval_mrr@10, retrieval_map@100, retrieval_recall@10..
+  config.eval.metric = "stsb_dev"
+  # Your own dev sets, scored at each evaluation as sentence-transformers' evaluators score them (docs/evaluation.md):
+  config.eval.pairs = ""  # A .jsonl/.csv/.parquet of sentence1, sentence2, score ("" = none): pairs_spearman, ...
+  config.eval.retrieval = ""  # A folder of queries, corpus and qrels files ("" = none): retrieval_ndcg@10, ...
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
   config.eval.sickr_dev = True  # Also score SICK-R dev at each evaluation (logged; stsb_sickr_dev needs it).
 

@@ -105,13 +105,14 @@ def mnrl_loss(
   logsumexp of all the row's logits (``joint``) or the mean over directions of each direction's logsumexp
   (``per_direction``).
 
-  The default is InfoNCE with in-batch negatives; with ``k = 1`` and ``scale = 1 / temperature`` it is
-  supervised SimCSE's loss (``losses.simcse_loss`` with hard negatives, ``hard_negative_weight`` 0): the same
-  operations in the same order, so the same numbers bit for bit.
+  The default is InfoNCE with in-batch negatives. With ``k = 1`` it is supervised SimCSE's loss
+  (``losses.simcse_loss`` with hard negatives, ``hard_negative_weight`` 0) at ``temperature = 1 / scale``: the
+  logits are computed as ``cos / (1 / scale)``, simcse_loss's operations in its order, so where ``1 / scale`` is
+  the temperature's float (scale 20, temperature 0.05) the loss and its gradient are the same bits.
 
   Args:
     z: ``[batch, 2 + k, dim]``: anchor, positive, hard negatives 1..k.
-    scale: multiplies the cosines (s-t's ``scale``, ``1 / temperature``; 20 = temperature 0.05).
+    scale: multiplies the cosines (s-t's ``scale``, ``1 / temperature``; 20 = temperature 0.05); > 0.
     directions: a subset of ``DIRECTIONS`` holding ``query_to_doc`` (checked by ``check_mnrl_settings``).
     partition_mode: ``joint`` (one softmax over every direction's logits) or ``per_direction`` (one per direction,
       their log-normalisers averaged; not with ``query_to_query`` or ``doc_to_doc``).

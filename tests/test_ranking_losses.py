@@ -82,8 +82,8 @@ def test_mnrl_equals_sentence_transformers(directions, partition_mode, hardness_
   st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
   settings = dict(scale=20.0, directions=directions, partition_mode=partition_mode,
                   hardness_strength=hardness_strength)
-  theirs = st_losses.MultipleNegativesRankingLoss(None, hardness_mode=None if hardness_mode == "none" else hardness_mode,
-                                                  **settings)
+  theirs = st_losses.MultipleNegativesRankingLoss(
+      None, hardness_mode=None if hardness_mode == "none" else hardness_mode, **settings)
   z = _embeddings(6, 2 + k, seed=k)
   ours = _ours_value_and_grad(functools.partial(ranking_losses.mnrl_loss, hardness_mode=hardness_mode, **settings), z)
   _assert_close(ours, _st_value_and_grad(theirs, z))
