@@ -141,7 +141,7 @@ LAYERS = (
               "jaxcse.augment"}),
     ("scale", {"jaxcse.distributed"}),
     ("evaluation", {"jaxcse.evaluate", "jaxcse.validation", "jaxcse.transfer", "jaxcse.sts_data",
-                    "jaxcse.sts_metrics"}),
+                    "jaxcse.sts_metrics", "jaxcse.dev_sets"}),
     ("inference", {"jaxcse.embedder", "jaxcse.encode", "jaxcse.mteb_model"}),
     ("models", {"jaxcse.loading", "jaxcse.models", "jaxcse.models.families", "jaxcse.models.bert",
                 "jaxcse.models.modernbert", "jaxcse.models.weights", "jaxcse.models.common", "jaxcse.poolers",

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from jaxcse import configuration, data as data_lib, dev_sets, evaluate, sts_metrics
+from jaxcse import configuration, data as data_lib, dev_sets, evaluate, sts_metrics, train
 from tests import helpers
 
 
@@ -150,6 +150,8 @@ def test_evaluate_tasks_take_own_dev_sets(tmp_path, tiny_model_dir, capsys):
   assert set(record["tasks"]["pairs"]) == {"spearman", "pearson", "path", "nsamples"}
   assert set(sts_metrics.OWN_RETRIEVAL_METRICS) <= set(record["tasks"]["retrieval"])
   assert "pairs_spearman" in record["summary"] and "retrieval_ndcg@10" in record["summary"]
+  assert {pairs, *(f"{folder}/{name}.jsonl" for name in ("queries", "corpus", "qrels"))} <= \
+      set(record["provenance"]["data_sha256"])
   assert "retrieval_ndcg@10" in capsys.readouterr().out
 
 
@@ -163,3 +165,30 @@ def test_evaluate_refuses_a_missing_dev_set_before_loading_the_model(tmp_path, c
 def test_evaluate_refuses_an_own_task_without_a_path():
   with pytest.raises(evaluate.TaskError, match="task 'pairs=' names no file"):
     evaluate.expand_tasks("sts,pairs=")
+
+
+def test_training_scores_own_dev_sets_and_selects_by_them(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):
+  pairs = _write(str(tmp_path / "pairs.parquet"), _pairs())
+  folder = _retrieval_folder(str(tmp_path / "ir"), ".csv")
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
+      "train.max_steps": 4, "eval.every": 2, "eval.pairs": pairs, "eval.retrieval": folder,
+      "eval.metric": "retrieval_ndcg@10"})
+  summary = train.train_and_evaluate(config, fresh_workdir)
+  evaluations = [r for r in helpers.metrics_records(fresh_workdir) if "eval/metric" in r]
+  assert [r["step"] for r in evaluations] == [2, 4]
+  for record in evaluations:
+    assert record["eval/metric"] == record["eval/retrieval_ndcg@10"]
+    assert {"eval/pairs_spearman", "eval/pairs_pearson", "eval/retrieval_mrr@10", "eval/stsb_dev"} <= set(record)
+  best = max(evaluations, key=lambda r: r["eval/retrieval_ndcg@10"])
+  assert summary["best_step"] == best["step"]
+
+
+def test_a_bad_own_dev_set_stops_training_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
+  bad = str(tmp_path / "pairs.jsonl")
+  helpers.write_jsonl(bad, [{"sentence1": "a", "sentence2": "b", "score": "n/a"}, {"sentence1": "c",
+                                                                                   "sentence2": "d", "score": 1}])
+  workdir = str(tmp_path / "run")
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"eval.pairs": bad})
+  with pytest.raises(data_lib.DataError, match="row 1, column score: 'n/a' is not a number"):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(workdir) or not os.listdir(workdir)
