@@ -64,6 +64,21 @@ def get_config() -> ml_collections.ConfigDict:
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
   config.loss.hard_negative_weight = 0.0  # Supervised only: log-weight on each anchor's own hard negative.
 
+  # method="mnrl": sentence-transformers 6's MultipleNegativesRankingLoss on columns anchor, positive, negative_1..k
+  # (k >= 0); its defaults. With k = 1 and scale = 1 / loss.temperature it is supervised SimCSE (docs/methods.md).
+  config.mnrl = ml_collections.ConfigDict()
+  config.mnrl.scale = 20.0  # Multiplies the cosines: 1 / temperature (20 = temperature 0.05).
+  # Comma-separated, query_to_doc first and always: + doc_to_query (symmetric InfoNCE), query_to_query, doc_to_doc.
+  config.mnrl.directions = "query_to_doc"
+  config.mnrl.partition_mode = "joint"  # joint: one softmax over every direction; per_direction: one each, averaged.
+  # none | in_batch_negatives | hard_negatives | all_negatives: which negatives' logits get the hardness penalty.
+  config.mnrl.hardness_mode = "none"
+  config.mnrl.hardness_strength = 0.0  # The penalty's alpha: + alpha x cosine (no gradient) on those logits; >= 0.
+
+  # method="cosent": sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs with a gold score.
+  config.cosent = ml_collections.ConfigDict()
+  config.cosent.scale = 20.0  # Multiplies the cosines (s-t's default).
+
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
   # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.
@@ -109,7 +124,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.every = 125  # Evaluate STS-B dev every this many steps and keep the best checkpoint.
   config.eval.at_start = False  # Also evaluate before the first step (reports the starting point).
   config.eval.at_end = True  # Also evaluate after the last step.
-  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
+  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm), or a number of your own dev sets
+  # below: pairs_spearman, pairs_pearson, retrieval_ndcg@10, retrieval_mrr@10, retrieval_map@100, retrieval_recall@10..
+  config.eval.metric = "stsb_dev"
+  # Your own dev sets, scored at each evaluation as sentence-transformers' evaluators score them (docs/evaluation.md):
+  config.eval.pairs = ""  # A .jsonl/.csv/.parquet of sentence1, sentence2, score ("" = none): pairs_spearman, ...
+  config.eval.retrieval = ""  # A folder of queries, corpus and qrels files ("" = none): retrieval_ndcg@10, ...
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
   config.eval.sickr_dev = True  # Also score SICK-R dev at each evaluation (logged; stsb_sickr_dev needs it).
 

@@ -28,6 +28,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.eval.metric not in sts_metrics.SELECTION_METRICS:
     raise ConfigError(f"unknown eval.metric {config.eval.metric!r}; choose one of "
                       f"{', '.join(sts_metrics.SELECTION_METRICS)}")
+  needed = sts_metrics.OWN_SELECTION_NEEDS.get(config.eval.metric)
+  if needed and not config.eval.get(needed):
+    raise ConfigError(f"eval.metric={config.eval.metric} needs eval.{needed} (your own dev set: "
+                      f"{'a scored-pairs file' if needed == 'pairs' else 'a retrieval folder'}; docs/evaluation.md)")
   if config.eval.metric == "stsb_sickr_dev" and not config.eval.sickr_dev:
     raise ConfigError("eval.metric=stsb_sickr_dev needs eval.sickr_dev=True (it averages STS-B and SICK-R dev)")
   if config.mlm.head not in models.MLM_HEADS:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
+from jaxcse import dev_sets as dev_sets_lib
 from jaxcse import transfer as transfer_lib
 from jaxcse import errors, files, platforms, provenance
 from jaxcse.errors import JaxcseError
@@ -101,6 +102,22 @@ def evaluate_align_uniform(embed: Embed, root: str | None) -> dict:
   }
 
 
+def evaluate_own(embed: Embed, own: dev_sets_lib.OwnDevSets, paths: dict[str, str]) -> dict:
+  """Your own dev sets' numbers, as sentence-transformers' evaluators compute them (``dev_sets``):
+  ``{"pairs": {spearman, pearson, nsamples, path}, "retrieval": {ndcg@10, ..., queries, documents, path}}``, each
+  present when given."""
+  scores = own(embed)
+  results = {}
+  if own.pairs is not None:
+    results["pairs"] = {**{m: scores[f"pairs_{m}"] for m in dev_sets_lib.PAIR_METRICS},
+                        "nsamples": len(own.pairs), "path": paths["pairs"]}
+  if own.retrieval is not None:
+    results["retrieval"] = {**{m: scores[f"retrieval_{m}"] for m in dev_sets_lib.RETRIEVAL_METRICS},
+                            "queries": len(own.retrieval.queries), "documents": len(own.retrieval.corpus),
+                            "path": paths["retrieval"]}
+  return results
+
+
 def summarize(results: dict) -> dict[str, float]:
   """The numbers SimCSE's evaluation.py prints: Spearman x100, 2 decimals, STS12-16 'all', test splits.
 
@@ -120,6 +137,10 @@ def summarize(results: dict) -> dict[str, float]:
       summary[key] = round(results[ALIGN_UNIFORM][key], 4)
   # Transfer accuracies (x100, 2 decimals) and Avg_transfer, the mean of the seven rounded values.
   summary.update(transfer_lib.summarize_transfer(results))
+  # Your own dev sets: as sentence-transformers reports them (not x100), 4 decimals; pairs_spearman, ...
+  numbers = (*dev_sets_lib.PAIR_METRICS, *dev_sets_lib.RETRIEVAL_METRICS)
+  summary.update({f"{kind}_{k}": round(v, 4) for kind in OWN_TASKS if kind in results
+                  for k, v in results[kind].items() if k in numbers})
   return summary
 
 
@@ -146,17 +167,33 @@ TRANSFER_FOLDERS = {"MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST
                     "TREC": "TREC", "MRPC": "MRPC"}
 
 
+# Your own dev sets as tasks: ``pairs=PATH`` (a scored-pairs file), ``retrieval=PATH`` (a retrieval folder).
+OWN_TASKS = ("pairs", "retrieval")
+
+
+def own_task(task: str) -> tuple[str, str] | None:
+  """``(kind, path)`` of an own dev set's task (``pairs=PATH``, ``retrieval=PATH``), else None."""
+  kind, sep, path = task.partition("=")
+  return (kind, path) if sep and kind in OWN_TASKS else None
+
+
 def expand_tasks(spec: str) -> list[str]:
   tasks = []
   for item in spec.split(","):
     item = item.strip()
-    if item in TASK_GROUPS:
+    if own := own_task(item):
+      if not own[1]:
+        raise TaskError(f"task {item!r} names no file: give {own[0]}=PATH")
+      if any(own_task(t) and own_task(t)[0] == own[0] for t in tasks):
+        raise TaskError(f"task {own[0]}= is given twice; evaluate one {own[0]} dev set at a time")
+      tasks.append(item)
+    elif item in TASK_GROUPS:
       tasks.extend(TASK_GROUPS[item])
     elif item in STS_TASKS or item in transfer_lib.TRANSFER_TASKS or item == ALIGN_UNIFORM:
       tasks.append(item)
     else:
       raise TaskError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
-                       f"{transfer_lib.TRANSFER_TASKS} or {ALIGN_UNIFORM!r}")
+                       f"{transfer_lib.TRANSFER_TASKS}, {ALIGN_UNIFORM!r}, pairs=PATH or retrieval=PATH")
   return list(dict.fromkeys(tasks))
 
 
@@ -169,6 +206,15 @@ def task_data(root: str | None, tasks: Sequence[str]) -> dict[str, str]:
   """
   paths = {}
   for task in tasks:
+    if own := own_task(task):  # Read (and checked) by own_dev_sets; its files keyed by the path as given.
+      given = data_lib.resolve(own[1], root)
+      if own[0] == "pairs":
+        paths[own[1]] = given
+      elif os.path.isdir(given):
+        for name in sorted(os.listdir(given)):
+          if name.endswith(dev_sets_lib.TABLE_SUFFIXES):
+            paths[f"{own[1].rstrip('/')}/{name}"] = os.path.join(given, name)
+      continue
     if task in TRANSFER_FOLDERS:
       given = data_lib.data_dir(root)  # The error without a root names the download.
       folder = os.path.join(given, "senteval", "downstream", TRANSFER_FOLDERS[task])
@@ -212,7 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--tasks", default="sts",
                       help=f"comma-separated: sts, transfer, all (sts + transfer), task names "
-                           f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
+                           f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, {ALIGN_UNIFORM} (STS-B test), or "
+                           "your own dev sets: pairs=FILE (sentence1, sentence2, score), retrieval=FOLDER (queries, "
+                           "corpus, qrels)")
   parser.add_argument("--transfer_mode", choices=sorted(transfer_lib.MODES), default="test",
                       help="SentEval's classifier protocol for transfer tasks: test (adam, batch 64, 10 folds; the "
                            "papers' numbers) or dev (rmsprop, batch 128, 5 folds; fast)")
@@ -233,6 +281,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   embedder_lib.check_settings(args.batch_size)
   root = data_lib.given_root(args.data_dir)
   data_files = task_data(root, tasks)  # Before the model loads and anything runs.
+  own_paths = dict(own for own in map(own_task, tasks) if own)
+  own = dev_sets_lib.OwnDevSets.load(own_paths.get("pairs", ""), own_paths.get("retrieval", ""), root)
   start = time.time()
   loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
@@ -255,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     seed=args.transfer_seed, progress=bar))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
+  results.update(evaluate_own(embedder, own, own_paths))
   summary = summarize(results)
   wall = time.time() - start
   print(f"model: {args.model}  pooler: {pooler}  ({wall:.1f} s)")
@@ -267,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     au = results[ALIGN_UNIFORM]
     print(f"alignment: {summary['alignment']:.4f}  uniformity: {summary['uniformity']:.4f}  (STS-B test: "
           f"{au['n_positive_pairs']} pairs with score >= {POSITIVE_MIN_SCORE:g}, {au['n_sentences']} sentences)")
+  for kind in OWN_TASKS:
+    if kind in results:
+      numbers = "  ".join(f"{k}: {v:.4f}" for k, v in summary.items() if k.startswith(f"{kind}_"))
+      print(f"{kind} ({results[kind]['path']}): {numbers}")
   if args.output:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     record = {"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,

@@ -25,9 +25,10 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import losses, models
+from jaxcse import losses, models, ranking_losses
 
-# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics).
+# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
+# objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.
 SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
 
 
@@ -98,6 +99,8 @@ class Objective:
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
     encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
+    labels: the loss reads a gold score per example: the batch's ``"labels"`` (float ``[batch]``), passed to
+      ``loss`` as ``labels=``.
     doc: one line for ``--help`` and errors.
   """
 
@@ -107,6 +110,7 @@ class Objective:
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
+  labels: bool = False
   doc: str = ""
 
   def __post_init__(self):
@@ -275,11 +279,58 @@ def _check_mlm(config):
     raise ValueError("method mlm has no in-batch negatives: use a smaller batch instead of train.grad_cache_chunk")
 
 
+def mnrl_directions(value) -> tuple[str, ...]:
+  """``mnrl.directions`` as a tuple: a comma-separated string (``"query_to_doc,doc_to_query"``) or a sequence."""
+  if isinstance(value, str):
+    return tuple(d.strip() for d in value.split(",") if d.strip())
+  return tuple(value)
+
+
+def _mnrl_settings(config) -> dict:
+  m = config.mnrl
+  return dict(scale=m.scale, directions=mnrl_directions(m.directions), partition_mode=m.partition_mode,
+              hardness_mode=m.hardness_mode, hardness_strength=m.hardness_strength)
+
+
+def _mnrl(config, z, rng, complementary):
+  """sentence-transformers 6's MultipleNegativesRankingLoss: columns anchor, positive, hard negatives 1..k."""
+  del rng, complementary
+  return ranking_losses.mnrl_loss(z, **_mnrl_settings(config)), {}
+
+
+def _check_mnrl(config):
+  if "mnrl" not in config:
+    raise ValueError("method mnrl needs the config block mnrl (scale, directions, partition_mode, hardness_mode, "
+                     "hardness_strength): configs/base.py has it")
+  ranking_losses.check_mnrl_settings(**_mnrl_settings(config), prefix="mnrl.")
+
+
+def _cosent(config, z, rng, complementary, *, labels):
+  """sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs and their gold scores."""
+  del rng, complementary
+  if z.shape[1] != 2:
+    raise ValueError(f"method cosent scores pairs: a batch of 2 sentence columns and a score per row, not "
+                     f"{z.shape[1]} columns")
+  return ranking_losses.cosent_loss(z[:, 0], z[:, 1], labels, scale=config.cosent.scale), {}
+
+
+def _check_cosent(config):
+  if "cosent" not in config:
+    raise ValueError("method cosent needs the config block cosent (scale): configs/base.py has it")
+  scale = config.cosent.scale
+  if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+    raise ValueError(f"cosent.scale must be positive, not {scale!r}")
+
+
 register(Objective("simcse", loss=_simcse,
                    doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
 register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
                    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
 register(Objective("dclr", loss=_dclr, check_config=_check_dclr, encoder=_dclr_encoder,
                    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))
+register(Objective("mnrl", loss=_mnrl, check_config=_check_mnrl,
+                   doc="sentence-transformers' MultipleNegativesRankingLoss: anchor, positive, k >= 0 hard negatives"))
+register(Objective("cosent", loss=_cosent, check_config=_check_cosent, labels=True,
+                   doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score"))
 register(Objective("mlm", masked_lm=True, scores=None, check_config=_check_mlm,
                    doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)"))

@@ -138,9 +138,26 @@ def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
 
 
 
+# The numbers of your own dev sets (dev_sets.py; config.eval.pairs and config.eval.retrieval), reported as
+# pairs_<name> and retrieval_<name>: sentence-transformers' EmbeddingSimilarityEvaluator (cosine) and
+# InformationRetrievalEvaluator (its default ks).
+OWN_PAIR_METRICS = ("spearman", "pearson")
+OWN_RETRIEVAL_METRICS = ("ndcg@10", "mrr@10", "map@100", "accuracy@1", "accuracy@3", "accuracy@5", "accuracy@10",
+                         "precision@1", "precision@3", "precision@5", "precision@10", "recall@1", "recall@3",
+                         "recall@5", "recall@10")
+# Selection by one of them needs its dev set: the metric's name -> the config.eval field.
+OWN_SELECTION_NEEDS = {**{f"pairs_{m}": "pairs" for m in OWN_PAIR_METRICS},
+                       **{f"retrieval_{m}": "retrieval" for m in OWN_RETRIEVAL_METRICS}}
+
+
+def _score(name: str) -> Callable[[dict[str, float]], float]:
+  return lambda scores: scores[name]
+
+
 # Model selection during training (``config.eval.metric``): the number to maximise, from an evaluation's scores.
 SELECTION_METRICS: dict[str, Callable[[dict[str, float]], float]] = {
     "stsb_dev": lambda scores: scores["stsb_dev"],  # SimCSE, MixCSE.
     "stsb_sickr_dev": lambda scores: (scores["stsb_dev"] + scores["sickr_dev"]) / 2,  # DCLR.
     "heldout_mlm_accuracy": lambda scores: scores["heldout_mlm_accuracy"],  # MLM pretraining.
+    **{name: _score(name) for name in OWN_SELECTION_NEEDS},  # Your own dev sets.
 }

@@ -40,6 +40,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import checkpoints, cli, configuration, configured, data as data_lib, distributed, errors, files, models
 from jaxcse import objectives, platforms, provenance, sts_data, train_step as step_lib, validation
+from jaxcse import dev_sets as dev_sets_lib
 from jaxcse.errors import JaxcseError
 from jaxcse.progress import Progress
 
@@ -251,6 +252,7 @@ class _Inputs:
   batches: Any  # data.Batches or data.PackedBatches over the training corpus.
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
+  own_dev_sets: dev_sets_lib.OwnDevSets  # The config's own dev sets (eval.pairs, eval.retrieval), maybe none.
   complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``configured.complementary``).
   augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
   corpus_digests: dict[str, str] | None  # sha256 of the training corpus (``_corpus_digests``); None: TFDS.
@@ -278,10 +280,12 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
     spec, params = built.spec, built.params
   batches, heldout = _batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
+  own_dev_sets = dev_sets_lib.OwnDevSets.load(config.eval.pairs, config.eval.retrieval, config.data.data_dir or None)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
-  return _Inputs(start, spec, params, batches, heldout, dev_sets, complementary, augment_mlm, corpus_digests)
+  return _Inputs(start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm,
+                 corpus_digests)
 
 
 def _data_source(config: ml_collections.ConfigDict) -> str:
@@ -765,7 +769,8 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start.step, enabled=primary,
                               tensorboard_dir=os.path.join(workdir, TENSORBOARD_DIR) if _tensorboard(config) else None)
   evaluate = validation.Evaluator(config, spec, attend_padding=objectives.needs(config).attend_padding,
-                                  heldout=start.heldout, dev_sets=inputs.dev_sets, best_manager=best,
+                                  heldout=start.heldout, dev_sets=inputs.dev_sets, own=inputs.own_dev_sets,
+                                  best_manager=best,
                                   write=metrics_log.write)
   if start.step is None and config.eval.at_start:
     best_so_far = evaluate(0, state.params, best_so_far)

@@ -151,10 +151,10 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
       return jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, masked_ids, attention_mask, train=False))
 
     new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn if view.mlm else None)
-    if second == 0:  # [sentence, its transformed copy].
-      return {"input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
+    if second == 0:  # [sentence, its transformed copy]; the batch's other arrays (labels) as they are.
+      return {**batch, "input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
               "attention_mask": jnp.stack([mask[:, 0], new_mask], axis=1)}
-    return {"input_ids": ids.at[:, 1].set(new_ids), "attention_mask": mask.at[:, 1].set(new_mask)}
+    return {**batch, "input_ids": ids.at[:, 1].set(new_ids), "attention_mask": mask.at[:, 1].set(new_mask)}
 
   return apply
 
@@ -314,7 +314,7 @@ class StepLoss:
     """The objective on the whole batch: (loss, metrics)."""
     sentence = None
     if self.needs.sentence_loss:
-      sentence = self.sentence(self.embed(params, x.rows), method_key, complementary)
+      sentence = self.sentence(self.embed(params, x.rows), method_key, complementary, x.rows.batch.get("labels"))
     tokens = self.token_sums(params, x.rows) if self.tokens is not None else None
     return self.total(sentence, tokens, x.token_count)
 
@@ -323,14 +323,23 @@ class StepLoss:
     return embed_views(self.module, params, rows.batch, rows.dropout_key,
                        same_dropout_mask=bool(self.config.augment.same_dropout_mask))
 
-  def sentence(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None) -> SentenceTerm:
+  def sentence(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None,
+               labels: jax.Array | None = None) -> SentenceTerm:
     """The method's loss on the whole batch's ``[batch, views, hidden]`` embeddings, and its metrics.
 
     In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
-    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
+    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0. ``labels``: the whole
+    batch's gold scores (the batch's ``"labels"``, ``[batch]``), for an objective that reads them.
     """
     z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
-    loss, extra = self.objective.loss(self.config, z, method_key, complementary)
+    if self.objective.labels:
+      if labels is None:
+        raise ValueError(f"method {self.objective.name} needs a gold score per pair: a batch with \"labels\" "
+                         "(a data file with a label or score column)")
+      loss, extra = self.objective.loss(self.config, z, method_key, complementary,
+                                        labels=labels.astype(z.dtype))
+    else:
+      loss, extra = self.objective.loss(self.config, z, method_key, complementary)
     scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
     return SentenceTerm(loss, {"contrastive_loss": loss, **scores, **extra})
 
@@ -363,7 +372,8 @@ def value_and_grad(loss: StepLoss, params, x: StepInputs, method_key: jax.Array,
   (_, parts), grads = gradcache.value_and_grad(
       params, x.rows.chunks(num_chunks),
       embed=loss.embed if sentence else None,
-      batch_loss=(lambda z: loss.sentence(z, method_key, complementary)) if sentence else None,
+      batch_loss=(lambda z: loss.sentence(z, method_key, complementary, x.rows.batch.get("labels")))
+      if sentence else None,
       chunk_loss=loss.token_sums if tokens else None,
       chunk_weight=loss.tokens.weight / x.token_count if tokens else 1.0,
       cache=cache)

@@ -18,7 +18,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, mlm, models, sts_data, sts_metrics
+from jaxcse import checkpoints, data as data_lib, dev_sets as dev_sets_lib, embedder as embedder_lib, mlm, models
+from jaxcse import sts_data, sts_metrics
 
 log = logging.getLogger("jaxcse")
 
@@ -87,13 +88,15 @@ class Evaluator:
   """Runs the evaluation during training: STS-B/SICK-R dev (+ its dynamics), held-out MLM; saves the best params.
 
   ``attend_padding``: whether the trained model attends padding (the method's choice, ``objectives``), so the dev
-  sets are embedded as it trains. ``write``: where an evaluation's record goes (the run's ``metrics.jsonl``).
+  sets are embedded as it trains. ``own``: the config's own dev sets (``eval.pairs``, ``eval.retrieval``), scored
+  as ``pairs_*`` and ``retrieval_*``. ``write``: where an evaluation's record goes (the run's ``metrics.jsonl``).
   """
 
   def __init__(self, config: ml_collections.ConfigDict, spec: models.ModelSpec, *, attend_padding: bool,
                heldout: data_lib.Corpus | None, dev_sets: dict[str, sts_data.PairSet], best_manager,
-               write: Callable[[dict], None]):
+               write: Callable[[dict], None], own: dev_sets_lib.OwnDevSets | None = None):
     self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
+    self.own = own or dev_sets_lib.OwnDevSets()  # dev_sets.OwnDevSets.load, read then too.
     self.embedder = embedder_lib.BucketedEmbedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
                                           attend_padding=attend_padding)
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
@@ -113,6 +116,7 @@ class Evaluator:
     dynamics = sts_metrics.dev_dynamics(table, self.dev_sets["stsb_dev"])
     if self.heldout is not None:
       scores.update(self.heldout(params))
+    scores.update(self.own(lambda s: self.embedder(s, params)))
     metric = self.select(scores)
     record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
               **{f"eval/{k}": v for k, v in dynamics.items()}, "eval/seconds": round(time.time() - t0, 2)}
