@@ -823,7 +823,11 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
       corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
           if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
       digests = provenance.data_digests([corpus]) if corpus else None
-    record = {**summary, "provenance": provenance.provenance(
+    # What the model card reports of the data (model_card.py): its size, and for pair data its columns in order.
+    data_shape = {"train_examples": len(batches.corpus)}
+    if isinstance(batches.corpus, data_lib.PairCorpus):
+      data_shape["train_columns"] = list(batches.corpus.text_columns)
+    record = {**summary, **data_shape, "provenance": provenance.provenance(
         config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
         data=digests, wall_seconds=time.time() - started)}
     files.write_json(os.path.join(workdir, "summary.json"), record)
