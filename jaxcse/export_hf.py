@@ -110,7 +110,7 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
 
 
 def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None, *,
-           trained: dict | None = None) -> dict:
+           trained: dict | None = None, prompts: dict[str, str] | None = None) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
   The folder is built next to ``out_dir`` and renamed into place, so
@@ -122,6 +122,9 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   card and ``jaxcse_export.json`` then name it, its step and the base model it started from (``spec.source``), and
   with ``path`` the card also reports how it was trained (``model_card.TrainingRun``: data, loss, hyperparameters,
   dev metrics at that step, versions).
+
+  ``prompts``: the model's prompts (``loading.Loaded.prompts``), written into ``config_sentence_transformers.json``
+  so that sentence-transformers' ``encode(..., prompt_name=...)`` applies them as jaxcse does, and into the card.
 
   Returns:
     A summary: ``{"out_dir", "pooler", "architecture", "modules"}``.
@@ -163,7 +166,7 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
 
   def pooling_files(tmp: str) -> None:
     modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
-                                           spec.max_positions, mlp))
+                                           spec.max_positions, mlp, prompts))
     base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
     source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
               f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
@@ -173,7 +176,8 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
     with open(os.path.join(tmp, "README.md"), "w") as f:
       f.write(model_card.model_card(pooler=pooler, pooling_lines=_pooling_lines(pooler), source=source,
                                     architecture=architecture, modules=modules, dim=hf_config.hidden_size,
-                                    max_seq_len=spec.max_positions, base_model=_hub_id(spec.source), run=run))
+                                    max_seq_len=spec.max_positions, base_model=_hub_id(spec.source),
+                                    prompts=prompts, run=run))
     record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
     if trained:
       record.update(workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"],
@@ -249,7 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
     trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
                "step": loaded.step, "path": workdir}
-  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained)
+  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained, prompts=loaded.prompts)
   print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
         f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
   return 0
