@@ -55,6 +55,11 @@ def get_config() -> ml_collections.ConfigDict:
   config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
   config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
   config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).
+  # Prompts (instructions) put before the texts in training, kept with the model and applied by name when it encodes
+  # (`Encoder.encode(..., prompt_name="query")`, `jaxcse-encode --prompt_name`, MTEB, the export): "query" before the
+  # first (anchor) column, "document" before every other column; "" = none. E.g. "query: " and "passage: ".
+  config.data.query_prompt = ""
+  config.data.document_prompt = ""
   config.data.tfds_text_feature = "text"  # With train = "tfds:NAME[:split]": the Text feature to train on.
   config.data.tfds_data_dir = ""  # TFDS data folder for tfds: sources; empty = $TFDS_DATA_DIR or ~/tensorflow_datasets.
   config.data.heldout_fraction = 0.0  # Hold out this share of a .txt corpus's lines (by content hash) for evaluation.

@@ -77,6 +77,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.pack and not objective.masked_lm:
     raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
                       "needs one sentence per example)")
+  for field in ("query_prompt", "document_prompt"):
+    if not isinstance(config.data[field], str):
+      raise ConfigError(f"data.{field} must be a string (\"\" for none), not {config.data[field]!r}")
+    if config.data[field] and config.data.pack:
+      raise ConfigError(f"data.{field} is put before each text of a contrastive batch; data.pack (MLM pretraining "
+                        "on packed sequences) has no texts to put it before")
 
 
 AUGMENT_FRACTIONS = ("crop", "word_deletion", "mlm")

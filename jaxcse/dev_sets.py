@@ -232,6 +232,14 @@ class OwnDevSets:
 
   pairs: PairSet | None = None
   retrieval: RetrievalSet | None = None
+  # The model's prompts, put before the retrieval set's queries and its documents (s-t's InformationRetrievalEvaluator
+  # with query_prompt/corpus_prompt); scored pairs take none, as s-t's EmbeddingSimilarityEvaluator by default.
+  query_prompt: str = ""
+  document_prompt: str = ""
+
+  def _retrieval_texts(self) -> tuple[list[str], list[str]]:
+    r = self.retrieval
+    return ([self.query_prompt + t for t in r.queries.values()], [self.document_prompt + t for t in r.corpus.values()])
 
   @classmethod
   def load(cls, pairs: str = "", retrieval: str = "", root: str | None = None) -> OwnDevSets:
@@ -245,7 +253,8 @@ class OwnDevSets:
     if self.pairs is not None:
       texts += [*self.pairs.sent1, *self.pairs.sent2]
     if self.retrieval is not None:
-      texts += [*self.retrieval.queries.values(), *self.retrieval.corpus.values()]
+      queries, documents = self._retrieval_texts()
+      texts += [*queries, *documents]
     return list(dict.fromkeys(texts))
 
   def scores(self, table: dict[str, np.ndarray]) -> dict[str, float]:
@@ -257,9 +266,9 @@ class OwnDevSets:
       out.update({f"pairs_{k}": v for k, v in found.items()})
     if self.retrieval is not None:
       r = self.retrieval
-      found = retrieval_metrics(np.stack([table[t] for t in r.queries.values()]),
-                                np.stack([table[t] for t in r.corpus.values()]), list(r.queries), list(r.corpus),
-                                r.relevant)
+      queries, documents = self._retrieval_texts()
+      found = retrieval_metrics(np.stack([table[t] for t in queries]), np.stack([table[t] for t in documents]),
+                                list(r.queries), list(r.corpus), r.relevant)
       out.update({f"retrieval_{k}": v for k, v in found.items()})
     return out
 

@@ -116,8 +116,10 @@ class Encoder:
   """
 
   def __init__(self, spec: models.ModelSpec, params, pooler: str | None = None, *, batch_size: int = 128,
-               max_seq_len: int | None = None, step: int | None = None):
+               max_seq_len: int | None = None, step: int | None = None, prompts: dict[str, str] | None = None):
     self.spec = spec
+    # Prompt name -> text put before each sentence encoded with ``prompt_name`` (the model's own: ``Encoder.load``).
+    self.prompts = dict(prompts or {})
     self.embedder = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
     self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
@@ -132,7 +134,19 @@ class Encoder:
            **kwargs) -> "Encoder":
     """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
     loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler, revision=revision)
+    kwargs.setdefault("prompts", loaded.prompts)
     return cls(loaded.spec, loaded.params, pooler, step=loaded.step, **kwargs)
+
+  def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+    """The text put before each sentence: ``prompt`` if given, else the model's prompt ``prompt_name``, else ""."""
+    if prompt is not None:
+      return prompt
+    if prompt_name is None:
+      return ""
+    if prompt_name not in self.prompts:
+      known = ", ".join(repr(name) for name in self.prompts) or "none"
+      raise PromptError(f"prompt_name {prompt_name!r} is not one of this model's prompts ({known})")
+    return self.prompts[prompt_name]
 
   @property
   def fingerprint(self) -> str:
@@ -160,7 +174,8 @@ class Encoder:
 
   def encode(self, sentences: str | Iterable[str] | Iterable[dict], *, batch_size: int | None = None,
              normalize_embeddings: bool = False, show_progress_bar: bool | None = None,
-             convert_to_numpy: bool = True, chunk_size: int | None = 8192, **kwargs) -> np.ndarray:
+             convert_to_numpy: bool = True, chunk_size: int | None = 8192, prompt_name: str | None = None,
+             prompt: str | None = None, **kwargs) -> np.ndarray:
     """float32 ``[n, dim]`` embeddings in input order (a single string gives ``[dim]``).
 
     The call shape of sentence-transformers' and MTEB's encoders: ``batch_size``, ``normalize_embeddings``,
@@ -174,11 +189,18 @@ class Encoder:
       normalize_embeddings: L2-normalise every row.
       show_progress_bar: a bar over the sentences (None: on a terminal, for more than one chunk).
       chunk_size: sentences tokenized and embedded at a time (memory stays at one chunk).
+      prompt_name: one of the model's ``prompts`` (e.g. ``"query"``), put before every sentence, as
+        sentence-transformers does; an unknown name is a ``PromptError``.
+      prompt: a text to put before every sentence instead (wins over ``prompt_name``).
     """
     del convert_to_numpy, kwargs
     if isinstance(sentences, str):
-      return self.encode([sentences], batch_size=batch_size, normalize_embeddings=normalize_embeddings)[0]
+      return self.encode([sentences], batch_size=batch_size, normalize_embeddings=normalize_embeddings,
+                         prompt_name=prompt_name, prompt=prompt)[0]
+    prefix = self.prompt(prompt_name, prompt)
     sentences = _texts(sentences)
+    if prefix:
+      sentences = [prefix + sentence for sentence in sentences]
     chunk_size = chunk_size or 8192
     from tqdm.auto import tqdm
 
@@ -268,6 +290,10 @@ def _texts(sentences: Iterable[str] | Iterable[dict]) -> list[str]:
 # The command.
 
 
+class PromptError(JaxcseError, ValueError):
+  """A prompt name the model does not have."""
+
+
 class EncodeError(JaxcseError, RuntimeError):
   """An encoding job that cannot go on as asked; the message says why and what to do."""
 
@@ -294,8 +320,11 @@ def _empty_input(input_path: str, column: str | None) -> str:
 
 def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
                 normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
-                progress: bool = True, overwrite: bool = False) -> dict:
+                progress: bool = True, overwrite: bool = False, prompt_name: str | None = None,
+                prompt: str | None = None) -> dict:
   """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar.
+
+  ``prompt_name``/``prompt``: as ``Encoder.encode``'s (the text put before every row is part of the job).
 
   A run resumes a partial output only if everything that determines its rows is the same: the input file, the
   model (its checkpoint step and a fingerprint of its parameters), pooler, dtype, normalisation, length and
@@ -305,6 +334,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
+  prefix = encoder.prompt(prompt_name, prompt)  # An unknown prompt name stops here, before anything is read.
   check_not_overwriting(output_path, overwrite)
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
   if count == 0:
@@ -313,7 +343,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
          "model": model_name, "checkpoint_step": encoder.step, "params_sha256": encoder.fingerprint,
          "pooler": encoder.pooler, "count": count, "dim": encoder.dim, "dtype": dtype, "normalized": normalize,
-         "column": column, "chunk_size": chunk_size, "max_seq_len": encoder.embedder.max_seq_len}
+         "column": column, "chunk_size": chunk_size, "max_seq_len": encoder.embedder.max_seq_len, "prompt": prefix}
   partial, state_path = output_path + ".partial", output_path + ".progress.json"
   done = 0
   if os.path.exists(partial) and os.path.exists(state_path):
@@ -334,7 +364,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   start = done
   try:
     for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
-      vectors = encoder.encode(chunk, normalize_embeddings=normalize)
+      vectors = encoder.encode(chunk, normalize_embeddings=normalize, prompt=prefix)
       if not np.isfinite(vectors).all():
         bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
         raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written "
@@ -359,7 +389,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   if os.path.exists(state_path):
     os.remove(state_path)
   sidecar = {k: job[k] for k in ("model", "checkpoint_step", "params_sha256", "pooler", "count", "dim", "dtype",
-                                 "normalized", "max_seq_len")}
+                                 "normalized", "max_seq_len", "prompt")}
   sidecar["input"] = job["input"]
   sidecar["provenance"] = provenance.provenance(model=model_name, checkpoint_step=encoder.step,
                                                 revision=encoder.spec.revision,
@@ -385,6 +415,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
   parser.add_argument("--overwrite", action="store_true",
                       help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused")
+  parser.add_argument("--prompt_name", default=None,
+                      help="one of the model's prompts (e.g. query, document), put before every row")
+  parser.add_argument("--prompt", default=None, help="a text put before every row instead of a named prompt")
   args = parser.parse_args(argv)
   platforms.use_compilation_cache()
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
@@ -401,7 +434,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          batch_size=args.batch_size, max_seq_len=args.max_seq_len)
   sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
                         dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model,
-                        overwrite=args.overwrite)
+                        overwrite=args.overwrite, prompt_name=args.prompt_name, prompt=args.prompt)
   print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']}) "
         f"and its sidecar {sidecar_path(args.output)}")
   return 0

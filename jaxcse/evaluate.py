@@ -23,6 +23,7 @@ folder is read instead. The transfer tasks need ``jaxcse-data download senteval`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -305,6 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     seed=args.transfer_seed, progress=bar))
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
+  # The model's own prompts for a retrieval set's queries and documents, as it was trained and is served.
+  own = dataclasses.replace(own, query_prompt=loaded.prompts.get("query", ""),
+                            document_prompt=loaded.prompts.get("document", ""))
   results.update(evaluate_own(embedder, own, own_paths))
   summary = summarize(results)
   wall = time.time() - start

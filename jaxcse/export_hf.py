@@ -35,7 +35,7 @@ import jax
 import numpy as np
 from safetensors.numpy import save_file
 
-from jaxcse import loading, models, platforms, poolers, st_format
+from jaxcse import loading, model_card, models, platforms, poolers, st_format
 from jaxcse.models import weights
 from jaxcse import errors, files
 from jaxcse.errors import JaxcseError
@@ -74,45 +74,20 @@ _AUTOMODEL_POOLING = {
 }
 
 
-def _model_card(pooler: str, source: str, architecture: str, modules: list[str]) -> str:
+def _pooling_lines(pooler: str) -> str:
+  """The PyTorch lines that turn ``outputs`` (and ``batch``) into ``embeddings`` as jaxcse's ``pooler`` does."""
   lines = _AUTOMODEL_POOLING[pooler]
   if pooler.startswith("avg"):
     lines += ("\nmask = batch['attention_mask'].unsqueeze(-1).float()"
               "\nembeddings = (h * mask).sum(1) / mask.sum(1).clamp(min=1)")
-  return f"""---
-library_name: sentence-transformers
-pipeline_tag: sentence-similarity
-tags: [sentence-transformers, feature-extraction, sentence-similarity, jaxcse]
----
-# Sentence encoder exported from jaxcse
+  return lines
 
-- Source: {source}
-- Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)
-- sentence-transformers modules: Transformer, {", ".join(m.split("_", 1)[1] for m in modules)}
-- Embeddings are not normalised; compare them by cosine similarity.
 
-## sentence-transformers
-
-```python
-from sentence_transformers import SentenceTransformer
-model = SentenceTransformer("PATH_TO_THIS_FOLDER")
-embeddings = model.encode(["A man is playing a guitar.", "Someone plays music."])
-```
-
-## transformers (PyTorch)
-
-```python
-import torch
-from transformers import AutoModel, AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")
-model = AutoModel.from_pretrained("PATH_TO_THIS_FOLDER").eval()
-batch = tokenizer(["A man is playing a guitar.", "Someone plays music."], padding=True, truncation=True,
-                  return_tensors="pt")
-with torch.no_grad():
-  outputs = model(**batch)
-{lines}
-```
-"""
+def _hub_id(source: str) -> str | None:
+  """``source`` if it names a model on the Hugging Face hub (``owner/name``, not a local folder or jaxcse's own)."""
+  if os.path.exists(source) or source.startswith("jaxcse/") or source.count("/") != 1:
+    return None
+  return source
 
 
 def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarray], more) -> None:
@@ -135,7 +110,7 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
 
 
 def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None, *,
-           trained: dict | None = None) -> dict:
+           trained: dict | None = None, prompts: dict[str, str] | None = None) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
   The folder is built next to ``out_dir`` and renamed into place, so
@@ -143,8 +118,13 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   ``out_dir`` is an error (stale module folders would confuse a reader).
 
   ``trained``: for a model trained by jaxcse, ``{"workdir", "checkpoint", "step"}`` (its workdir as the user named it,
-  ``best``/``latest``/a step, and the step restored); the model card and ``jaxcse_export.json`` then name it, its
-  step and the base model it started from (``spec.source``) instead of the base model alone.
+  ``best``/``latest``/a step, and the step restored) and optionally ``"path"`` (the workdir's folder); the model
+  card and ``jaxcse_export.json`` then name it, its step and the base model it started from (``spec.source``), and
+  with ``path`` the card also reports how it was trained (``model_card.TrainingRun``: data, loss, hyperparameters,
+  dev metrics at that step, versions).
+
+  ``prompts``: the model's prompts (``loading.Loaded.prompts``), written into ``config_sentence_transformers.json``
+  so that sentence-transformers' ``encode(..., prompt_name=...)`` applies them as jaxcse does, and into the card.
 
   Returns:
     A summary: ``{"out_dir", "pooler", "architecture", "modules"}``.
@@ -186,12 +166,18 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
 
   def pooling_files(tmp: str) -> None:
     modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
-                                           spec.max_positions, mlp))
+                                           spec.max_positions, mlp, prompts))
+    base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
+    source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
+              f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
+    run = None
+    if trained and trained.get("path"):
+      run = model_card.TrainingRun.read(trained["path"], trained["workdir"], trained["step"], trained["checkpoint"])
     with open(os.path.join(tmp, "README.md"), "w") as f:
-      base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
-      source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
-                f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
-      f.write(_model_card(pooler, source, architecture, modules))
+      f.write(model_card.model_card(pooler=pooler, pooling_lines=_pooling_lines(pooler), source=source,
+                                    architecture=architecture, modules=modules, dim=hf_config.hidden_size,
+                                    max_seq_len=spec.max_positions, base_model=_hub_id(spec.source),
+                                    prompts=prompts, run=run))
     record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
     if trained:
       record.update(workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"],
@@ -266,8 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = checkpoints.find_workdir(args.model)
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
     trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
-               "step": loaded.step}
-  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained)
+               "step": loaded.step, "path": workdir}
+  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained, prompts=loaded.prompts)
   print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
         f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
   return 0

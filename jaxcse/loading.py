@@ -37,6 +37,19 @@ class Loaded:
   described: bool  # True: the test pooler comes from a saved jaxcse description (not a guess).
   step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
   checkpoints: str | None = None  # Which of a workdir's checkpoints it came from: "best" or "latest"; else None.
+  # Prompt name -> text put before a sentence encoded with that name: a workdir's data.query_prompt/document_prompt
+  # ("query", "document"), a sentence-transformers folder's config_sentence_transformers.json "prompts".
+  prompts: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def workdir_prompts(workdir: str) -> dict[str, str]:
+  """The prompts a jaxcse run trained with (its config.json's data.query_prompt/document_prompt), by s-t's names."""
+  import json
+
+  with open(os.path.join(workdir, "config.json")) as f:
+    data = json.load(f).get("data", {})
+  named = {"query": data.get("query_prompt") or "", "document": data.get("document_prompt") or ""}
+  return {name: text for name, text in named.items() if text}
 
 
 def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
@@ -71,7 +84,8 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     problem = _not_finite(spec, params)
     if problem:
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
-    return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False)
+    return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False,
+                  prompts=st_format.read_prompts(folder))
   spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
@@ -98,7 +112,8 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
                                       ) from None
   finally:
     mngr.close()
-  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)))
+  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)),
+                prompts=workdir_prompts(workdir))
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:

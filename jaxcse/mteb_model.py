@@ -92,9 +92,12 @@ class MtebEncoder:
 
   def encode(self, inputs: Iterable[dict], *, task_metadata: Any = None, hf_split: str | None = None,
              hf_subset: str | None = None, prompt_type: Any = None, **kwargs: Any) -> np.ndarray:
-    """float32 ``[n, dim]``: the embeddings of every batch's ``"text"``, in order (no prompts: jaxcse models
-    take none). ``batch_size`` (MTEB's ``encode_kwargs``) sets the forward-pass size."""
-    del task_metadata, hf_split, hf_subset, prompt_type
+    """float32 ``[n, dim]``: the embeddings of every batch's ``"text"``, in order. ``batch_size`` (MTEB's
+    ``encode_kwargs``) sets the forward-pass size. By prompt type, as MTEB's sentence-transformers wrapper: the
+    model's prompt named after it (``"query"`` for queries, ``"document"`` for the corpus) is put before every
+    text when the model has one; otherwise none."""
+    del task_metadata, hf_split, hf_subset
+    prompt_name = prompt_name_for(prompt_type, self.encoder.prompts)
     texts = []
     for batch in inputs:
       if "text" not in batch:
@@ -103,7 +106,8 @@ class MtebEncoder:
     batch_size = kwargs.get("batch_size") if self.use_mteb_batch_size else None
     if not texts:
       return np.zeros((0, self.encoder.dim), np.float32)
-    return self.encoder.encode(texts, batch_size=batch_size, show_progress_bar=kwargs.get("show_progress_bar"))
+    return self.encoder.encode(texts, batch_size=batch_size, show_progress_bar=kwargs.get("show_progress_bar"),
+                               prompt_name=prompt_name)
 
   def similarity(self, embeddings1: Any, embeddings2: Any) -> np.ndarray:
     """Cosine similarities ``[n1, n2]``."""
@@ -162,3 +166,11 @@ def build_model_meta(encoder, name: str):
       model_type=["dense"],
       experiment_kwargs={"pooler": encoder.pooler, "max_seq_len": encoder.embedder.max_seq_len},
   )
+
+
+def prompt_name_for(prompt_type: Any, prompts: dict[str, str]) -> str | None:
+  """The model's prompt for an MTEB ``PromptType`` (``query``/``document``, by its value), or None."""
+  if prompt_type is None:
+    return None
+  name = getattr(prompt_type, "value", prompt_type)
+  return name if isinstance(name, str) and name in prompts else None

@@ -70,10 +70,11 @@ def _write_json(path: str, obj: Any) -> None:
 
 
 def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_seq_len: int,
-                  mlp: dict[str, np.ndarray] | None) -> list[str]:
+                  mlp: dict[str, np.ndarray] | None, prompts: dict[str, str] | None = None) -> list[str]:
   """Writes sentence-transformers' module chain for ``pooler`` into ``folder``; returns the module folders.
 
   ``mlp`` (for ``cls``): ``{"pooler.dense.weight": [H, H], "pooler.dense.bias": [H]}`` in PyTorch layout.
+  ``prompts``: name -> text put before a sentence encoded with that ``prompt_name`` (``config_sentence_transformers.json``).
   """
   modules = [("", _ST_TRANSFORMER)]
   _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_len, "do_lower_case": False})
@@ -105,7 +106,7 @@ def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_se
               [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(modules)])
   _write_json(os.path.join(folder, "config_sentence_transformers.json"), {
       "model_type": "SentenceTransformer",
-      "prompts": {},
+      "prompts": dict(prompts or {}),
       "default_prompt_name": None,
       "similarity_fn_name": "cosine",  # SimCSE's training and STS evaluation compare by cosine.
   })
@@ -134,6 +135,17 @@ def _pooling_mode(config: dict) -> str | None:
 
 def _tensors(path: str) -> dict[str, np.ndarray]:
   return load_file(path) if os.path.isfile(path) else {}
+
+
+def read_prompts(folder: str) -> dict[str, str]:
+  """A sentence-transformers folder's prompts (``config_sentence_transformers.json``), name -> text; {} if none."""
+  path = os.path.join(folder, "config_sentence_transformers.json")
+  if not os.path.isfile(path):
+    return {}
+  prompts = _read_json(path).get("prompts") or {}
+  if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+    raise ValueError(f"{path}: 'prompts' must map prompt names to strings")
+  return dict(prompts)
 
 
 def read_pooler(folder: str) -> str | None:

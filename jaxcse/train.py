@@ -280,7 +280,9 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
     spec, params = built.spec, built.params
   batches, heldout = _batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
-  own_dev_sets = dev_sets_lib.OwnDevSets.load(config.eval.pairs, config.eval.retrieval, config.data.data_dir or None)
+  own_dev_sets = dataclasses.replace(
+      dev_sets_lib.OwnDevSets.load(config.eval.pairs, config.eval.retrieval, config.data.data_dir or None),
+      query_prompt=config.data.query_prompt, document_prompt=config.data.document_prompt)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
@@ -413,7 +415,8 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=N
   else:
     batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
                                max_seq_len=config.data.max_seq_len, seed=config.seed,
-                               no_duplicates=config.data.no_duplicates)
+                               no_duplicates=config.data.no_duplicates, query_prompt=config.data.query_prompt,
+                               document_prompt=config.data.document_prompt)
     if config.data.no_duplicates:
       report = batches.epoch_report(0)
       log.info("%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
@@ -823,7 +826,11 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
       corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
           if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
       digests = provenance.data_digests([corpus]) if corpus else None
-    record = {**summary, "provenance": provenance.provenance(
+    # What the model card reports of the data (model_card.py): its size, and for pair data its columns in order.
+    data_shape = {"train_examples": len(batches.corpus)}
+    if isinstance(batches.corpus, data_lib.PairCorpus):
+      data_shape["train_columns"] = list(batches.corpus.text_columns)
+    record = {**summary, **data_shape, "provenance": provenance.provenance(
         config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
         data=digests, wall_seconds=time.time() - started)}
     files.write_json(os.path.join(workdir, "summary.json"), record)

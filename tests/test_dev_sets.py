@@ -192,3 +192,27 @@ def test_a_bad_own_dev_set_stops_training_before_anything_is_written(tiny_model_
   with pytest.raises(data_lib.DataError, match="row 1, column score: 'n/a' is not a number"):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(workdir) or not os.listdir(workdir)
+
+
+class _PromptedVectors(_Vectors):
+  """Like ``_Vectors``, with s-t's ``prompt`` put before each sentence, as its ``encode`` does."""
+
+  def encode(self, sentences, prompt=None, **kwargs):
+    return super().encode([(prompt or "") + s for s in sentences], **kwargs)
+
+  encode_query = encode_document = encode
+
+
+def test_retrieval_with_the_models_prompts_equals_the_evaluator_given_them(tmp_path):
+  st_eval = pytest.importorskip("sentence_transformers.sentence_transformer.evaluation")
+  retrieval = dev_sets.load_retrieval(_retrieval_folder(str(tmp_path / "ir")))
+  texts = [*("query: " + t for t in retrieval.queries.values()), *("passage: " + t for t in retrieval.corpus.values())]
+  table = _table(texts, seed=2)  # Only prompted texts have vectors: a text embedded without its prompt fails.
+  own = dev_sets.OwnDevSets(retrieval=retrieval, query_prompt="query: ", document_prompt="passage: ")
+  assert set(own.sentences()) == set(texts)
+  ours = own.scores(table)
+  theirs = st_eval.InformationRetrievalEvaluator(retrieval.queries, retrieval.corpus, retrieval.relevant, name="dev",
+                                                 query_prompt="query: ", corpus_prompt="passage: "
+                                                 )(_PromptedVectors(table))
+  for name in sts_metrics.OWN_RETRIEVAL_METRICS:
+    np.testing.assert_allclose(ours[f"retrieval_{name}"], theirs[f"dev_cosine_{name}"], rtol=1e-12, err_msg=name)

@@ -126,11 +126,12 @@ class Batches:
   max_seq_len]``, where columns are the corpus's text columns in order
   (``sent0[, sent1[, hard_neg]]``; a ``PairCorpus``'s anchor, positive,
   negatives), and ``"labels"``, float32 ``[batch]``, when the corpus has a
-  label column (scored pairs).
+  label column (scored pairs). ``query_prompt`` is put before the first
+  column's texts and ``document_prompt`` before every other column's.
   """
 
   def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
-               no_duplicates: bool = False):
+               no_duplicates: bool = False, query_prompt: str = "", document_prompt: str = ""):
     if batch_size > len(corpus):
       raise DataError(f"{corpus.path}: {len(corpus)} examples, fewer than one batch of {batch_size}")
     self.corpus = corpus
@@ -141,6 +142,8 @@ class Batches:
     self.max_seq_len = max_seq_len
     self.seed = seed
     self.no_duplicates = no_duplicates
+    # Put before the first column's texts and every other column's: a text's identity (no_duplicates) is its own.
+    self.query_prompt, self.document_prompt = query_prompt, document_prompt
     self._layouts: dict[int, np.ndarray] = {}
     self._epoch_steps: dict[int, int] = {}
     self._reports: dict[int, DistinctReport] = {}
@@ -215,7 +218,10 @@ class Batches:
     """
     rows = self.indices(step) if positions is None else self.indices(step)[positions]
     ids, masks = [], []
-    for texts in corpus_texts(self.corpus, rows):
+    for column, texts in enumerate(corpus_texts(self.corpus, rows)):
+      prompt = self.document_prompt if column else self.query_prompt
+      if prompt:
+        texts = [prompt + text for text in texts]
       i, m = tokenization.tokenize_padded(self.tokenizer, texts, self.max_seq_len)
       ids.append(i)
       masks.append(m)
