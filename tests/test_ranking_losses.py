@@ -340,6 +340,17 @@ def test_mnrl_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_wor
   assert records and all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records)
 
 
+def test_cosent_labels_survive_the_second_view_augmentation(tiny_model_dir, small_data_dir):
+  # augment.crop rebuilds the batch's token arrays inside the step; the labels must come through with them.
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="cosent", **{"augment.crop": 0.3})
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), seed=0)
+  tx = optax.sgd(1.0)
+  state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
+  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), True, 0)
+  _, metrics = jax.jit(train_step.make_train_step(config, spec, tx))(state, batch)
+  assert np.isfinite(metrics["loss"]) and metrics["loss"] > 0
+
+
 def test_cosent_trains_on_the_tiny_model(tiny_model_dir, small_data_dir):
   # A few AdamW steps on one labelled batch: the loss falls (the model learns the gold order of the pairs).
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="cosent")
