@@ -277,7 +277,9 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
     spec, params = built.spec, built.params
   batches, heldout = _batches(config, spec)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
-  own_dev_sets = dev_sets_lib.OwnDevSets.load(config.eval.pairs, config.eval.retrieval, config.data.data_dir or None)
+  # .get: a config.json from before these fields (a resumed older workdir) has none.
+  own_dev_sets = dev_sets_lib.OwnDevSets.load(config.eval.get("pairs", ""), config.eval.get("retrieval", ""),
+                                              config.data.data_dir or None)
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
