@@ -77,10 +77,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.pack and not objective.masked_lm:
     raise ConfigError("data.pack joins sentences into one sequence: only for method mlm (a contrastive method "
                       "needs one sentence per example)")
-  for field in ("query_prompt", "document_prompt"):
-    if not isinstance(config.data[field], str):
+  for field in ("query_prompt", "document_prompt"):  # .get: an older workdir's config.json has neither.
+    if not isinstance(config.data.get(field, ""), str):
       raise ConfigError(f"data.{field} must be a string (\"\" for none), not {config.data[field]!r}")
-    if config.data[field] and config.data.pack:
+    if config.data.get(field, "") and config.data.pack:
       raise ConfigError(f"data.{field} is put before each text of a contrastive batch; data.pack (MLM pretraining "
                         "on packed sequences) has no texts to put it before")
 

@@ -280,9 +280,11 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
     spec, params = built.spec, built.params
   batches, heldout = _batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
+  # .get: a config.json from before these fields (a resumed older workdir) has none.
   own_dev_sets = dataclasses.replace(
-      dev_sets_lib.OwnDevSets.load(config.eval.pairs, config.eval.retrieval, config.data.data_dir or None),
-      query_prompt=config.data.query_prompt, document_prompt=config.data.document_prompt)
+      dev_sets_lib.OwnDevSets.load(config.eval.get("pairs", ""), config.eval.get("retrieval", ""),
+                                   config.data.data_dir or None),
+      query_prompt=config.data.get("query_prompt", ""), document_prompt=config.data.get("document_prompt", ""))
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
@@ -415,8 +417,9 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=N
   else:
     batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
                                max_seq_len=config.data.max_seq_len, seed=config.seed,
-                               no_duplicates=config.data.no_duplicates, query_prompt=config.data.query_prompt,
-                               document_prompt=config.data.document_prompt)
+                               no_duplicates=config.data.no_duplicates,
+                               query_prompt=config.data.get("query_prompt", ""),
+                               document_prompt=config.data.get("document_prompt", ""))
     if config.data.no_duplicates:
       report = batches.epoch_report(0)
       log.info("%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "

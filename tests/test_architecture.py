@@ -37,7 +37,7 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mlm"),
+    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, mlm"),
     ({"eval.metric": "foo"}, r"unknown eval.metric 'foo'; choose one of stsb_dev, stsb_sickr_dev"),
     ({"model.pooler": "foo"}, r"unknown pooler 'foo'; choose one of cls, cls_before_pooler, avg"),
     ({"model.test_pooler": "max"}, r"unknown pooler 'max'"),

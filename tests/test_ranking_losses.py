@@ -219,12 +219,17 @@ def _step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropout: floa
     return _variant_step(model_dir, data_dir, name, chunk=chunk, dropout=dropout)
 
 
+# The 2-device check's GradCache variants (every variant runs plain): the two whose losses couple the most rows.
+MESH_GRAD_CACHE = ("mnrl_k3_gte_hardness", "cosent")
+
+
 def _run_on_devices(model_dir: str, data_dir: str, out: str) -> None:
-  """Every variant's step, plain and GradCache, with dropout, on the visible devices; saved to ``out``."""
+  """Every variant's plain step (and ``MESH_GRAD_CACHE``'s GradCache step), with dropout, on the visible devices;
+  saved to ``out``."""
   results = {"devices": np.asarray(jax.device_count())}
   with compat.enable_x64(True):
     for name in STEP_VARIANTS:
-      for chunk in (0, CHUNK):
+      for chunk in (0, CHUNK) if name in MESH_GRAD_CACHE else (0,):
         metrics, params = _variant_step(model_dir, data_dir, name, chunk=chunk, dropout=0.1)
         results[f"{name}/{chunk}:loss"] = np.asarray(metrics["loss"])
         for key, value in params.items():
@@ -309,6 +314,19 @@ def test_cosent_without_labels_is_a_clear_error(tiny_model_dir, small_data_dir):
     train_step.make_train_step(config, spec, tx)(state, batch)
 
 
+def test_jaxcse_compile_lowers_cosent_with_its_labels(tiny_model_dir, small_data_dir):
+  # Ahead-of-time compiling lowers the step from shapes: a cosent batch carries its [batch] float labels.
+  from jaxcse.compile import lowering
+
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="cosent")
+  program = lowering.train_step_program(config, jax.devices(), columns=2)
+  batch = program.args[1]
+  assert batch["labels"].shape == (8,) and batch["input_ids"].shape == (8, 2, 16)
+  # Without the labels the step would refuse to trace (test_cosent_without_labels_is_a_clear_error).
+  lowered = program.jitted.lower(*program.args)
+  assert lowered.args_info[0][1]["labels"].shape == (8,)
+
+
 @pytest.mark.parametrize("overrides", [{}, {"mnrl.directions": "query_to_doc,doc_to_query",
                                             "mnrl.hardness_mode": "in_batch_negatives",
                                             "mnrl.hardness_strength": 9.0}])
@@ -320,6 +338,17 @@ def test_mnrl_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_wor
   assert summary["steps"] == 3
   records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   assert records and all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records)
+
+
+def test_cosent_labels_survive_the_second_view_augmentation(tiny_model_dir, small_data_dir):
+  # augment.crop rebuilds the batch's token arrays inside the step; the labels must come through with them.
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="cosent", **{"augment.crop": 0.3})
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), seed=0)
+  tx = optax.sgd(1.0)
+  state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
+  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), True, 0)
+  _, metrics = jax.jit(train_step.make_train_step(config, spec, tx))(state, batch)
+  assert np.isfinite(metrics["loss"]) and metrics["loss"] > 0
 
 
 def test_cosent_trains_on_the_tiny_model(tiny_model_dir, small_data_dir):

@@ -100,6 +100,8 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
                          model.params)
   shape = (batch_size, columns, config.data.max_seq_len)
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
+  if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
+    batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
   comp_params = complementary and placed(complementary.params, replicated)
   augment_params = augment_mlm and placed(augment_mlm.params, replicated)
   return StepProgram(jitted, (placed(state, replicated), placed(batch, batch_sharding), comp_params, augment_params),
