@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import os
 import random
@@ -147,6 +148,18 @@ def _unit_rows(x) -> np.ndarray:
   return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))
 
 
+@functools.cache
+def _search():
+  """The jitted ``(queries, corpus, k) -> top k of queries @ corpus.T`` (float32 products, on any device)."""
+  import jax
+  import jax.numpy as jnp
+
+  def search(queries, corpus, k):
+    return jax.lax.top_k(jnp.matmul(queries, corpus.T, precision="highest"), k)
+
+  return jax.jit(search, static_argnames="k")
+
+
 def top_k(queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | None = None,
           progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
   """Exact top ``k`` of ``queries @ corpus.T`` per query: ``(scores float32, indices int64)``, each ``[n, k]``.
@@ -155,13 +168,12 @@ def top_k(queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | 
   time against the whole corpus (default: as many as ``SCORE_BLOCK_BYTES`` of scores), all blocks of one shape.
   """
   import jax
-  import jax.numpy as jnp
 
   n, size = len(queries), len(corpus)
   if not 0 < k <= size:
     raise ValueError(f"k must be in 1..{size}, not {k}")
   rows = min(n, block_rows or max(1, SCORE_BLOCK_BYTES // (4 * size)))
-  search = jax.jit(lambda q, c: jax.lax.top_k(jnp.matmul(q, c.T, precision="highest"), k))
+  search = functools.partial(_search(), k=k)
   corpus_on_device = jax.device_put(np.asarray(corpus, np.float32))
   scores, indices = np.empty((n, k), np.float32), np.empty((n, k), np.int64)
   block = np.zeros((rows, queries.shape[1]), np.float32)  # The last block padded: one compiled shape.
@@ -217,9 +229,9 @@ def select_negatives(query_embeddings, corpus_embeddings, positive_indices: Sequ
   positive_scores = (queries[owner] * corpus[flat_positives]).sum(axis=1, dtype=np.float32)
 
   scores[indices == -1] = -np.inf
+  starts = np.cumsum(n_positives) - n_positives  # Each query's first positive in the flat list.
   padded = np.full((n_queries, int(n_positives.max())), -2, np.int64)  # -2: no corpus row, never a candidate.
-  padded[owner, np.arange(len(owner)) - np.repeat(np.cumsum(n_positives) - n_positives, n_positives)] = \
-      flat_positives
+  padded[owner, np.arange(len(owner)) - starts[owner]] = flat_positives
   is_positive = np.zeros(indices.shape, bool)
   for column in padded.T:  # One positive column at a time: memory stays at the candidates' size.
     is_positive |= indices == column[:, None]
@@ -227,7 +239,7 @@ def select_negatives(query_embeddings, corpus_embeddings, positive_indices: Sequ
 
   skipped, candidates = {}, scores.size
   if options.absolute_margin is not None or options.relative_margin is not None:
-    lowest_positive = np.minimum.reduceat(positive_scores, np.cumsum(n_positives) - n_positives)[:, None]
+    lowest_positive = np.minimum.reduceat(positive_scores, starts)[:, None]
     if options.absolute_margin is not None:
       removed = scores + np.float32(options.absolute_margin) > lowest_positive
       candidates = _remove(scores, removed, "absolute_margin", skipped, candidates)
