@@ -416,7 +416,7 @@ def read_corpus(corpus, column: str | None = None, *, root: str | None = None) -
   if isinstance(corpus, str) and corpus.endswith(".txt"):
     if column:
       raise MiningError(f"{corpus}: a .txt corpus is one text a line, it has no columns (corpus_column {column!r})")
-    return data_lib.read_text_lines(data_lib.resolve(corpus, root)).sentences["sent0"]
+    return data_lib.read_text_lines(data_lib.resolve(corpus, root)).columns["sent0"]
   pairs = data_lib.load_pairs(corpus, root=root)
   if column and column not in pairs.text_columns:
     raise MiningError(f"{pairs.path}: no text column {column!r} (its text columns: {', '.join(pairs.text_columns)})")

@@ -254,9 +254,18 @@ def test_command_writes_what_the_function_mines(tiny_model_dir, real_data_dir, t
   assert mining.main(argv) == 1
   assert capsys.readouterr().err.strip() == (f"error: {out} exists; pass --overwrite to replace it, or choose "
                                              "another --output")
+  # A separate corpus from a text file, n-tuples to parquet: as the function mines them.
+  extra = _mrpc_sentences(real_data_dir, 30)
+  helpers.write_text(str(tmp_path / "corpus.txt"), "".join(t + "\n" for t in extra))
   parquet = str(tmp_path / "mined.parquet")
-  assert mining.main(argv[:5] + [parquet] + argv[6:] + ["--output_format", "n-tuple"]) == 0
-  assert datasets.Dataset.from_parquet(parquet).column_names[:3] == ["anchor", "positive", "negative_1"]
+  assert mining.main(argv[:5] + [parquet] + argv[6:] + ["--output_format", "n-tuple", "--corpus",
+                                                        str(tmp_path / "corpus.txt")]) == 0
+  written = datasets.Dataset.from_parquet(parquet)
+  expected = mining.mine_hard_negatives(pairs, Encoder.load(tiny_model_dir), corpus=extra, num_negatives=3,
+                                        range_max=20, sampling_strategy="random", seed=1, output_scores=True,
+                                        output_format="n-tuple", verbose=False, progress=False)
+  assert written.column_names == ["anchor", "positive", "negative_1", "negative_2", "negative_3", "scores"]
+  assert written["negative_1"] == expected["negative_1"] and written["negative_3"] == expected["negative_3"]
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -277,3 +286,35 @@ def test_command_mistakes_are_one_line_before_the_model_loads(real_data_dir, tmp
   assert err.startswith("error: ") and message in err, err
   assert "no_model" not in err  # The model was never looked for.
   assert sorted(os.listdir(tmp_path)) == ["pairs.jsonl"]
+
+
+def test_a_corpus_from_a_text_file_or_a_pairs_file(tmp_path):
+  helpers.write_text(str(tmp_path / "corpus.txt"), "first text\n\nsecond text\n")
+  assert mining.read_corpus(str(tmp_path / "corpus.txt")) == ["first text", "second text"]  # Empty lines skipped.
+  records = [{"title": "t1", "body": "b1"}, {"title": "t2", "body": "b2"}]
+  helpers.write_jsonl(str(tmp_path / "docs.jsonl"), records)
+  assert mining.read_corpus(str(tmp_path / "docs.jsonl")) == ["t1", "t2"]
+  assert mining.read_corpus(str(tmp_path / "docs.jsonl"), "body") == ["b1", "b2"]
+  with pytest.raises(mining.MiningError, match="no text column 'text'"):
+    mining.read_corpus(str(tmp_path / "docs.jsonl"), "text")
+
+
+def test_a_failed_write_leaves_nothing(tmp_path):
+  dataset = datasets.Dataset.from_dict({"anchor": ["a"], "positive": ["b"], "negative": ["c"]})
+  path = str(tmp_path / "mined.jsonl")
+
+  class Full(OSError):
+    pass
+
+  def half_then_fail(tmp, **kwargs):
+    with open(tmp, "w") as f:
+      f.write('{"anchor": "a", "pos')
+    raise Full(28, "No space left on device")
+
+  dataset.to_json = half_then_fail
+  with pytest.raises(OSError) as raised:
+    mining.write_dataset(dataset, path)
+  assert raised.value.filename == path
+  assert os.listdir(tmp_path) == []
+  with pytest.raises(mining.MiningError, match="must end in"):
+    mining.write_dataset(dataset, str(tmp_path / "mined.txt"))
