@@ -1,4 +1,4 @@
-r"""Hard negatives mined for (anchor, positive) pairs: sentence-transformers 6.2's ``mine_hard_negatives``.
+r"""Hard negatives mined for (anchor, positive) pairs, as sentence-transformers 6.2's mine_hard_negatives mines them.
 
   jaxcse-mine --model M --input pairs.jsonl --output mined.jsonl [--corpus FILE] \
       --num_negatives 3 --range_max 20 --relative_margin 0.05 [--sampling_strategy random --seed 0] \
