@@ -299,7 +299,7 @@ def group_pairs(anchors: Sequence[str], positives: Sequence[str], corpus: Sequen
   row_of = {text: i for i, text in enumerate(texts)}
   queries = list(dict.fromkeys(anchors))
   query_of = {text: i for i, text in enumerate(queries)}
-  positive_indices = [dict() for _ in queries]  # Ordered sets.
+  positive_indices = [{} for _ in queries]  # Ordered sets (dict keys).
   for anchor, positive in zip(anchors, positives):
     positive_indices[query_of[anchor]][row_of[positive]] = None
   return Grouped(queries, texts, [list(p) for p in positive_indices],
@@ -315,7 +315,7 @@ def output_columns(grouped: Grouped, selection: Selection, anchor_column: str, p
   ``output_scores`` the labels are the similarities (a ``scores`` list column for triplet and n-tuple).
   """
   options, corpus = selection.options, grouped.corpus
-  anchor, found = [], np.isfinite(selection.scores)
+  found = np.isfinite(selection.scores)
   pairs = [(q, p) for q, positives in enumerate(grouped.positive_indices) for p in positives]
   positive_scores = selection.positive_scores.tolist()
   negatives, negative_scores = selection.negatives.tolist(), selection.scores.tolist()
@@ -363,8 +363,8 @@ def summary(grouped: Grouped, selection: Selection, output_rows: int) -> list[st
   """What was mined, in lines: the rows, the candidates each filter skipped, the samples short of negatives."""
   options = selection.options
   found = int(np.isfinite(selection.scores).sum())
-  lines = [f"{len(grouped.queries)} distinct queries of {grouped.rows} rows, a corpus of {len(grouped.corpus)} "
-           f"texts (range_max {options.range_max}): {found} negatives, {output_rows} {options.output_format} rows"]
+  lines = [(f"{len(grouped.queries)} distinct queries of {grouped.rows} rows, a corpus of {len(grouped.corpus)} "
+            f"texts (range_max {options.range_max}): {found} negatives, {output_rows} {options.output_format} rows")]
   for name in FILTERS:
     if name in selection.skipped:
       count, ratio = selection.skipped[name]
@@ -552,7 +552,8 @@ def has_list_columns(output_format: str, output_scores: bool) -> bool:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  from jaxcse import embedder as embedder_lib, platforms, poolers
+  from jaxcse import embedder as embedder_lib
+  from jaxcse import platforms, poolers
   from jaxcse.encode import Encoder
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.mining"), description=__doc__.split("\n\n")[0])
