@@ -38,7 +38,7 @@ def _mrpc_sentences(root: str, n: int = 150) -> list[str]:
   return [r[3] for r in rows]
 
 
-PROMPT = "query: "
+PROMPT, DOC_PROMPT = "query: ", "passage: "
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +54,8 @@ def data(real_data_dir, tmp_path_factory):
   model = MINILM if hub.resolve_model_path(MINILM) != MINILM else \
       helpers.make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny")))
   encoder = Encoder.load(model, batch_size=64)
-  texts = sorted(set(anchors) | set(positives) | set(extra) | {PROMPT + a for a in anchors})
+  texts = sorted(set(anchors) | set(positives) | set(extra) | {PROMPT + a for a in anchors}
+                 | {DOC_PROMPT + t for t in positives + extra})
   vectors = encoder.encode(texts, normalize_embeddings=True)
   return {"anchors": anchors, "positives": positives, "corpus": extra, "vectors": dict(zip(texts, vectors)),
           "model": model}
@@ -89,26 +90,27 @@ class StandIn:
   encode_document = encode_query
 
 
-def _cache(folder: str, vectors: dict, queries: list[str], corpus: list[str], query_prompt: str | None) -> None:
+def _cache(folder: str, vectors: dict, queries: list[str], corpus: list[str], query_prompt: str | None,
+           corpus_prompt: str | None) -> None:
   """The embeddings files sentence-transformers 6.2 would have saved (its names: sha256 of model, prompts, texts)."""
-  for kind, texts, prompt in (("query", queries, query_prompt), ("corpus", corpus, None)):
+  for kind, texts, prompt in (("query", queries, query_prompt), ("corpus", corpus, corpus_prompt)):
     digest = hashlib.sha256(repr(("stand-in", prompt, None, texts)).encode()).hexdigest()
     np.save(os.path.join(folder, f"{kind}_embeddings_{digest}.npy"),
             np.stack([vectors[(prompt or "") + t] for t in texts]))
 
 
-def _st_mine(tmp_path, data, dataset, corpus, options, query_prompt=None):
+def _st_mine(tmp_path, data, dataset, corpus, options, query_prompt=None, corpus_prompt=None):
   from sentence_transformers.util import mine_hard_negatives
 
   anchors, positives = list(dataset["anchor"]), list(dataset["positive"])
   folder = str(tmp_path / "st_cache")
   os.makedirs(folder, exist_ok=True)
   _cache(folder, data["vectors"], list(dict.fromkeys(anchors)), list(dict.fromkeys((corpus or positives) + positives)),
-         query_prompt)
+         query_prompt, corpus_prompt)
   random.seed(options.get("seed", 0))
   st_options = {k: v for k, v in options.items() if k != "seed"}
-  return mine_hard_negatives(dataset, StandIn(), corpus=corpus, query_prompt=query_prompt, cache_folder=folder,
-                             verbose=False, **st_options)
+  return mine_hard_negatives(dataset, StandIn(), corpus=corpus, query_prompt=query_prompt,
+                             corpus_prompt=corpus_prompt, cache_folder=folder, verbose=False, **st_options)
 
 
 def _assert_same(ours, theirs):
@@ -151,12 +153,12 @@ def test_selection_equals_sentence_transformers(data, tmp_path, case, output_for
     {"sampling_strategy": "random", "seed": 5, "range_min": 1, "output_format": "n-tuple"},
     {"max_score": 0.7, "output_format": "labeled-pair", "output_scores": True},
 ], ids=["triplet", "n-tuple random", "labeled-pair"])
-def test_with_a_separate_corpus_and_a_query_prompt(data, tmp_path, options):
+def test_with_a_separate_corpus_and_prompts(data, tmp_path, options):
   pytest.importorskip("sentence_transformers")
   dataset = datasets.Dataset.from_dict({"anchor": data["anchors"], "positive": data["positives"]})
   ours = mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), corpus=data["corpus"], query_prompt=PROMPT,
-                                    verbose=False, progress=False, **options)
-  theirs = _st_mine(tmp_path, data, dataset, data["corpus"], options, query_prompt=PROMPT)
+                                    corpus_prompt=DOC_PROMPT, verbose=False, progress=False, **options)
+  theirs = _st_mine(tmp_path, data, dataset, data["corpus"], options, query_prompt=PROMPT, corpus_prompt=DOC_PROMPT)
   _assert_same(ours, theirs)
   extra = set(data["corpus"]) - set(data["positives"])
   negatives = ours["positive" if options["output_format"] == "labeled-pair" else
