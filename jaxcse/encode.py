@@ -159,9 +159,10 @@ class Encoder:
   def dim(self) -> int:
     return self.spec.hidden_size
 
-  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
-    """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks)."""
-    return self._embedder(batch_size)(sentences, self.params)
+  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None, progress=None) -> np.ndarray:
+    """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks); ``progress``
+    (a ``progress.Progress``) counts the sentences as they are embedded."""
+    return self._embedder(batch_size)(sentences, self.params, progress=progress)
 
   def _embedder(self, batch_size: int | None) -> embedder_lib.BucketedEmbedder:
     """The embedder for a batch size (one per size: each compiles its own shapes once)."""

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from jaxcse.errors import JaxcseError
@@ -94,6 +95,25 @@ def write_text_atomically(path: str, text: str) -> None:
   try:
     with open(tmp, "w") as f:
       f.write(text)
+    os.replace(tmp, path)
+  except BaseException as e:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    if isinstance(e, OSError) and e.filename is None:  # A write's error names no file: say which.
+      raise OSError(e.errno, e.strerror or str(e), path) from None
+    raise
+
+
+def write_atomically(path: str, write: Callable[[str], object]) -> None:
+  """Calls ``write(tmp)`` to write a temporary file beside ``path``, then renames it over ``path``: ``path`` is the
+  whole new file or as it was (for writers of other libraries, e.g. ``datasets.Dataset.to_parquet``).
+
+  Raises:
+    OSError: naming ``path`` (a full disk, a missing permission); what ``write`` raises, with ``path`` as it was.
+  """
+  tmp = path + ".tmp"
+  try:
+    write(tmp)
     os.replace(tmp, path)
   except BaseException as e:
     with contextlib.suppress(OSError):

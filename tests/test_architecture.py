@@ -142,7 +142,7 @@ LAYERS = (
     ("scale", {"jaxcse.distributed"}),
     ("evaluation", {"jaxcse.evaluate", "jaxcse.validation", "jaxcse.transfer", "jaxcse.sts_data",
                     "jaxcse.sts_metrics", "jaxcse.dev_sets"}),
-    ("inference", {"jaxcse.embedder", "jaxcse.encode", "jaxcse.mteb_model"}),
+    ("inference", {"jaxcse.embedder", "jaxcse.encode", "jaxcse.mteb_model", "jaxcse.mining"}),
     ("models", {"jaxcse.loading", "jaxcse.models", "jaxcse.models.families", "jaxcse.models.bert",
                 "jaxcse.models.modernbert", "jaxcse.models.weights", "jaxcse.models.common", "jaxcse.poolers",
                 "jaxcse.checkpoints", "jaxcse.st_format", "jaxcse.hub", "jaxcse.mlm"}),

@@ -65,7 +65,7 @@ def test_every_command_is_a_console_script():
   if not _console_scripts():
     pytest.skip("jaxcse is not installed (pip install -e .)")
   assert {"jaxcse-train", "jaxcse-evaluate", "jaxcse-encode", "jaxcse-export", "jaxcse-data", "jaxcse-report",
-          "jaxcse-plot", "jaxcse-wordpiece", "jaxcse-compile"} <= set(_console_scripts())
+          "jaxcse-plot", "jaxcse-wordpiece", "jaxcse-compile", "jaxcse-mine"} <= set(_console_scripts())
 
 
 @pytest.mark.parametrize("script", _console_scripts() or ["jaxcse-train"])
