@@ -61,8 +61,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if chunk < 0 or (chunk and config.train.batch_size % chunk):
     raise ConfigError(f"train.grad_cache_chunk={chunk} must be 0 (off) or divide train.batch_size="
                       f"{config.train.batch_size}")
-  if config.data.csv_format not in ("simcse", "sentence_transformers"):
-    raise ConfigError(f"data.csv_format must be simcse or sentence_transformers, not {config.data.csv_format!r}")
+  csv_format = config.data.get("csv_format", "simcse")  # An older config.json has none: SimCSE's csv.
+  if csv_format not in ("simcse", "sentence_transformers"):
+    raise ConfigError(f"data.csv_format must be simcse or sentence_transformers, not {csv_format!r}")
   heldout = config.data.heldout_fraction
   if not 0.0 <= heldout < 1.0:
     raise ConfigError(f"data.heldout_fraction must be in [0, 1), not {heldout}")

@@ -265,7 +265,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   run with the workdir exactly as it was, and the corrected command then starts cleanly. ``train_data``: a
   ``datasets.Dataset`` to train on instead of ``config.data.train``'s.
   """
-  pair_data = train_data is not None or data_lib.is_pairs_source(_data_source(config), config.data.csv_format)
+  pair_data = train_data is not None or data_lib.is_pairs_source(_data_source(config), _csv_format(config))
   corpus = _corpus(config, train_data) if pair_data else None  # Its digest is of its content: read it first.
   corpus_digests = _corpus_digests(config, corpus)
   errors.check_output(workdir, folder=True)
@@ -373,13 +373,18 @@ def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workd
   files.write_json(os.path.join(workdir, "config.json"), config.to_dict())
 
 
+def _csv_format(config: ml_collections.ConfigDict) -> str:
+  """``data.csv_format``; a config.json written before the field existed read its csv as SimCSE's."""
+  return config.data.get("csv_format", "simcse")
+
+
 def _corpus(config: ml_collections.ConfigDict, train_data=None):
   """The training corpus: ``train_data`` (a ``datasets.Dataset``) if given, else ``config.data.train``'s, checked
   against the method (``_check_labels``)."""
   corpus = data_lib.load_corpus(config.data.train if train_data is None else train_data,
                                 root=config.data.data_dir or None, skip_empty_lines=config.data.skip_empty_lines,
                                 tfds_text_feature=config.data.tfds_text_feature,
-                                tfds_data_dir=config.data.tfds_data_dir or None, csv_format=config.data.csv_format)
+                                tfds_data_dir=config.data.tfds_data_dir or None, csv_format=_csv_format(config))
   _check_labels(config, corpus)
   return corpus
 

@@ -147,7 +147,7 @@ LAYERS = (
                 "jaxcse.models.modernbert", "jaxcse.models.weights", "jaxcse.models.common", "jaxcse.poolers",
                 "jaxcse.checkpoints", "jaxcse.st_format", "jaxcse.hub", "jaxcse.mlm"}),
     ("data", {"jaxcse.data", "jaxcse.data.batching", "jaxcse.data.corpora", "jaxcse.data.downloads",
-              "jaxcse.data.manifest", "jaxcse.data.root", "jaxcse.tokenization"}),
+              "jaxcse.data.manifest", "jaxcse.data.pairs", "jaxcse.data.root", "jaxcse.tokenization"}),
     ("base", {"jaxcse.errors", "jaxcse.files", "jaxcse.progress", "jaxcse.provenance", "jaxcse.compile.targets",
               "jaxcse.compat", "jaxcse.platforms", "jaxcse.version"}),
 )

@@ -7,6 +7,8 @@ Formats:
   * ``.csv``: a header naming the columns (``sent0,sent1[,hard_neg]``; a
     single ``sent0`` or ``text`` column is read as unsupervised text). Every
     row must have every column, non-empty.
+  * pair data (``.jsonl``, ``.parquet``, a ``save_to_disk`` folder, ``hf:NAME``,
+    a ``.csv`` with ``csv_format="sentence_transformers"``): ``pairs.py``.
   * ``tfds:NAME[:split]``: one text feature of a tensorflow-datasets dataset,
     read through ``tfds.data_source`` (ArrayRecord files, no TensorFlow);
     needs ``pip install tensorflow-datasets array-record``.
