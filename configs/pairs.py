@@ -6,8 +6,10 @@ Your data, in sentence-transformers' convention, read with Hugging Face
 are anchor, positive and hard negatives, whatever their names. Every other
 anchor, positive and negative in the (global) batch is a negative too, and no
 batch holds a text twice (``data.no_duplicates``: a repeat would be a false
-negative). Supervised SimCSE's loss: InfoNCE with one hard negative (k = 1) or
-none (k = 0), temperature 0.05; mean pooling, as all-MiniLM-L6-v2 was trained.
+negative). The loss is sentence-transformers' MultipleNegativesRankingLoss
+(method mnrl, scale 20): every hard negative column is read, and with one
+(k = 1) it is supervised SimCSE's InfoNCE at temperature 0.05; scored pairs
+train with --config.method=cosent. Mean pooling, as all-MiniLM-L6-v2 was trained.
 
 Run:
   jaxcse-train --config pairs --workdir workdirs/pairs --config.data.train=triplets.jsonl
@@ -22,7 +24,10 @@ from jaxcse.configs import base
 
 def get_config():
   config = base.get_config()
-  config.method = "simcse"  # The loss: with 2 or 3 columns, supervised SimCSE's InfoNCE over the global batch.
+  # The loss: sentence-transformers' MultipleNegativesRankingLoss (config.mnrl: scale 20, query_to_doc) over the
+  # global batch, every hard negative column read; with one, supervised SimCSE's InfoNCE. Scored pairs (a label
+  # column): --config.method=cosent.
+  config.method = "mnrl"
   config.model.name = "sentence-transformers/all-MiniLM-L6-v2"  # The minilm extra's offline copy, or the hub's.
   config.model.pooler = "avg"  # Mean pooling, as all-MiniLM-L6-v2 was trained and is used (no MLP head).
   config.model.mlp_only_train = False  # No MLP head to drop at test time.

@@ -392,11 +392,11 @@ def _corpus(config: ml_collections.ConfigDict, train_data=None):
 def _check_labels(config: ml_collections.ConfigDict, corpus) -> None:
   """Refuses labelled rows (scored pairs) for a method that does not read ``batch["labels"]``, and the reverse.
 
-  A method reads the labels when its ``objectives.Objective`` says ``uses_labels`` (CoSENT's); for any other, a
-  score column would be silently ignored, and its pairs all trained as positives.
+  A method reads the labels when its ``objectives.Objective`` says ``labels`` (CoSENT's); for any other, a score
+  column would be silently ignored, and its pairs all trained as positives.
   """
   label = getattr(corpus, "label_column", None)
-  uses_labels = bool(getattr(objectives.get(config.method), "uses_labels", False))
+  uses_labels = objectives.get(config.method).labels
   if label and not uses_labels:
     raise data_lib.DataError(f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
                              f"{config.method} does not use: train scored pairs with a method for them (cosent), or "

@@ -410,20 +410,16 @@ def test_labels_pass_through_the_jitted_step_sharded_and_chunked(tiny_model_dir)
   assert np.isfinite(float(metrics["loss"]))
 
 
-def test_labels_only_for_a_method_that_reads_them(monkeypatch):
-  """``train._check_labels``: scored pairs need a method whose Objective says ``uses_labels``, and such a method
-  needs scored pairs."""
-  import types
-
-  from jaxcse import objectives
-
+def test_labels_only_for_a_method_that_reads_them():
+  """``train._check_labels``: scored pairs need a method whose Objective reads ``labels`` (cosent), and such a
+  method needs scored pairs."""
   scored = pairs.validate(datasets.Dataset.from_dict({"a": ["x"], "b": ["y"], "score": [0.5]}), "scored")
   unscored = pairs.validate(datasets.Dataset.from_dict({"a": ["x"], "b": ["y"]}), "unscored")
   config = helpers.tiny_config("m", "d", "pairs")
   train._check_labels(config, unscored)
   with pytest.raises(DataError, match="^scored: column 'score' holds a label per row"):
     train._check_labels(config, scored)
-  monkeypatch.setattr(objectives, "get", lambda name: types.SimpleNamespace(uses_labels=True))
+  config.method = "cosent"
   train._check_labels(config, scored)
-  with pytest.raises(DataError, match=r"^unscored: method simcse needs a label per row \(a column named label or "):
+  with pytest.raises(DataError, match=r"^unscored: method cosent needs a label per row \(a column named label or "):
     train._check_labels(config, unscored)
