@@ -5,6 +5,7 @@ that resumes exactly after kill -9."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -423,3 +424,33 @@ def test_labels_only_for_a_method_that_reads_them():
   train._check_labels(config, scored)
   with pytest.raises(DataError, match=r"^unscored: method cosent needs a label per row \(a column named label or "):
     train._check_labels(config, unscored)
+
+
+def test_scored_pairs_csv_trains_with_cosent_from_the_command(tiny_model_dir, small_data_dir, tmp_path):
+  """--config pairs --config.method=cosent on a scored-pairs .csv: the scores reach CoSENT, the loss falls."""
+  lines = _lines(80)
+  rng = np.random.default_rng(0)
+  path = str(tmp_path / "scored.csv")
+  with open(path, "w", newline="", encoding="utf-8") as f:
+    writer = csv.writer(f)
+    writer.writerow(["sentence1", "sentence2", "score"])
+    writer.writerows([lines[i], lines[40 + i], f"{rng.uniform(0, 5):.2f}"] for i in range(40))
+  workdir = str(tmp_path / "cosent")
+  args = _pairs_args(workdir, tiny_model_dir, small_data_dir, path, **{"method": "cosent", "train.max_steps": 8,
+                                                                       "checkpoint.every": 8, "eval.every": 8})
+  result = subprocess.run([sys.executable, "-m", "jaxcse.train", *args], cwd=REPO, capture_output=True, text=True,
+                          env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+  assert result.returncode == 0, result.stderr[-3000:]
+  losses = [r["loss"] for r in helpers.metrics_records(workdir) if "loss" in r]
+  assert len(losses) == 8 and all(np.isfinite(losses))
+  assert np.mean(losses[-3:]) < np.mean(losses[:3])  # 8 steps over the same 40 scored pairs (5 epochs).
+  # Without the score column, cosent has nothing to learn from: one line, nothing written.
+  bare = str(tmp_path / "bare.csv")
+  with open(bare, "w", newline="", encoding="utf-8") as f:
+    csv.writer(f).writerows([["sentence1", "sentence2"], *([lines[i], lines[40 + i]] for i in range(40))])
+  refused = subprocess.run([sys.executable, "-m", "jaxcse.train", *_pairs_args(str(tmp_path / "w2"), tiny_model_dir,
+                                                                               small_data_dir, bare, method="cosent")],
+                           cwd=REPO, capture_output=True, text=True,
+                           env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+  assert refused.returncode == 1 and "method cosent needs a label per row" in refused.stderr
+  assert not os.path.exists(str(tmp_path / "w2"))
