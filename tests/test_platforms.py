@@ -1,4 +1,5 @@
-"""jaxcse asks jax for its CPU only when this machine has no accelerator and nobody chose the platforms."""
+"""jaxcse asks jax for its CPU only when this machine has no accelerator and nobody chose the platforms; on the CPU
+only, glibc's malloc keeps XLA's buffers; the commands turn on jax's persistent compilation cache."""
 
 from __future__ import annotations
 
@@ -111,3 +112,46 @@ def test_xlas_cpu_buffers_are_not_mapped_afresh_every_call(opt_out):
     assert faults >= pages
   else:
     assert faults < pages / 8
+
+
+_CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE", "JAXCSE_COMPILATION_CACHE", "XDG_CACHE_HOME")
+
+
+def _cache_env(tmp_path, **extra) -> dict[str, str]:
+  """This environment without any compilation-cache choice, the user's cache home in ``tmp_path``, plus ``extra``."""
+  env = {k: v for k, v in os.environ.items() if k not in _CACHE_ENV}
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", XDG_CACHE_HOME=str(tmp_path / "home_cache"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **extra)
+  return env
+
+
+_USE_CACHE_THEN_COMPILE = """
+from jaxcse import platforms
+import jax, jax.numpy as jnp
+print(platforms.use_compilation_cache())
+jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()
+"""
+
+
+@pytest.mark.parametrize("choice", ["default", "JAX_COMPILATION_CACHE_DIR", "JAXCSE_COMPILATION_CACHE=0",
+                                    "JAX_ENABLE_COMPILATION_CACHE=false"])
+def test_the_compilation_cache_is_on_in_jaxcses_folder_unless_chosen_otherwise(tmp_path, choice):
+  jaxcse_folder, own = tmp_path / "home_cache" / "jaxcse" / "jax", tmp_path / "own"
+  extra = {"default": {}, "JAX_COMPILATION_CACHE_DIR": {"JAX_COMPILATION_CACHE_DIR": str(own)},
+           "JAXCSE_COMPILATION_CACHE=0": {"JAXCSE_COMPILATION_CACHE": "0"},
+           "JAX_ENABLE_COMPILATION_CACHE=false": {"JAX_ENABLE_COMPILATION_CACHE": "false"}}[choice]
+  printed = subprocess.run([sys.executable, "-c", _USE_CACHE_THEN_COMPILE], capture_output=True, text=True, check=True,
+                           env=_cache_env(tmp_path, **extra), cwd=REPO).stdout.strip()
+  expected = {"default": jaxcse_folder, "JAX_COMPILATION_CACHE_DIR": own}.get(choice)
+  assert printed == str(expected)
+  for folder in (jaxcse_folder, own):
+    written = folder.is_dir() and any(folder.iterdir())
+    assert written == (folder == expected), folder
+
+
+def test_a_command_compiles_into_the_cache(tmp_path, tiny_model_dir):
+  (tmp_path / "in.txt").write_text("a sentence\nanother one\n")
+  subprocess.run([sys.executable, "-m", "jaxcse.encode", "--model", tiny_model_dir, "--input", str(tmp_path / "in.txt"),
+                  "--output", str(tmp_path / "out.npy")], capture_output=True, check=True, env=_cache_env(tmp_path),
+                 cwd=REPO)
+  assert any((tmp_path / "home_cache" / "jaxcse" / "jax").iterdir())
