@@ -492,12 +492,15 @@ def report(times: dict[str, list[float]], flops: dict[str, float], units: tuple[
   return medians
 
 
-def final_line(name: str, medians: dict[str, float], setup) -> str:
-  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran."""
+def final_line(name: str, medians: dict[str, float], setup, cpu: dict[str, list[float]] | None = None) -> str:
+  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran, and
+  after the ratio of median CPU seconds (``cpu``), which load from other processes distorts less than wall time."""
   if "pytorch" not in medians:
     return f"{name}: n/a ({setup.describe() if setup.device is None else 'the PyTorch side did not run'})"
   if "pytorch+compile" in medians:
     print(f"vs pytorch+compile: {medians['pytorch+compile'] / medians['jaxcse']:.2f}x")
+  if cpu and cpu.get("pytorch") and cpu.get("jaxcse"):
+    print(f"by CPU seconds: {statistics.median(cpu['pytorch']) / statistics.median(cpu['jaxcse']):.2f}x")
   return ratio_line(name, medians["pytorch"], medians["jaxcse"])
 
 
@@ -528,7 +531,7 @@ def bench_train(args) -> str:
   for side in sides.values():
     side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
-  return final_line(f"train_{args.shape}", medians, setup)
+  return final_line(f"train_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -747,7 +750,7 @@ def bench_pretrain(args) -> str:
   for side in sides.values():
     side.release()
   print(machine_line())
-  return final_line(f"pretrain_{args.shape}", medians, setup)
+  return final_line(f"pretrain_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------

@@ -12,17 +12,17 @@ TPU and GPU devices through ``jax.experimental.topologies``, which does not need
 Left alone: any ``JAX_PLATFORMS`` the user set (an empty value included: jax's own discovery), any machine with an
 accelerator device node, and programs that imported jax before jaxcse (their platforms are jax's to choose).
 
-XLA:CPU allocates each execution's temporary buffer (618 MiB for a quickstart train step, 1.2-1.5 GiB at MiniLM's
-shape) with ``posix_memalign`` on one of its worker threads. glibc serves a worker thread from its own arena, where a
-chunk over the arena's 64 MiB heap is always a fresh ``mmap``, unmapped again when freed: every step then pays one
-minor page fault per 4 KiB page (158k faults, a sixth of the quickstart step's CPU time in the kernel). So when jax
+XLA:CPU allocates each execution's temporary buffer (618 MiB for a quickstart train step) with ``posix_memalign`` on
+one of its worker threads. glibc serves a worker thread from its own arena, where a chunk over the arena's 64 MiB
+heap is always a fresh ``mmap``, unmapped again when freed: every step then pays one minor page fault per 4 KiB page
+(142k-158k faults, a sixth of the quickstart step's CPU time in the kernel: experiments/bench/cpu_step). So when jax
 will run on the CPU alone (``JAX_PLATFORMS=cpu``, chosen above or by the user), importing jaxcse calls glibc's
 ``mallopt`` before jax starts its threads: one arena for every thread (``M_ARENA_MAX=1``), no mmapped chunks
 (``M_MMAP_MAX=0``) and no trimming of the heap's top (``M_TRIM_THRESHOLD=-1``); all three are needed (any two leave
-the faults as they were). The buffer is then allocated once and reused: 0 faults per step, and the process keeps
-its peak heap until it exits instead of returning it to the system between steps. Left alone: other C libraries
-(musl, macOS), machines where jax may use an accelerator, a ``GLIBC_TUNABLES`` that sets any ``glibc.malloc``
-tunable (the user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out).
+the faults as they were). The buffer is then allocated once and reused: 0 faults per step, and the process keeps its
+peak heap until it exits instead of returning it to the system between steps. Left alone: other C libraries (musl,
+macOS), machines where jax may use an accelerator, a ``GLIBC_TUNABLES`` that sets any ``glibc.malloc`` tunable (the
+user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out).
 """
 
 from __future__ import annotations

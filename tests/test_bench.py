@@ -65,6 +65,7 @@ def test_train_tiny(capsys):
                                                         lines) if m}
   assert set(losses) == {"jaxcse", "pytorch"} and all(math.isfinite(v) for v in losses.values())
   assert any(line.startswith("jaxcse: ") and "MFU" in line and "CPU" in line for line in lines)
+  assert re.fullmatch(r"by CPU seconds: \d+\.\d\dx", lines[-2])
   # Pinned to one core by default on a machine without accelerators (like for like), and unpinned afterwards.
   from jaxcse import platforms
 
