@@ -11,6 +11,14 @@ device, inputs and threads, excludes warm-up (compilation, first calls) from
 the timings, and prints as its last line ``<name>: <x.xx>x``: baseline time
 over jaxcse time, so above 1 means jaxcse is faster.
 
+Like for like on a CPU: ``--threads N`` (default 1 on a machine without
+accelerators) pins the whole process to N cores before jax starts, so XLA's
+thread pool and torch (``torch.set_num_threads``) both get N threads on the same
+cores; ``--threads 0`` leaves both to their defaults. The train and pretrain
+benchmarks print CPU seconds per step beside wall time, and every benchmark
+prints the load average and a warning when it exceeds the machine's cores (then
+compare CPU seconds: wall time measures the queue).
+
 The PyTorch side takes its fastest usual form for the device jax runs on
 (``baselines.choose_torch_setup``): on a GPU, CUDA with automatic mixed
 precision (bfloat16 autocast, or float16 with a GradScaler where the GPU has no
@@ -63,7 +71,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, sts_data, train_step
+from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, platforms
+from jaxcse import sts_data, train_step
 
 
 def _baselines():
@@ -110,14 +119,61 @@ def ratio_line(name: str, baseline_seconds: float, jaxcse_seconds: float) -> str
 _MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 
 
+def load_warning(load: float, cores: int) -> str | None:
+  """A warning when the 1-minute load average exceeds the machine's cores: wall times then measure the queue."""
+  if load <= cores:
+    return None
+  return (f"warning: load average {load:.2f} exceeds this machine's {cores} cores: other processes share them, so "
+          "wall times are inflated unevenly; compare the CPU seconds per step")
+
+
 def machine_line() -> str:
-  """Load and cores next to every measurement: a loaded machine slows both sides, not always equally."""
+  """Load, cores and pinning next to every measurement (and a warning line when the load exceeds the cores)."""
   load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
   device = jax.devices()[0]
   memory = "".join(f", {k}={os.environ[k]}" for k in _MEMORY_ENV if k in os.environ)
-  return (f"machine: {os.cpu_count()} cpus, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
+  cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  line = (f"machine: {os.cpu_count()} cpus (this process on {cpus}), load average {load[0]:.2f} {load[1]:.2f} "
+          f"{load[2]:.2f}, jax {jax.__version__} on {device.platform} ({device.device_kind}), "
           f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}{memory}")
+  warning = load_warning(load[0], os.cpu_count() or 1)
+  return f"{line}\n{warning}" if warning else line
+
+
+def pin_threads(threads: int) -> tuple[list[int], Callable[[], None]]:
+  """Pins every thread of this process, and so every thread started later, to the first ``threads`` CPUs it may use.
+
+  Returns the CPUs and a function that restores each thread's former affinity. XLA:CPU sizes its thread pool by
+  the CPUs the process may use when jax's CPU client starts, so pinning before it starts gives jax the same thread
+  count as ``torch.set_num_threads(threads)`` gives torch; a client already started keeps its pool (then only the
+  cores are shared). Linux only (``/proc/self/task``); elsewhere only the calling thread is pinned.
+  """
+  allowed = sorted(os.sched_getaffinity(0))
+  if not 1 <= threads <= len(allowed):
+    raise errors.JaxcseError(f"--threads {threads}: this process may use {len(allowed)} CPUs ({allowed})")
+  cpus = set(allowed[:threads])
+  tids = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+  before = {}
+  for tid in tids:
+    try:
+      before[tid] = os.sched_getaffinity(tid)
+      os.sched_setaffinity(tid, cpus)
+    except OSError:  # The thread ended meanwhile.
+      before.pop(tid, None)
+
+  def restore():
+    for tid, mask in before.items():
+      try:
+        os.sched_setaffinity(tid, mask)
+      except OSError:
+        pass
+
+  return sorted(cpus), restore
+
+
+def process_cpu_seconds() -> float:
+  """User + system CPU seconds of this process, every thread (jax's and torch's pools included)."""
+  return time.process_time()
 
 
 def default_dtype(platform: str) -> str:
@@ -128,20 +184,24 @@ def default_dtype(platform: str) -> str:
   return "bfloat16" if platform in ("gpu", "tpu") else "float32"
 
 
-def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int) -> dict[str, list[float]]:
+def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int,
+                     cpu: dict[str, list[float]] | None = None) -> dict[str, list[float]]:
   """Seconds per call of each function, alternating between them every ``repeats`` calls.
 
   Interleaving spreads load from other processes over every side instead of
-  letting it land on whichever ran during a busy spell.
+  letting it land on whichever ran during a busy spell. ``cpu``, if given, gets each call's CPU seconds (the
+  process's, all threads), which load from other processes inflates far less than wall time.
   """
   times = {name: [] for name in fns}
   for r in range(rounds):
     names = list(fns) if r % 2 == 0 else list(reversed(fns))
     for name in names:
       for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = process_cpu_seconds(), time.perf_counter()
         fns[name]()
         times[name].append(time.perf_counter() - t0)
+        if cpu is not None:
+          cpu.setdefault(name, []).append(process_cpu_seconds() - c0)
   return times
 
 
@@ -419,24 +479,28 @@ def run_sides(builders: dict[str, Callable[[], Side]], warmup: int) -> tuple[dic
 
 
 def report(times: dict[str, list[float]], flops: dict[str, float], units: tuple[int, str], peak: float,
-           peak_label: str, peaks: dict[str, int | None]) -> dict[str, float]:
-  """Prints each side's s/step, throughput, MFU and peak memory; returns the median seconds per step."""
+           peak_label: str, peaks: dict[str, int | None], cpu: dict[str, list[float]] | None = None) -> dict[str, float]:
+  """Prints each side's s/step, CPU s/step, throughput, MFU and peak memory; returns the median seconds per step."""
   count, unit = units
   medians = {}
   for name, ts in times.items():
     medians[name] = t = statistics.median(ts)
-    print(f"{name}: {t:.4f} s/step (median of {len(ts)}; min {min(ts):.4f}), {count / t:.1f} {unit}/s, "
+    cpu_s = f", CPU {statistics.median(cpu[name]):.4f} s/step" if cpu and cpu.get(name) else ""
+    print(f"{name}: {t:.4f} s/step (median of {len(ts)}; min {min(ts):.4f}){cpu_s}, {count / t:.1f} {unit}/s, "
           f"{flops[name] / 1e9:.1f} GFLOP/step, {format_flops(flops[name] / t)}, "
           f"MFU {mfu(flops[name], t, peak) * 100:.1f}% of {peak_label}, peak memory {format_bytes(peaks[name])}")
   return medians
 
 
-def final_line(name: str, medians: dict[str, float], setup) -> str:
-  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran."""
+def final_line(name: str, medians: dict[str, float], setup, cpu: dict[str, list[float]] | None = None) -> str:
+  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran, and
+  after the ratio of median CPU seconds (``cpu``), which load from other processes distorts less than wall time."""
   if "pytorch" not in medians:
     return f"{name}: n/a ({setup.describe() if setup.device is None else 'the PyTorch side did not run'})"
   if "pytorch+compile" in medians:
     print(f"vs pytorch+compile: {medians['pytorch+compile'] / medians['jaxcse']:.2f}x")
+  if cpu and cpu.get("pytorch") and cpu.get("jaxcse"):
+    print(f"by CPU seconds: {statistics.median(cpu['pytorch']) / statistics.median(cpu['jaxcse']):.2f}x")
   return ratio_line(name, medians["pytorch"], medians["jaxcse"])
 
 
@@ -458,14 +522,16 @@ def bench_train(args) -> str:
   builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_train_step(
       shape, ids, mask, steps=steps, setup=setup, compile=compile)))
   sides, peaks = run_sides(builders, args.warmup)
-  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  cpu = {}
+  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats,
+                           cpu=cpu)
   peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
-  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks)
+  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks, cpu)
   for side in sides.values():
     side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
-  return final_line(f"train_{args.shape}", medians, setup)
+  return final_line(f"train_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -672,17 +738,19 @@ def bench_pretrain(args) -> str:
   builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_mlm_step(
       shape, ids, steps=steps, dropout=args.dropout, setup=setup, compile=compile)))
   sides, peaks = run_sides(builders, args.warmup)
-  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  cpu = {}
+  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats,
+                           cpu=cpu)
   peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   # jaxcse computes the output layer at the masked positions, PyTorch's BertForMaskedLM at every position.
   theirs = pretrain_flops(shape, args.batch_size, args.max_seq_len, args.max_seq_len)
   flops = {name: theirs for name in sides}
   flops["jaxcse"] = pretrain_flops(shape, args.batch_size, args.max_seq_len, predictions)
-  medians = report(times, flops, (tokens, "tokens"), peak, peak_label, peaks)
+  medians = report(times, flops, (tokens, "tokens"), peak, peak_label, peaks, cpu)
   for side in sides.values():
     side.release()
   print(machine_line())
-  return final_line(f"pretrain_{args.shape}", medians, setup)
+  return final_line(f"pretrain_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -866,9 +934,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--torch_compile", choices=("auto", "on", "off"), default="auto",
                    help="also time the PyTorch step through torch.compile (auto: on CUDA)")
   for p in sub.choices.values():
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
+    p.add_argument("--threads", type=int, default=-1,
+                   help="pin the process to this many cores and give torch and XLA as many threads (like for like); "
+                   "0: neither pinned nor limited (torch's and XLA's defaults); default: 1 on a machine without "
+                   "accelerators, else 0; --threads 2 on an idle machine measures scaling")
     p.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   args = parser.parse_args(argv)
+  if args.threads < 0:
+    args.threads = 0 if platforms.has_accelerator() else 1
+  # Before jax's CPU client starts (jax.devices, below): XLA sizes its thread pool by the CPUs it may use.
+  restore = pin_threads(args.threads)[1] if args.threads else (lambda: None)
+  try:
+    return _run_benchmark(args)
+  finally:
+    restore()
+
+
+def _run_benchmark(args) -> int:
   # Both sides share the device. By default jax reserves 75% of a GPU's memory when its backend starts, which
   # would starve the PyTorch side: allocate on demand instead (set before the first jax call starts the backend).
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -12,17 +12,18 @@ TPU and GPU devices through ``jax.experimental.topologies``, which does not need
 Left alone: any ``JAX_PLATFORMS`` the user set (an empty value included: jax's own discovery), any machine with an
 accelerator device node, and programs that imported jax before jaxcse (their platforms are jax's to choose).
 
-XLA:CPU allocates each execution's temporary buffer (618 MiB for a quickstart train step, 1.2-1.5 GiB at MiniLM's
-shape) with ``posix_memalign`` on one of its worker threads. glibc serves a worker thread from its own arena, where a
-chunk over the arena's 64 MiB heap is always a fresh ``mmap``, unmapped again when freed: every step then pays one
-minor page fault per 4 KiB page (158k faults, a sixth of the quickstart step's CPU time in the kernel). So when jax
-will run on the CPU alone (``JAX_PLATFORMS=cpu``, chosen above or by the user), importing jaxcse calls glibc's
-``mallopt`` before jax starts its threads: one arena for every thread (``M_ARENA_MAX=1``), no mmapped chunks
-(``M_MMAP_MAX=0``) and no trimming of the heap's top (``M_TRIM_THRESHOLD=-1``); all three are needed (any two leave
-the faults as they were). The buffer is then allocated once and reused: 0 faults per step, and the process keeps
-its peak heap until it exits instead of returning it to the system between steps. Left alone: other C libraries
-(musl, macOS), machines where jax may use an accelerator, a ``GLIBC_TUNABLES`` that sets any ``glibc.malloc``
-tunable (the user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out).
+XLA:CPU allocates each execution's temporary buffer (618 MiB for a quickstart train step) with ``posix_memalign`` on
+one of its worker threads. glibc serves a worker thread from its own arena, where a chunk over the arena's 64 MiB
+heap is always a fresh ``mmap``, unmapped again when freed: every step then pays one minor page fault per 4 KiB page
+(142k-158k faults, a sixth of the quickstart step's CPU time in the kernel: experiments/bench/cpu_step). So when jax
+will run on the CPU alone (``JAX_PLATFORMS=cpu``, chosen above or by the user, or no accelerator), importing jaxcse
+calls glibc's ``mallopt`` before jax starts its threads: one arena for every thread (``M_ARENA_MAX=1``), no mmapped
+chunks (``M_MMAP_MAX=0``) and no trimming of the heap's top (``M_TRIM_THRESHOLD=-1``); all three are needed (any two
+leave the faults as they were). The buffer is then allocated once and reused: 0 faults per step on one core (with
+two threads 35k of 142k remain, from a source not found yet), and the process keeps its peak heap until it exits
+instead of returning it to the system between steps (with two threads: 2.6 GiB peak resident against 1.6 GiB). Left alone: other C
+libraries (musl, macOS), machines where jax may use an accelerator, a ``GLIBC_TUNABLES`` that sets any
+``glibc.malloc`` tunable (the user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out).
 """
 
 from __future__ import annotations
@@ -70,14 +71,19 @@ def glibc():
   return ctypes.CDLL(None)
 
 
-def keep_xla_cpu_buffers(environ=os.environ, libc=None) -> bool:
+def keep_xla_cpu_buffers(environ=os.environ, libc=None,
+                         patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> bool:
   """Sets ``MALLOPT_SETTINGS`` with glibc's ``mallopt`` when jax runs on the CPU only; returns whether it did.
 
-  Must run before jax creates its CPU client (its worker threads), as importing jaxcse does. ``libc``: the library
-  to call (default: this process's, if glibc); a no-op where it is not glibc, where ``JAX_PLATFORMS`` is not
-  ``cpu``, where ``GLIBC_TUNABLES`` sets a malloc tunable, and where ``JAXCSE_MALLOPT=0``.
+  jax runs on the CPU only where ``JAX_PLATFORMS=cpu``, or where ``JAX_PLATFORMS`` is unset and no accelerator
+  device node exists (a program that imported jax before jaxcse). Should run before jax creates its CPU client
+  (its worker threads), as importing jaxcse does. ``libc``: the library to call (default: this process's, if
+  glibc); a no-op where it is not glibc, where ``GLIBC_TUNABLES`` sets a malloc tunable and where
+  ``JAXCSE_MALLOPT=0``.
   """
-  if environ.get(MALLOPT_OPT_OUT, "").strip() == "0" or environ.get("JAX_PLATFORMS", "").strip() != "cpu":
+  chosen = environ.get("JAX_PLATFORMS")
+  cpu_only = chosen.strip() == "cpu" if chosen is not None else not has_accelerator(patterns)
+  if environ.get(MALLOPT_OPT_OUT, "").strip() == "0" or not cpu_only:
     return False
   if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
     return False

@@ -57,13 +57,21 @@ def test_train_step_flops_counts_the_dense_layers():
 
 def test_train_tiny(capsys):
   pytest.importorskip("torch")
+  affinity = os.sched_getaffinity(0)
   lines = run_bench(capsys, "train", "--shape", "tiny", "--batch_size", "8", "--max_seq_len", "16", "--warmup", "1",
                     "--rounds", "1", "--repeats", "1", "--peak_size", "256")
   assert lines[-1].startswith("train_tiny: ")
   losses = {m.group(1): float(m.group(2)) for m in map(re.compile(r"warm-up: (\w+) loss after 1 steps (\S+)").match,
                                                         lines) if m}
   assert set(losses) == {"jaxcse", "pytorch"} and all(math.isfinite(v) for v in losses.values())
-  assert any(line.startswith("jaxcse: ") and "MFU" in line for line in lines)
+  assert any(line.startswith("jaxcse: ") and "MFU" in line and "CPU" in line for line in lines)
+  assert re.fullmatch(r"by CPU seconds: \d+\.\d\dx", lines[-2])
+  # Pinned to one core by default on a machine without accelerators (like for like), and unpinned afterwards.
+  from jaxcse import platforms
+
+  pinned = re.compile(r"machine: .*\(this process on \[\d+\]\)")
+  assert any(map(pinned.match, lines)) != platforms.has_accelerator()
+  assert os.sched_getaffinity(0) == affinity
 
 
 @pytest.fixture(scope="module")
@@ -301,3 +309,38 @@ def test_a_failing_torch_compile_side_is_reported_and_left_out(capsys):
   assert bench.final_line("train_base", {"jaxcse": 0.1, "pytorch": 0.2, "pytorch+compile": 0.15},
                           baselines.CPU_FLOAT32) == "train_base: 2.00x"
   assert "vs pytorch+compile: 1.50x" in capsys.readouterr().out
+
+
+def test_pin_threads_pins_every_thread_and_restores_them():
+  import threading
+
+  from benchmarks import bench
+  from jaxcse import errors
+
+  before = os.sched_getaffinity(0)
+  release = threading.Event()
+  waiting = threading.Thread(target=release.wait)
+  waiting.start()
+  try:
+    cpus, restore = bench.pin_threads(1)
+    assert cpus == [min(before)]
+    assert os.sched_getaffinity(0) == os.sched_getaffinity(waiting.native_id) == {cpus[0]}
+    seen = {}
+    later = threading.Thread(target=lambda: seen.update(cpus=os.sched_getaffinity(0)))
+    later.start()
+    later.join()
+    assert seen["cpus"] == {cpus[0]}  # Threads started afterwards (XLA's and torch's pools) inherit it.
+    restore()
+    assert os.sched_getaffinity(0) == os.sched_getaffinity(waiting.native_id) == before
+  finally:
+    release.set()
+    waiting.join()
+  with pytest.raises(errors.JaxcseError, match="--threads"):
+    bench.pin_threads(len(before) + 1)
+
+
+def test_a_load_over_the_cores_is_warned_about():
+  from benchmarks import bench
+
+  assert bench.load_warning(1.9, 2) is None
+  assert bench.load_warning(2.5, 2).startswith("warning: load average 2.50 exceeds this machine's 2 cores")

@@ -13,9 +13,8 @@ import numpy as np
 def gelu(x: jax.Array) -> jax.Array:
   """The exact (erf) GELU in PyTorch's form: ``x * 0.5 * (1 + erf(x / sqrt(2)))``, in ``x``'s dtype.
 
-  The same function as ``jax.nn.gelu(x, approximate=False)`` (equal to float32 rounding: tests/test_models.py), but
-  that one goes through ``erfc``, which XLA:CPU lowers into three fusions per layer where ``erf`` is one: 6.9% of a
-  MiniLM-shaped train step on a CPU.
+  The same function as ``jax.nn.gelu(x, approximate=False)`` (equal to float32 rounding: tests/test_models.py), which
+  goes through ``erfc`` instead and costs XLA:CPU more (docs/benchmarks.md has the measurements).
   """
   return x * 0.5 * (1 + jax.lax.erf(x * np.sqrt(0.5).astype(x.dtype)))
 
