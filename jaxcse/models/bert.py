@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax.linen.attention import dot_product_attention_weights
 
-from jaxcse.models.common import BackboneOutput, activation, gelu
+from jaxcse.models.common import BackboneOutput, activation
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
 
@@ -293,8 +293,8 @@ class RobertaLMHead(nn.Module):
   @nn.compact
   def __call__(self, hidden, word_embeddings):
     c = self.config
-    # The exact GELU whatever config.hidden_act says, as transformers' RoBERTa head.
-    hidden = gelu(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name="dense")(hidden))
+    hidden = nn.gelu(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name="dense")(hidden),
+                     approximate=False)  # GELU whatever config.hidden_act says, as transformers' RoBERTa head.
     hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="layer_norm")(hidden)
     hidden = _project(hidden, word_embeddings, c, self.dtype, self.tied, _normal(c))
     return hidden + jnp.asarray(self.param("bias", nn.initializers.zeros, (c.vocab_size,)), self.dtype)

@@ -7,22 +7,11 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
-import numpy as np
-
-
-def gelu(x: jax.Array) -> jax.Array:
-  """The exact (erf) GELU in PyTorch's form: ``x * 0.5 * (1 + erf(x / sqrt(2)))``, in ``x``'s dtype.
-
-  The same function as ``jax.nn.gelu(x, approximate=False)`` (equal to float32 rounding: tests/test_models.py), which
-  goes through ``erfc`` instead and costs XLA:CPU more (docs/benchmarks.md has the measurements).
-  """
-  return x * 0.5 * (1 + jax.lax.erf(x * np.sqrt(0.5).astype(x.dtype)))
-
 
 # transformers' names of feed-forward activations (config.hidden_act, ModernBERT's hidden_activation). "gelu" is
 # the exact (erf) GELU, "gelu_new" and "gelu_pytorch_tanh" its tanh approximation.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": gelu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
     "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
     "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "relu": jax.nn.relu,
