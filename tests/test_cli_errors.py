@@ -47,6 +47,10 @@ def _train(args: list[str], cwd: str) -> tuple[int, list[str]]:
      "error: returns_a_dict.py: get_config() returned dict, not an ml_collections.ConfigDict"),
     (["--config", "does_not_parse.py"], "error: does_not_parse.py:1: invalid syntax"),
     (["--config", "quickstart", "--workdr=x"], "error: Unknown command line flag 'workdr'. Did you mean: workdir? "),
+    (["--config", "quickstart", "--config.train.max_steps=-5"],
+     "error: train.max_steps must be a positive integer, or -1 to train train.num_epochs epochs, not -5"),
+    (["--config", "quickstart", "--config.train.learning_rate=nan"],
+     "error: train.learning_rate must be a finite number >= 0, not nan"),
 ])
 def test_train_mistakes_are_one_line_and_exit_1(tmp_path, args, expected):
   for name, text in CONFIG_FILES.items():
