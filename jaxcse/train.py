@@ -734,7 +734,10 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
 
   summary = {"steps": total_steps, "best_step": best_so_far.step, "best_metric": best_so_far.metric,
              "first_eval": best_so_far.first_eval, "workdir": workdir}
-  if primary:
+  # A finished run run again trains and evaluates nothing: its summary.json, the record of the run that did the
+  # work (its wall time, when it was made), stays as it is.
+  finished_before = first_step == total_steps and not start.reevaluate
+  if primary and not (finished_before and _readable_json(os.path.join(workdir, "summary.json"))):
     corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
         if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
     record = {**summary, "provenance": provenance.provenance(
@@ -742,6 +745,15 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
         data=provenance.data_digests([corpus]) if corpus else None, wall_seconds=time.time() - started)}
     files.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
+
+
+def _readable_json(path: str) -> bool:
+  try:
+    with open(path) as f:
+      json.load(f)
+  except (OSError, ValueError):
+    return False
+  return True
 
 
 # --------------------------------------------------------------------------

@@ -419,6 +419,19 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_d
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
+def test_a_finished_run_run_again_keeps_its_record(reference, tiny_model_dir, small_data_dir, tmp_path):
+  """The same command on a finished run trains nothing and rewrites nothing: summary.json's provenance (the wall
+  time the run took, when it was made) is the run's, not the rerun's."""
+  ref_dir, ref_summary = reference
+  workdir = str(tmp_path / "w")
+  shutil.copytree(ref_dir, workdir)
+  kept = {name: open(os.path.join(workdir, name), "rb").read() for name in ("summary.json", "metrics.jsonl")}
+  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
+  assert {k: summary[k] for k in ("steps", "best_step", "best_metric")} == \
+      {k: ref_summary[k] for k in ("steps", "best_step", "best_metric")}
+  assert {name: open(os.path.join(workdir, name), "rb").read() for name in kept} == kept
+
+
 def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
   """An orbax manager left open at interpreter shutdown printed "cannot schedule new futures after interpreter
   shutdown" tracebacks after a run ended in an error."""
