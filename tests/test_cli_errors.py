@@ -169,11 +169,37 @@ def test_help_documents_the_exit_status(capsys):
 
 def test_the_quickstarts_last_line_is_an_evaluate_command_that_works(capsys, monkeypatch):
   monkeypatch.delenv("JAXCSE_DATA_DIR", raising=False)
-  config = json.loads('{"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev"}}')
+  config = json.loads('{"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev", "every": 125, "at_end": true}}')
   import ml_collections
 
   cli.print_train_summary(ml_collections.ConfigDict(config), "workdirs/quickstart",
-                          {"first_eval": None, "best_metric": 0.5, "best_step": 10})
+                          {"first_eval": None, "best_metric": 0.5, "best_step": 10, "steps": 300})
   last = capsys.readouterr().out.strip().splitlines()[-1]
   assert last.endswith("evaluate --model workdirs/quickstart --tasks sts"), last  # No data root needed any more.
   assert "download" not in last
+
+
+def test_a_run_whose_last_steps_were_not_evaluated_says_so(capsys):
+  """With eval.at_end=False the model served is the best evaluated one, which predates the last steps."""
+  import ml_collections
+
+  config = ml_collections.ConfigDict({"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev", "every": 125,
+                                                                         "at_end": False}})
+  for steps, said in ((250, False), (300, True)):
+    cli.print_train_summary(config, "w", {"first_eval": None, "best_metric": 0.5, "best_step": 250, "steps": steps})
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == (["note: steps 251-300 were not evaluated (eval.at_end=False, eval.every=125): the best "
+                      "checkpoint, which evaluate, encode and export serve, predates them"] if said else [])
+
+
+def test_a_shortened_quickstart_evaluates_its_last_step(tiny_model_dir, small_data_dir, tmp_path):
+  """--config.train.max_steps=20 on the quickstart served step 0, the untrained model: its config turned the final
+  evaluation off, and 20 is no multiple of eval.every."""
+  from jaxcse import train
+  from tests import helpers
+
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "quickstart", **{"train.max_steps": 4,
+                                                                                "eval.every": 125})
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(config, workdir)
+  assert [r["step"] for r in helpers.metrics_records(workdir) if "eval/metric" in r] == [0, 4]
