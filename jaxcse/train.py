@@ -590,6 +590,32 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
   return values
 
 
+# Ctrl-C saves the latest state where it stops, unless the newest latest checkpoint is younger than this: a save
+# takes about a second, and a resume then redoes at most this much work.
+INTERRUPT_SAVE_AFTER_S = 5.0
+
+
+def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog", probe) -> None:
+  """Saves state ``step`` as a latest checkpoint when Ctrl-C stops the run before step ``step + 1``.
+
+  Only a state every regular save would keep: the last step's loss finite (its metrics line is written, so the
+  resumed run logs from there), the parameters finite and the output probe passing; otherwise nothing is saved and
+  the run stops at its previous checkpoint, as without this save. With several processes nothing is saved: a save
+  is collective, and Ctrl-C reaches one process.
+  """
+  if jax.process_count() > 1:
+    return
+  try:
+    step_log.settle()
+    if step_log.last_step < step:
+      step_log.flush(step)
+  except NonFiniteLossError:
+    return
+  if not checkpoints.all_finite(state.params) or probe(state.params):
+    return
+  checkpoints.save(latest, step, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+
+
 def _interrupted(step: int, latest) -> str:
   """The one line of a run stopped by Ctrl-C: at which step, and where the same command resumes from."""
   good = _last_good(latest)
@@ -698,9 +724,12 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, first_step,
                      step_lib.make_schedule(config.train, total_steps))
   progress = Progress(total_steps, initial=first_step, unit="step", desc="train", enabled=primary)
+  saved = (first_step, time.time())  # The newest latest checkpoint's step (or the start), and when.
   try:
     for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
                                       start=first_step):
+      if ctrl_c.requested and step > saved[0] and time.time() - saved[1] >= INTERRUPT_SAVE_AFTER_S:
+        _save_interrupted(latest, step, state, best_so_far, step_log, probe)
       ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
@@ -722,6 +751,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
         best_so_far = evaluate(done, state.params, best_so_far)
       if save_now:
         checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+        saved = (done, time.time())
     step_log.settle()
     ctrl_c.check()  # Pressed during the last step, evaluation or save.
   except KeyboardInterrupt:
