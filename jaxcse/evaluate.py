@@ -236,10 +236,11 @@ def main(argv: Sequence[str] | None = None) -> int:
       raise errors.OutputError(f"{args.output} exists (the results of an earlier evaluation); pass --overwrite to "
                                "replace it, or choose another --output")
   embedder_lib.check_settings(args.batch_size)
-  root = data_lib.given_root(args.data_dir)
-  data_files = task_data(root, tasks)  # Before the model loads and anything runs.
   start = time.time()
-  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
+  with data_lib.notes_held():  # A refusal below is the only line; the shipped-data note follows the checks.
+    root = data_lib.given_root(args.data_dir)
+    data_files = task_data(root, tasks)  # Before the model loads and anything runs.
+    loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "

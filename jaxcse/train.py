@@ -116,6 +116,13 @@ def _lock(workdir: str):
   return lock
 
 
+def _check_not_locked(workdir: str) -> None:
+  """``WorkdirError`` if another process holds the workdir's lock; reads only (a workdir without the lock file, or
+  none at all, has no run in progress). The lock itself is taken once the inputs are read (``_lock``)."""
+  if os.path.isfile(os.path.join(workdir, checkpoints.LOCK_FILE)):
+    _lock(workdir).release()
+
+
 TENSORBOARD_DIR = "tensorboard"  # log.tensorboard's event files.
 INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus the run started with: a resume must read the same.
 
@@ -666,7 +673,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
     if config.train.batch_size % mesh.size:
       raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                       f"{mesh.size} devices")
-    inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
+    if primary:
+      _check_not_locked(workdir)  # Before the slow reading: a refusal that needs none of it.
+    with data_lib.notes_held():  # A refusal while reading is the only line; the shipped-data note follows.
+      inputs = _read_inputs(config, workdir, restart, mesh)  # Before anything is written.
     if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
       raise Interrupted("interrupted before the run started; the workdir is as it was")
     os.makedirs(workdir, exist_ok=True)

@@ -60,6 +60,46 @@ def test_train_mistakes_are_one_line_and_exit_1(tmp_path, args, expected):
   assert "\\n" not in err[0] and "Traceback" not in err[0]
 
 
+def _command(module: str, args: list[str], cwd: str, **env) -> tuple[int, list[str]]:
+  """A command run as a user runs it, with no data root: its exit status and its stderr's lines."""
+  environment = {k: v for k, v in os.environ.items() if k != "JAXCSE_DATA_DIR"}
+  run = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                       env={**environment, "PYTHONPATH": REPO, **env})
+  return run.returncode, run.stderr.strip().splitlines()
+
+
+def test_a_refusal_after_the_shipped_data_is_found_is_the_only_line(tmp_path):
+  """Without a data root, the note that shipped data is read came before evaluate's and train's refusals: two
+  lines where one is promised. The note follows the checks, and only when they pass."""
+  code, err = _command("jaxcse.evaluate", ["--model", "no_model", "--tasks", "STSBenchmark"], str(tmp_path))
+  assert code == 1 and len(err) == 1 and err[0].startswith("error: no_model: "), err
+  code, err = _command("jaxcse.train", ["--config", "quickstart", "--workdir", "w", "--config.data.max_seq_len=600"],
+                       str(tmp_path))
+  assert code == 1 and err == ["error: data.max_seq_len=600 is longer than the 128 positions jaxcse/bert-mini-wiki-"
+                               "uncased embeds; set data.max_seq_len <= 128"], err
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_locked_workdir_is_refused_before_anything_is_loaded(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+  """The lock refusal came after the model, corpus and dev sets were read (35 s for the quickstart)."""
+  import filelock
+
+  from jaxcse import checkpoints, configured, train
+  from tests import helpers
+
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  lock = filelock.FileLock(str(workdir / checkpoints.LOCK_FILE))
+  lock.acquire()
+  try:
+    monkeypatch.setattr(configured, "model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(train.WorkdirError, match="another process is training in this workdir"):
+      train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir), str(workdir))
+  finally:
+    lock.release()
+  assert os.listdir(workdir) == [checkpoints.LOCK_FILE]
+
+
 def test_a_mistyped_config_path_suggests_its_sibling(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   (tmp_path / "configs").mkdir()
