@@ -156,10 +156,12 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
     else:
       if not allowed.holds(node):
         raise ConfigError(f"{name} must be {allowed.describe()}, not {node!r}")
-  # model.init=random's Hugging Face config fields: sizes and counts (an integer), else rates and epsilons.
+  # model.init=random's Hugging Face config fields: sizes and counts (at least 1), other integers (ids, intervals:
+  # at least 0), rates and epsilons (floats, at least 0).
   for key, value in (config.model.get("architecture") or {}).items():
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-      allowed = Range(1, integer=True) if isinstance(value, int) else NON_NEGATIVE
+      sized = key.endswith("_size") or key.startswith("num_") or key == "max_position_embeddings"
+      allowed = Range(1 if sized else 0, integer=True) if isinstance(value, int) else NON_NEGATIVE
       if not allowed.holds(value):
         raise ConfigError(f"model.architecture.{key} must be {allowed.describe()}, not {value!r}")
 

@@ -93,6 +93,16 @@ def test_every_numeric_config_field_has_its_range_checked():
   assert not unchecked, f"numeric fields with no range check: {sorted(unchecked)}"
 
 
+def test_a_random_architectures_sizes_are_checked():
+  from jaxcse.configs import pretrain_mlm
+
+  config = pretrain_mlm.get_config()
+  config.model.architecture.num_hidden_layers = 0
+  with pytest.raises(configuration.ConfigError, match=r"model.architecture.num_hidden_layers must be an integer >= 1, "
+                                                      r"not 0"):
+    configuration.validate(config)
+
+
 def test_every_shipped_config_is_valid():
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
     import importlib
