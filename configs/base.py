@@ -109,7 +109,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 64  # Global batch (all devices); in-batch negatives span it.
   config.train.num_epochs = 1  # Passes over the corpus; ignored when max_steps > 0.
-  config.train.max_steps = -1  # If > 0, train exactly this many steps (the lr decays over them).
+  config.train.max_steps = -1  # > 0: train exactly this many steps (the lr decays over them); -1: num_epochs epochs.
   config.train.learning_rate = 3e-5  # Peak AdamW learning rate.
   config.train.warmup_steps = 0  # Linear warmup steps before the linear decay to 0.
   config.train.weight_decay = 0.0  # AdamW decoupled weight decay (not on biases and LayerNorm).

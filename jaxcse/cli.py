@@ -281,6 +281,10 @@ def print_train_summary(config: ml_collections.ConfigDict, workdir: str, summary
     print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
   if summary["best_metric"] is not None:
     print(f"best {config.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+  steps, every = summary["steps"], config.eval.every
+  if not config.eval.at_end and steps % every:  # The model served is the best evaluated one: say what it misses.
+    print(f"note: steps {steps - steps % every + 1}-{steps} were not evaluated (eval.at_end=False, eval.every="
+          f"{every}): the best checkpoint, which evaluate, encode and export serve, predates them")
   evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
   # The STS test sets ship with jaxcse, so this runs as printed, with or without a data root (one that is given, and
   # has the sets, is read instead: the same numbers).

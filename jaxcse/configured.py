@@ -240,7 +240,17 @@ def _needs_vocabulary(name: str, tokens) -> None:
 
 
 def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built:
-  """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only."""
+  """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only.
+
+  Raises ``configuration.ConfigError`` if the config does not fit the model (``configuration.check_model``).
+  """
+  built = _model(config, abstract)
+  configuration.check_model(config, built.spec)
+  return built
+
+
+def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
+  """``model``, before the config is checked against the model's."""
   dtype = models.DTYPES[config.model.dtype]
   pooling = objectives.pooling_of(config)
   with_mlm = objectives.needs(config).token_loss is not None

@@ -357,6 +357,7 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
     done = saved["rows_done"]
   elif os.path.exists(state_path):  # The progress of a partial output that is gone: nothing to resume.
     os.remove(state_path)
+  os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)  # As evaluate and export do.
   out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
   bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)
@@ -404,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
-  parser.add_argument("--output", required=True, help="the .npy file to write")
+  parser.add_argument("--output", required=True, help="the .npy file to write (its folders are created)")
   parser.add_argument("--column", default=None, help="text field of a .csv/.jsonl input")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")

@@ -272,20 +272,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "STS-B, SICK-R, align_uniform) are read from the copy shipped with jaxcse, and the transfer "
                            "tasks need `jaxcse-data download senteval --data_dir DIR`")
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
-  parser.add_argument("--output", default=None, help="write the full results as JSON here")
+  parser.add_argument("--output", default=None,
+                      help="write the full results as JSON here (its folders are created; an existing file is refused)")
+  parser.add_argument("--overwrite", action="store_true",
+                      help="replace an existing --output; without it, it is refused before the model loads")
   args = parser.parse_args(argv)
   platforms.use_compilation_cache()
 
   tasks = expand_tasks(args.tasks)
   if args.output:
     errors.check_output(args.output, folder=False)
+    if os.path.exists(args.output) and not args.overwrite:
+      raise errors.OutputError(f"{args.output} exists (the results of an earlier evaluation); pass --overwrite to "
+                               "replace it, or choose another --output")
   embedder_lib.check_settings(args.batch_size)
-  root = data_lib.given_root(args.data_dir)
-  data_files = task_data(root, tasks)  # Before the model loads and anything runs.
-  own_paths = dict(own for own in map(own_task, tasks) if own)
-  own = dev_sets_lib.OwnDevSets.load(own_paths.get("pairs", ""), own_paths.get("retrieval", ""), root)
   start = time.time()
-  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
+  with data_lib.notes_held():  # A refusal below is the only line; the shipped-data note follows the checks.
+    root = data_lib.given_root(args.data_dir)
+    data_files = task_data(root, tasks)  # Before the model loads and anything runs.
+    own_paths = dict(own for own in map(own_task, tasks) if own)
+    own = dev_sets_lib.OwnDevSets.load(own_paths.get("pairs", ""), own_paths.get("retrieval", ""), root)
+    loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
     print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "

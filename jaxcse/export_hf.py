@@ -101,6 +101,7 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
     tokenizer.save_pretrained(tmp)
     save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     more(tmp)
+    files.apply_umask(tmp)  # mkdtemp makes 0700 and safetensors writes 0600: an export is meant to be shared.
     if os.path.isdir(out_dir):
       os.rmdir(out_dir)  # Empty (the callers check); rename needs the name free.
     os.rename(tmp, out_dir)

@@ -85,6 +85,23 @@ def write_json(path: str, obj: Any) -> None:
   write_text_atomically(path, text)
 
 
+def apply_umask(folder: str) -> None:
+  """Gives ``folder`` and everything under it the modes a plain ``mkdir`` and ``open`` would have: 0777 for folders
+  and 0666 for files, less the process's umask (readable by others under the usual umask 022).
+
+  For output written through ``tempfile.mkdtemp`` (always 0700) or by writers that create 0600 files (safetensors).
+  """
+  umask = os.umask(0)
+  os.umask(umask)  # Reading the umask sets it: put it back at once.
+  for parent, folders, names in os.walk(folder):
+    os.chmod(parent, 0o777 & ~umask)
+    for name in names:
+      path = os.path.join(parent, name)
+      if not os.path.islink(path):
+        os.chmod(path, 0o666 & ~umask)
+    del folders  # os.walk visits each of them as a parent.
+
+
 def write_text_atomically(path: str, text: str) -> None:
   """Writes ``text`` to a temporary file renamed over ``path``: ``path`` is the whole new text or as it was.
 

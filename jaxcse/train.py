@@ -117,6 +117,13 @@ def _lock(workdir: str):
   return lock
 
 
+def _check_not_locked(workdir: str) -> None:
+  """``WorkdirError`` if another process holds the workdir's lock; reads only (a workdir without the lock file, or
+  none at all, has no run in progress). The lock itself is taken once the inputs are read (``_lock``)."""
+  if os.path.isfile(os.path.join(workdir, checkpoints.LOCK_FILE)):
+    _lock(workdir).release()
+
+
 TENSORBOARD_DIR = "tensorboard"  # log.tensorboard's event files.
 INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus the run started with: a resume must read the same.
 
@@ -659,6 +666,32 @@ def _check_finite(step: int, metrics: dict, latest, workdir: str) -> dict[str, f
   return values
 
 
+# Ctrl-C saves the latest state where it stops, unless the newest latest checkpoint is younger than this: a save
+# takes about a second, and a resume then redoes at most this much work.
+INTERRUPT_SAVE_AFTER_S = 5.0
+
+
+def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog", probe) -> None:
+  """Saves state ``step`` as a latest checkpoint when Ctrl-C stops the run before step ``step + 1``.
+
+  Only a state every regular save would keep: the last step's loss finite (its metrics line is written, so the
+  resumed run logs from there), the parameters finite and the output probe passing; otherwise nothing is saved and
+  the run stops at its previous checkpoint, as without this save. With several processes nothing is saved: a save
+  is collective, and Ctrl-C reaches one process.
+  """
+  if jax.process_count() > 1:
+    return
+  try:
+    step_log.settle()
+    if step_log.last_step < step:
+      step_log.flush(step)
+  except NonFiniteLossError:
+    return
+  if not checkpoints.all_finite(state.params) or probe(state.params):
+    return
+  checkpoints.save(latest, step, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+
+
 def _interrupted(step: int, latest) -> str:
   """The one line of a run stopped by Ctrl-C: at which step, and where the same command resumes from."""
   good = _last_good(latest)
@@ -715,7 +748,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
     if config.train.batch_size % mesh.size:
       raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                       f"{mesh.size} devices")
-    inputs = _read_inputs(config, workdir, restart, mesh, train_data)  # Before anything is written.
+    if primary:
+      _check_not_locked(workdir)  # Before the slow reading: a refusal that needs none of it.
+    with data_lib.notes_held():  # A refusal while reading is the only line; the shipped-data note follows.
+      inputs = _read_inputs(config, workdir, restart, mesh, train_data)  # Before anything is written.
     if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
       raise Interrupted("interrupted before the run started; the workdir is as it was")
     os.makedirs(workdir, exist_ok=True)
@@ -791,9 +827,12 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, first_step,
                      step_lib.make_schedule(config.train, total_steps))
   progress = Progress(total_steps, initial=first_step, unit="step", desc="train", enabled=primary)
+  saved = (first_step, time.time())  # The newest latest checkpoint's step (or the start), and when.
   try:
     for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
                                       start=first_step):
+      if ctrl_c.requested and step > saved[0] and time.time() - saved[1] >= INTERRUPT_SAVE_AFTER_S:
+        _save_interrupted(latest, step, state, best_so_far, step_log, probe)
       ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
       batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
                for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
@@ -815,6 +854,7 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
         best_so_far = evaluate(done, state.params, best_so_far)
       if save_now:
         checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+        saved = (done, time.time())
     step_log.settle()
     ctrl_c.check()  # Pressed during the last step, evaluation or save.
   except KeyboardInterrupt:
@@ -827,7 +867,10 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
 
   summary = {"steps": total_steps, "best_step": best_so_far.step, "best_metric": best_so_far.metric,
              "first_eval": best_so_far.first_eval, "workdir": workdir}
-  if primary:
+  # A finished run run again trains and evaluates nothing: its summary.json, the record of the run that did the
+  # work (its wall time, when it was made), stays as it is.
+  finished_before = first_step == total_steps and not start.reevaluate
+  if primary and not (finished_before and _readable_json(os.path.join(workdir, "summary.json"))):
     if isinstance(batches.corpus, data_lib.PairCorpus):
       digests = inputs.corpus_digests
     else:
@@ -843,6 +886,15 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
         data=digests, wall_seconds=time.time() - started)}
     files.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
+
+
+def _readable_json(path: str) -> bool:
+  try:
+    with open(path) as f:
+      json.load(f)
+  except (OSError, ValueError):
+    return False
+  return True
 
 
 # --------------------------------------------------------------------------

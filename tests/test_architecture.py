@@ -46,6 +46,24 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
     ({"train.grad_cache_chunk": 3}, r"must be 0 \(off\) or divide train.batch_size=8"),
     ({"model.dtype": "float8"}, r"model.dtype must be one of float32, bfloat16, float16"),
     ({"data.pack": True}, r"data.pack joins sentences"),
+    # Values outside their range: each one line naming the field, before the workdir exists.
+    ({"train.max_steps": -5}, r"train.max_steps must be a positive integer, or -1 to train train.num_epochs "
+                              r"epochs, not -5"),
+    ({"train.max_steps": 0}, r"train.max_steps must be a positive integer, or -1 .*, not 0"),
+    ({"train.max_steps": -1, "train.num_epochs": 0}, r"train.num_epochs must be a positive integer with "
+                                                      r"train.max_steps=-1, not 0"),
+    ({"train.learning_rate": float("nan")}, r"train.learning_rate must be a finite number >= 0, not nan"),
+    ({"train.learning_rate": float("inf")}, r"train.learning_rate must be a finite number >= 0, not inf"),
+    ({"loss.temperature": 0.0}, r"loss.temperature must be a finite number > 0, not 0.0"),
+    ({"loss.temperature": -1.0}, r"loss.temperature must be a finite number > 0, not -1.0"),
+    ({"model.dropout": 2.0}, r"model.dropout must be a finite number in \[0, 1\), not 2.0"),
+    ({"train.warmup_steps": -5}, r"train.warmup_steps must be an integer >= 0, not -5"),
+    ({"train.adam_eps": 0.0}, r"train.adam_eps must be a finite number > 0, not 0.0"),
+    ({"mlm.probability": 0.0}, r"mlm.probability must be a finite number in \(0, 1\], not 0.0"),
+    ({"seed": -1}, r"seed must be an integer >= 0, not -1"),
+    # Needs the model's config (128 positions): checked once it is read, still before the workdir is written.
+    ({"data.max_seq_len": 200}, r"data.max_seq_len=200 is longer than the 128 positions .* embeds; set "
+                                r"data.max_seq_len <= 128"),
 ])
 def test_config_errors_are_caught_before_the_workdir_is_touched(tiny_model_dir, small_data_dir, tmp_path,
                                                                 overrides, message):
@@ -54,6 +72,35 @@ def test_config_errors_are_caught_before_the_workdir_is_touched(tiny_model_dir, 
   with pytest.raises(configuration.ConfigError, match=message):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(workdir)
+
+
+def test_every_numeric_config_field_has_its_range_checked():
+  """A new numeric field gets a range in ``configuration.RANGES`` (or a check of its own, listed here)."""
+  import importlib
+
+  import flax
+
+  own_checks = {"train.batch_size", "train.log_every", "eval.every", "eval.batch_size", "checkpoint.every",
+                "data.max_seq_len", "train.max_steps", "train.num_epochs", "train.grad_cache_chunk",
+                "data.heldout_fraction", "augment.crop", "augment.word_deletion", "augment.mlm"}
+  unchecked = set()
+  for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
+    fields = flax.traverse_util.flatten_dict(importlib.import_module(f"jaxcse.configs.{name}").get_config().to_dict(),
+                                             sep=".")
+    unchecked |= {k for k, v in fields.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in configuration.RANGES
+                  and k not in own_checks and not k.startswith("model.architecture.")}  # Checked as a whole.
+  assert not unchecked, f"numeric fields with no range check: {sorted(unchecked)}"
+
+
+def test_a_random_architectures_sizes_are_checked():
+  from jaxcse.configs import pretrain_mlm
+
+  config = pretrain_mlm.get_config()
+  config.model.architecture.num_hidden_layers = 0
+  with pytest.raises(configuration.ConfigError, match=r"model.architecture.num_hidden_layers must be an integer >= 1, "
+                                                      r"not 0"):
+    configuration.validate(config)
 
 
 def test_every_shipped_config_is_valid():

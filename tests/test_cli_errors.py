@@ -47,6 +47,10 @@ def _train(args: list[str], cwd: str) -> tuple[int, list[str]]:
      "error: returns_a_dict.py: get_config() returned dict, not an ml_collections.ConfigDict"),
     (["--config", "does_not_parse.py"], "error: does_not_parse.py:1: invalid syntax"),
     (["--config", "quickstart", "--workdr=x"], "error: Unknown command line flag 'workdr'. Did you mean: workdir? "),
+    (["--config", "quickstart", "--config.train.max_steps=-5"],
+     "error: train.max_steps must be a positive integer, or -1 to train train.num_epochs epochs, not -5"),
+    (["--config", "quickstart", "--config.train.learning_rate=nan"],
+     "error: train.learning_rate must be a finite number >= 0, not nan"),
 ])
 def test_train_mistakes_are_one_line_and_exit_1(tmp_path, args, expected):
   for name, text in CONFIG_FILES.items():
@@ -54,6 +58,46 @@ def test_train_mistakes_are_one_line_and_exit_1(tmp_path, args, expected):
   code, err = _train(args, str(tmp_path))
   assert code == 1 and len(err) == 1 and err[0].startswith(expected), (code, err)
   assert "\\n" not in err[0] and "Traceback" not in err[0]
+
+
+def _command(module: str, args: list[str], cwd: str, **env) -> tuple[int, list[str]]:
+  """A command run as a user runs it, with no data root: its exit status and its stderr's lines."""
+  environment = {k: v for k, v in os.environ.items() if k != "JAXCSE_DATA_DIR"}
+  run = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                       env={**environment, "PYTHONPATH": REPO, **env})
+  return run.returncode, run.stderr.strip().splitlines()
+
+
+def test_a_refusal_after_the_shipped_data_is_found_is_the_only_line(tmp_path):
+  """Without a data root, the note that shipped data is read came before evaluate's and train's refusals: two
+  lines where one is promised. The note follows the checks, and only when they pass."""
+  code, err = _command("jaxcse.evaluate", ["--model", "no_model", "--tasks", "STSBenchmark"], str(tmp_path))
+  assert code == 1 and len(err) == 1 and err[0].startswith("error: no_model: "), err
+  code, err = _command("jaxcse.train", ["--config", "quickstart", "--workdir", "w", "--config.data.max_seq_len=600"],
+                       str(tmp_path))
+  assert code == 1 and err == ["error: data.max_seq_len=600 is longer than the 128 positions jaxcse/bert-mini-wiki-"
+                               "uncased embeds; set data.max_seq_len <= 128"], err
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_a_locked_workdir_is_refused_before_anything_is_loaded(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+  """The lock refusal came after the model, corpus and dev sets were read (35 s for the quickstart)."""
+  import filelock
+
+  from jaxcse import checkpoints, configured, train
+  from tests import helpers
+
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  lock = filelock.FileLock(str(workdir / checkpoints.LOCK_FILE))
+  lock.acquire()
+  try:
+    monkeypatch.setattr(configured, "model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(train.WorkdirError, match="another process is training in this workdir"):
+      train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir), str(workdir))
+  finally:
+    lock.release()
+  assert os.listdir(workdir) == [checkpoints.LOCK_FILE]
 
 
 def test_a_mistyped_config_path_suggests_its_sibling(tmp_path, monkeypatch):
@@ -165,11 +209,37 @@ def test_help_documents_the_exit_status(capsys):
 
 def test_the_quickstarts_last_line_is_an_evaluate_command_that_works(capsys, monkeypatch):
   monkeypatch.delenv("JAXCSE_DATA_DIR", raising=False)
-  config = json.loads('{"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev"}}')
+  config = json.loads('{"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev", "every": 125, "at_end": true}}')
   import ml_collections
 
   cli.print_train_summary(ml_collections.ConfigDict(config), "workdirs/quickstart",
-                          {"first_eval": None, "best_metric": 0.5, "best_step": 10})
+                          {"first_eval": None, "best_metric": 0.5, "best_step": 10, "steps": 300})
   last = capsys.readouterr().out.strip().splitlines()[-1]
   assert last.endswith("evaluate --model workdirs/quickstart --tasks sts"), last  # No data root needed any more.
   assert "download" not in last
+
+
+def test_a_run_whose_last_steps_were_not_evaluated_says_so(capsys):
+  """With eval.at_end=False the model served is the best evaluated one, which predates the last steps."""
+  import ml_collections
+
+  config = ml_collections.ConfigDict({"data": {"data_dir": ""}, "eval": {"metric": "stsb_dev", "every": 125,
+                                                                         "at_end": False}})
+  for steps, said in ((250, False), (300, True)):
+    cli.print_train_summary(config, "w", {"first_eval": None, "best_metric": 0.5, "best_step": 250, "steps": steps})
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == (["note: steps 251-300 were not evaluated (eval.at_end=False, eval.every=125): the best "
+                      "checkpoint, which evaluate, encode and export serve, predates them"] if said else [])
+
+
+def test_a_shortened_quickstart_evaluates_its_last_step(tiny_model_dir, small_data_dir, tmp_path):
+  """--config.train.max_steps=20 on the quickstart served step 0, the untrained model: its config turned the final
+  evaluation off, and 20 is no multiple of eval.every."""
+  from jaxcse import train
+  from tests import helpers
+
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "quickstart", **{"train.max_steps": 4,
+                                                                                "eval.every": 125})
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(config, workdir)
+  assert [r["step"] for r in helpers.metrics_records(workdir) if "eval/metric" in r] == [0, 4]

@@ -253,6 +253,49 @@ def test_export_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
   assert os.path.isfile(tmp_path / "out" / "model.safetensors")
 
 
+def test_the_output_writing_commands_refuse_an_existing_output_and_create_missing_folders(
+    tiny_model_dir, small_data_dir, tmp_path, capsys, monkeypatch):
+  """evaluate, encode and export alike: an existing output is refused before the model loads (evaluate and encode
+  replace it with --overwrite; export takes an empty folder only), and missing folders on the way are created."""
+  from jaxcse import loading
+
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("a sentence\nanother one\n")
+  results = tmp_path / "results.json"
+  results.write_text('{"tasks": "seven of them"}\n')
+  helpers.write_text(str(tmp_path / "emb.npy"), "an earlier output\n")
+  helpers.write_text(str(tmp_path / "export" / "keep.txt"), "x\n")
+  evaluate_args = ["--model", tiny_model_dir, "--data_dir", small_data_dir, "--pooler", "avg", "--tasks",
+                   "STSBenchmark"]
+  encode_args = ["--model", tiny_model_dir, "--input", str(sentences), "--pooler", "avg"]
+  load_model = loading.load_model
+
+  def never(*args, **kwargs):
+    raise AssertionError("the model was loaded before the existing output was refused")
+
+  monkeypatch.setattr(loading, "load_model", never)
+  for run, argv, message in [
+      (evaluate.main, [*evaluate_args, "--output", str(results)], "results.json exists (the results of an earlier "
+                                                                  "evaluation); pass --overwrite to replace it"),
+      (encode.main, [*encode_args, "--output", str(tmp_path / "emb.npy")], "emb.npy exists (the output); pass "
+                                                                           "--overwrite to replace it"),
+      (export_hf.main, [tiny_model_dir, str(tmp_path / "export"), "--pooler", "avg"], "exists and is not empty"),
+  ]:
+    before = snapshot(str(tmp_path))
+    assert run(argv) == 1
+    assert message in one_error_line(capsys)
+    assert snapshot(str(tmp_path)) == before
+  monkeypatch.setattr(loading, "load_model", load_model)
+
+  assert evaluate.main([*evaluate_args, "--output", str(results), "--overwrite"]) == 0
+  assert "STSBenchmark" in json.load(open(results))["tasks"]
+  assert evaluate.main([*evaluate_args, "--output", str(tmp_path / "new" / "dir" / "r.json")]) == 0
+  assert encode.main([*encode_args, "--output", str(tmp_path / "nodir" / "x.npy")]) == 0
+  assert os.path.isfile(tmp_path / "nodir" / "x.npy") and os.path.isfile(tmp_path / "nodir" / "x.json")
+  assert export_hf.main([tiny_model_dir, str(tmp_path / "a" / "b" / "export"), "--pooler", "avg"]) == 0
+  assert os.path.isfile(tmp_path / "a" / "b" / "export" / "model.safetensors")
+
+
 # --------------------------------------------------------------------------
 # Wordpiece, plot, report (data download: tests/test_downloads.py).
 

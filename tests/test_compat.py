@@ -137,3 +137,26 @@ def test_libtpu_started_without_a_tpu_vms_environment_still_prints_only_lines_th
                                   TPU_SKIP_MDS_QUERY="1", ALLOW_MULTIPLE_LIBTPU_LOAD="1")
   assert printed, "libtpu prints nothing now: drop its lines from compat.HARMLESS_NATIVE_LINES"
   assert [line for line in printed if not compat.HARMLESS_NATIVE_LINES.search(line)] == []
+
+
+# Imports transformers as in an environment without PyTorch (find_spec finds no torch), after jaxcse or not.
+WITHOUT_TORCH = """
+import importlib.util, sys
+find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, package=None: None if name.split(".")[0] == "torch" else find_spec(name, package)
+if sys.argv[1] == "jaxcse":
+  import jaxcse
+import transformers
+assert not transformers.utils.is_torch_available()
+transformers.utils.logging.get_logger("transformers").warning("another message")
+"""
+
+
+@pytest.mark.parametrize("first", ["jaxcse", "nothing"])
+def test_transformers_notice_that_torch_is_absent_is_dropped_and_nothing_else(first):
+  """Needed: transformers prints it without jaxcse's filter. Works: with it, every other message still shows."""
+  run = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, first], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": REPO}, cwd=REPO)
+  assert run.returncode == 0, run.stderr
+  assert ("PyTorch was not found" in run.stderr) == (first == "nothing"), run.stderr
+  assert "another message" in run.stderr

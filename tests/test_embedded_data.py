@@ -68,7 +68,21 @@ def test_no_root_reads_the_shipped_files_with_one_line(tmp_path, monkeypatch, ca
     assert data.data_file(STSB_DEV) == os.path.join(data.EMBEDDED_ROOT, *STSB_DEV.split("/"))
   lines = [r.getMessage() for r in caplog.records]
   assert len(lines) == 1, lines
-  assert "no data root is given" in lines[0] and "--data_dir DIR" in lines[0] and data.EMBEDDED_ROOT in lines[0]
+  assert lines == ["no data root is given (--data_dir DIR, config.data.data_dir or $JAXCSE_DATA_DIR): reading the "
+                   "data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)"]
+
+
+def test_the_shipped_data_note_follows_a_commands_checks_and_only_when_they_pass(tmp_path, monkeypatch, caplog):
+  monkeypatch.chdir(tmp_path)
+  with caplog.at_level(logging.WARNING, logger="jaxcse"):
+    with pytest.raises(DataError, match="a refusal"), data.notes_held():
+      data.resolve(CORPUS)
+      raise DataError("a refusal")  # The command's error is its only line.
+    assert not caplog.records
+    with data.notes_held():
+      data.resolve(CORPUS)
+      assert not caplog.records  # Held while the command checks.
+    assert len(caplog.records) == 1 and "reading the data shipped with jaxcse" in caplog.records[0].getMessage()
 
 
 def test_a_given_root_wins_and_lacking_files_fall_back_with_a_line(tmp_path, caplog):

@@ -215,6 +215,25 @@ def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
   assert sorted(os.listdir(tmp_path)) == ["b"]  # No half-written temporary folder is left behind.
 
 
+def test_an_export_is_readable_by_others_under_the_usual_umask(tiny_model_dir, tmp_path):
+  """A folder to share or serve: the umask's modes (0755 folders, 0644 files under 022), not mkdtemp's 0700 or the
+  0600 safetensors writes."""
+  model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg")))
+  previous = os.umask(0o022)
+  try:
+    out = str(tmp_path / "shared")
+    export_hf.export(model.spec, model.params, out, "avg")
+    helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "mlm"))
+  finally:
+    os.umask(previous)
+  for folder in (out, str(tmp_path / "mlm")):
+    modes = {os.path.relpath(p, folder): os.stat(p).st_mode & 0o777
+             for p in [folder, *(os.path.join(d, n) for d, ds, ns in os.walk(folder) for n in ds + ns)]}
+    assert modes["model.safetensors"] == 0o644
+    assert {m for p, m in modes.items() if os.path.isdir(os.path.join(folder, p))} == {0o755}, modes
+    assert {m for p, m in modes.items() if not os.path.isdir(os.path.join(folder, p))} == {0o644}, modes
+
+
 def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
   """A Dense that is not the checkpoint's pooler layer, or other layer weights, is no jaxcse pooler."""
   model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))

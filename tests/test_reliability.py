@@ -60,6 +60,9 @@ if sigint:
         os.kill(os.getpid(), signal.SIGINT)
       yield batch
   data_lib.Batches.iterate = interrupted
+save_after = os.environ.get("INTERRUPT_SAVE_AFTER_S")  # Ctrl-C saves the state it stops at after this much work.
+if save_after:
+  train.INTERRUPT_SAVE_AFTER_S = float(save_after)
 sys.argv[0] = "jaxcse.train"
 train.run()
 """
@@ -409,14 +412,52 @@ def test_a_full_disk_during_a_save_is_one_line(tiny_model_dir, small_data_dir, s
 
 
 def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_dir, small_data_dir, tmp_path):
+  """Ctrl-C soon after a checkpoint (here: any time after it, as if younger than INTERRUPT_SAVE_AFTER_S) saves
+  nothing more: the run resumes from that checkpoint."""
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
-  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "6"})
+  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "6",
+                                                             "INTERRUPT_SAVE_AFTER_S": "1e9"})
   assert run.returncode == 130
   assert lines_said(run.stderr) == ["interrupted at step 6; rerun the same command to resume (from its checkpoint at "
                                "step 4)"]
   assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
+
+
+def test_ctrl_c_saves_the_state_it_stops_at_and_the_resumed_run_is_the_same(reference, tiny_model_dir,
+                                                                            small_data_dir, tmp_path):
+  """Ctrl-C lost up to checkpoint.every steps of work; now the state it stops at is saved (when the newest
+  checkpoint is older than INTERRUPT_SAVE_AFTER_S, here 0) and the same command resumes from there, to the
+  uninterrupted run's parameters and metrics steps."""
+  ref_dir, _ = reference
+  workdir = str(tmp_path / "w")
+  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "7",
+                                                             "INTERRUPT_SAVE_AFTER_S": "0"})
+  assert run.returncode == 130
+  assert lines_said(run.stderr) == ["interrupted at step 7; rerun the same command to resume (from its checkpoint at "
+                                    "step 7)"]
+  latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
+  assert 7 in latest.all_steps() and checkpoints.verify(latest, 7) is None
+  latest.close()
+  assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
+  assert [r["step"] for r in metrics_records(workdir)] == [r["step"] for r in metrics_records(ref_dir)]
+  assert json.load(open(os.path.join(workdir, "summary.json")))["best_step"] == \
+      json.load(open(os.path.join(ref_dir, "summary.json")))["best_step"]
+
+
+def test_a_finished_run_run_again_keeps_its_record(reference, tiny_model_dir, small_data_dir, tmp_path):
+  """The same command on a finished run trains nothing and rewrites nothing: summary.json's provenance (the wall
+  time the run took, when it was made) is the run's, not the rerun's."""
+  ref_dir, ref_summary = reference
+  workdir = str(tmp_path / "w")
+  shutil.copytree(ref_dir, workdir)
+  kept = {name: open(os.path.join(workdir, name), "rb").read() for name in ("summary.json", "metrics.jsonl")}
+  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
+  assert {k: summary[k] for k in ("steps", "best_step", "best_metric")} == \
+      {k: ref_summary[k] for k in ("steps", "best_step", "best_metric")}
+  assert {name: open(os.path.join(workdir, name), "rb").read() for name in kept} == kept
 
 
 def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):

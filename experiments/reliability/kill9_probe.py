@@ -1,8 +1,8 @@
 """kill -9 a tiny training at random moments (N kills, each run resumed by the next), then finish it and compare
 its final latest params, best step and metrics steps with an uninterrupted reference run."""
-import json, os, random, shutil, signal, subprocess, sys, time
+import json, os, random, shutil, signal, subprocess, sys, tempfile, time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORK = os.environ.get("PROBE_DIR", "/tmp/jaxcse-probe")  # setup_probe.py writes the tiny model and data here.
+WORK = os.environ.get("PROBE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse-probe"))  # setup_probe.py writes here.
 sys.path.insert(0, REPO)
 kills = int(sys.argv[1]); seed = int(sys.argv[2])
 args = ["--config", os.path.join(REPO, "configs", "base.py")]

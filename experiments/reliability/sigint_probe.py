@@ -1,7 +1,7 @@
 """Sends SIGINT to the train command after a delay; prints rc and what it said."""
-import os, random, signal, subprocess, sys, time, shutil
+import os, random, shutil, signal, subprocess, sys, tempfile, time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-WORK = os.environ.get("PROBE_DIR", "/tmp/jaxcse-probe")  # setup_probe.py writes the tiny model and data here.
+WORK = os.environ.get("PROBE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse-probe"))  # setup_probe.py writes here.
 tries = int(sys.argv[1]); lo, hi = float(sys.argv[2]), float(sys.argv[3]); tag = sys.argv[4] if len(sys.argv) > 4 else "t"
 args = ["--config", os.path.join(REPO, "configs", "base.py")]
 for k, v in {"model.name": os.path.join(WORK, "tiny"), "data.data_dir": os.path.join(WORK, "data"), "data.train": "corpora/small.txt",

@@ -16,6 +16,7 @@ error naming the ``jaxcse-data download`` command that fetches it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -33,7 +34,7 @@ class DataError(JaxcseError, ValueError):
   """Bad or missing input data; the message names the file and line."""
 
 
-_NO_ROOT = f"no data root is given (--data_dir, config.data.data_dir or ${DATA_DIR_ENV})"
+_NO_ROOT = f"no data root is given (--data_dir DIR, config.data.data_dir or ${DATA_DIR_ENV})"
 
 
 def given_root(explicit: str | None = None) -> str | None:
@@ -75,6 +76,7 @@ def embedded_file(relpath: str) -> str | None:
 
 
 _announced: set[str | None] = set()
+_held: list[tuple[str | None, tuple]] | None = None  # The lines ``notes_held`` holds back: (key, log arguments).
 
 
 def _announce(relpath: str, given: str | None) -> None:
@@ -84,12 +86,37 @@ def _announce(relpath: str, given: str | None) -> None:
     return
   _announced.add(key)
   if given:
-    log.warning("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
-                relpath, given, EMBEDDED_ROOT)
+    line = ("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)", relpath,
+            given, EMBEDDED_ROOT)
   else:
-    log.warning("%s: data files are read from the data shipped with jaxcse (%s: a 20,000-sentence corpus, STS-B "
-                "dev and the STS test sets); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
-                EMBEDDED_ROOT, DATA_DIR_ENV)
+    line = ("%s: reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)",
+            _NO_ROOT)
+  if _held is None:
+    log.warning(*line)
+  else:
+    _held.append((key, line))
+
+
+@contextlib.contextmanager
+def notes_held():
+  """Holds back the lines saying that shipped data is read while a command checks its inputs: if a check refuses,
+  its error is the command's only line (and the lines are dropped); once the block ends without one, they are
+  logged. Nested blocks hold for the outermost."""
+  global _held
+  if _held is not None:
+    yield
+    return
+  _held = []
+  try:
+    yield
+  except BaseException:
+    _announced.difference_update(key for key, _ in _held)  # Not said: a later command in this process says it.
+    raise
+  else:
+    for _, line in _held:
+      log.warning(*line)
+  finally:
+    _held = None
 
 
 def embedded_root_for(relpaths: list[str], root: str | None = None, *, what: str) -> str:

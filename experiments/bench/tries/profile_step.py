@@ -2,14 +2,14 @@
 
   XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true python experiments/bench/tries/profile_step.py
 """
-import os, glob, gzip, json, collections, re, time
+import os, glob, gzip, json, collections, re, time, tempfile
 import jax, jax.numpy as jnp
 from jaxcse import bench, models, train
 shape = bench.SHAPES["minilm"]
 ids, mask = bench.random_batch(shape, 64, 32)
 run, loss, _ = bench.jaxcse_train_step(shape, ids, mask, steps=20)
 run(); run()
-d = os.environ.get("TRACE_DIR", "/tmp/jaxcse_step_trace")
+d = os.environ.get("TRACE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse_step_trace"))
 jax.profiler.start_trace(d, create_perfetto_trace=True)
 for _ in range(2): run()
 jax.profiler.stop_trace()
