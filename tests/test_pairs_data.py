@@ -374,7 +374,7 @@ def test_scored_pairs_for_a_method_without_labels_are_refused_before_anything_is
   path.write_text("s1,s2,score\n" + "".join(f"first {i},second {i},{i / 10}\n" for i in range(20)), encoding="utf-8")
   workdir = tmp_path / "w"
   with pytest.raises(DataError, match=r"scored.csv: column 'score' holds a label per row \(scored pairs\), which "
-                     "method simcse does not use"):
+                     "method mnrl does not use"):
     train.train_and_evaluate(_pairs_config(tiny_model_dir, small_data_dir, str(path)), str(workdir))
   assert not workdir.exists()
 
