@@ -20,4 +20,4 @@ from jaxcse.data.root import (DATA_DIR_ENV, EMBEDDED_ROOT, DataError, data_dir, 
 __all__ = ["TFDS_PREFIX", "HF_PREFIX", "LABEL_COLUMNS", "PairCorpus", "is_pairs_source", "load_pairs", "DistinctReport",
            "distinct_batches", "text_ids", "Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "EMBEDDED_ROOT", "data_dir", "data_file", "embedded_file", "embedded_root_for", "given_root",
            "download", "extract_tar", "fetch_file", "load_corpus", "read_csv", "read_senteval_lines", "read_text_lines",
-           "read_tfds", "resolve"]
+           "read_tfds", "resolve", "notes_held"]
