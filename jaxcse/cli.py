@@ -45,7 +45,13 @@ def define_train_flags() -> None:
                        "Number of processes in the run; env JAX_NUM_PROCESSES.")
   flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
                        "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_bool("prune_set_aside", False, "Remove the workdir's set-aside checkpoints (checkpoints/set_aside/: "
+                    "damaged ones, and intact ones the run no longer uses) and nothing else, then exit; --config is "
+                    "then not needed.")
+  flags.mark_flags_as_required(["workdir"])
+  flags.register_multi_flags_validator(["config", "prune_set_aside"],
+                                       lambda values: values["config"] is not None or values["prune_set_aside"],
+                                       message="flag --config must have a value other than None.")
 
 
 def _env_int(name: str) -> int | None:
@@ -76,6 +82,7 @@ def shipped_configs() -> list[str]:
 
 TRAIN_HELP = """\
 usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+       {prog} --workdir DIR --prune_set_aside
 
 Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
 pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
