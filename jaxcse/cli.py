@@ -249,6 +249,24 @@ def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
   return rest
 
 
+def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
+  """Raises ``FlagError`` naming the fields of ``configs/base.py`` that a config file's config lacks.
+
+  Training reads every one of them, some only after the workdir is written; a config file written for another
+  jaxcse version, or by hand, may lack one.
+  """
+  import flax
+
+  from jaxcse.configs import base
+
+  have = flax.traverse_util.flatten_dict(config.to_dict(), sep=".")
+  missing = [name for name in flax.traverse_util.flatten_dict(base.get_config().to_dict(), sep=".") if name not in have]
+  if missing:
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    raise FlagError(f"{config_path.split(':', 1)[0]}: the config lacks {shown} (every config has the fields of "
+                    "configs/base.py: start from base.get_config(), as the shipped configs do)")
+
+
 def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   """``(config, workdir, restart)`` of the parsed train flags, with ``--data_dir`` applied to the config.
 
@@ -262,6 +280,7 @@ def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("jaxcse").setLevel(logging.INFO)
   config = flags.FLAGS.config
+  check_fields(config, flags.FLAGS["config"].config_filename)
   if flags.FLAGS.data_dir:
     config.data.data_dir = flags.FLAGS.data_dir
   distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,

@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import zlib
@@ -117,7 +118,7 @@ def _lock(workdir: str):
 
 
 TENSORBOARD_DIR = "tensorboard"  # log.tensorboard's event files.
-INPUTS_FILE = checkpoints.INPUTS_FILE  # The sha256 of the training corpus the run started with: a resume must read the same.
+INPUTS_FILE = checkpoints.INPUTS_FILE  # The sha256 of the run's training corpus: a resume must read the same.
 
 
 # What a run writes into its workdir: a fresh start overwrites these names and ``--restart`` removes them (``_clear``).
@@ -841,8 +842,11 @@ def main(argv: list[str]) -> None:
     with cli.one_line_errors():
       print(prune_set_aside(flags.FLAGS.workdir))
     return
-  config, workdir, restart = cli.train_flags()
   with cli.one_line_errors():
+    try:
+      config, workdir, restart = cli.train_flags()
+    except KeyboardInterrupt:
+      raise Interrupted("interrupted before the run started; nothing was written") from None
     summary = train_and_evaluate(config, workdir, restart=restart)
   if jax.process_index() == 0:
     cli.print_train_summary(config, workdir, summary)
@@ -850,10 +854,14 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
   """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script)."""
-  from absl import app
+  try:
+    from absl import app
 
-  cli.define_train_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+    cli.define_train_flags()
+    app.run(main, flags_parser=cli.parse_flags)
+  except KeyboardInterrupt as e:  # While the flags and the config file load (main handles its own).
+    print(str(e) or "interrupted before the run started; nothing was written", file=sys.stderr)
+    sys.exit(errors.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -401,3 +401,199 @@ def test_prune_set_aside_removes_them_and_nothing_else(reference, tmp_path):
   said = lines_said(run.stderr)
   assert run.returncode == 1 and len(said) == 1 and said[0].startswith(f"error: {other}: not a jaxcse workdir"), said
   assert os.path.isdir(os.path.join(other, "checkpoints", "x"))
+
+
+# --------------------------------------------------------------------------
+# Damaged inputs and full disks: one line, before anything is written, and nothing half-written left.
+
+
+def test_evaluate_with_a_damaged_workdir_config_is_one_line_before_it_evaluates(reference, tmp_path, capsys,
+                                                                                 monkeypatch):
+  from jaxcse import evaluate
+
+  ref_dir, _ = reference
+  workdir = _copy(ref_dir, tmp_path)
+  config_path = os.path.join(workdir, "config.json")
+  with open(config_path, "w") as f:
+    f.write('{"train": ')
+
+  def must_not_run(*args, **kwargs):
+    raise AssertionError("evaluated before the damaged config.json was found")
+
+  monkeypatch.setattr(evaluate, "evaluate_sts", must_not_run)
+  out = tmp_path / "results.json"
+  capsys.readouterr()
+  assert evaluate.main(["--model", workdir, "--tasks", "STSBenchmark", "--output", str(out)]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  # Before: the evaluation ran, then a JSONDecodeError traceback, and no results.
+  assert len(err) == 1 and err[0].startswith(f"error: {config_path}: unreadable (JSONDecodeError"), err
+  assert not out.exists()
+
+
+def test_a_truncated_base_model_is_one_line_in_train_and_encode(tiny_model_dir, small_data_dir, tmp_path, capsys):
+  base = str(tmp_path / "base")
+  shutil.copytree(tiny_model_dir, base)
+  helpers.damage(os.path.join(base, "model.safetensors"), "truncate")
+  workdir = str(tmp_path / "w")
+  with pytest.raises(models.weights.WeightsError, match=f"^{os.path.join(base, 'model.safetensors')}: unreadable "
+                                                        r"weights \(SafetensorError"):
+    train.train_and_evaluate(helpers.tiny_config(base, small_data_dir, **SCHEDULE), workdir)
+  assert not os.path.exists(workdir)
+  lines = tmp_path / "in.txt"
+  lines.write_text("a sentence\n")
+  capsys.readouterr()
+  assert encode.main(["--model", base, "--input", str(lines), "--output", str(tmp_path / "x.npy")]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("error: ") and "model.safetensors" in err[0], err  # Before: traceback.
+
+
+@pytest.mark.parametrize("writer", ["safetensors", "tokenizer"])
+def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(reference, tmp_path, capsys, monkeypatch, writer):
+  from safetensors import SafetensorError
+  from transformers import PreTrainedTokenizerBase
+
+  ref_dir, _ = reference
+  if writer == "safetensors":  # What each writer raises when the disk is full.
+    def full_disk(*args, **kwargs):
+      raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No "
+                            "space left on device\" })")
+
+    monkeypatch.setattr(export_hf, "save_file", full_disk)
+  else:
+    def full_disk(self, *args, **kwargs):
+      raise Exception("No space left on device (os error 28)")
+
+    monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full_disk)
+  out = tmp_path / "export"
+  capsys.readouterr()
+  assert export_hf.main([ref_dir, str(out)]) == 1  # Before: a traceback.
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: {out}: could not write the export ("), err
+  assert "No space left on device" in err[0]
+  assert os.listdir(tmp_path) == []  # No export, no temporary folder.
+
+
+def test_encode_to_a_full_disk_is_one_line_not_sigbus(reference, tmp_path, capsys, monkeypatch):
+  import errno
+
+  ref_dir, _ = reference
+  lines = tmp_path / "in.txt"
+  lines.write_text("a sentence\nanother\n")
+  out = tmp_path / "out" / "x.npy"
+  os.makedirs(out.parent)
+
+  def full_disk(fd, offset, length):  # What posix_fallocate says on a disk without room for the output.
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+  monkeypatch.setattr(os, "posix_fallocate", full_disk)
+  capsys.readouterr()
+  assert encode.main(["--model", ref_dir, "--input", str(lines), "--output", str(out)]) == 1
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: {out}.partial: No space left on device"), err
+  assert os.listdir(out.parent) == []
+  monkeypatch.undo()  # Room again: the same command writes it.
+  assert encode.main(["--model", ref_dir, "--input", str(lines), "--output", str(out)]) == 0
+  assert np.load(out).shape == (2, 32) and np.isfinite(np.load(out)).all()
+
+
+def test_encode_to_a_full_tmpfs_is_one_line(reference, tmp_path, small_disk, capsys):
+  ref_dir, _ = reference
+  disk = small_disk("64k")
+  lines = tmp_path / "in.txt"
+  lines.write_text("a sentence\n" * 400)  # 400 x 32 float32: 51 KB, more than the 32 KB left.
+  with open(os.path.join(disk, "filler"), "wb") as f:
+    f.write(b"\0" * 32 * 1024)
+  out = os.path.join(disk, "x.npy")
+  capsys.readouterr()
+  assert encode.main(["--model", ref_dir, "--input", str(lines), "--output", out]) == 1  # Before: SIGBUS, rc 135.
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "No space left on device" in err[0], err
+  assert sorted(os.listdir(disk)) == ["filler"]
+
+
+def test_a_config_file_missing_a_field_is_one_line_before_anything_is_written(tiny_model_dir, small_data_dir,
+                                                                              tmp_path):
+  config_file = tmp_path / "lacking.py"
+  config_file.write_text("from jaxcse.configs import base\n\n\ndef get_config():\n  config = base.get_config()\n"
+                         "  del config.eval['sickr_dev']\n  return config\n")
+  workdir = str(tmp_path / "w")
+  args = helpers.train_cli_args(workdir, tiny_model_dir, small_data_dir, **SCHEDULE)
+  args[args.index("--config") + 1] = str(config_file)
+  run = subprocess.run([sys.executable, "-m", "jaxcse.train", *args], cwd=helpers.REPO, capture_output=True,
+                       text=True, timeout=600)
+  said = lines_said(run.stderr)
+  # Before: a traceback (AttributeError), after the workdir was written.
+  assert run.returncode == 1 and said == [f"error: {config_file}: the config lacks eval.sickr_dev (every config has "
+                                          "the fields of configs/base.py: start from base.get_config(), as the "
+                                          "shipped configs do)"], said
+  assert not os.path.exists(workdir)
+
+
+def test_every_shipped_config_has_every_field():
+  from jaxcse import cli
+
+  for name in cli.shipped_configs():
+    config = __import__(f"jaxcse.configs.{name}", fromlist=["get_config"]).get_config()
+    cli.check_fields(config, name)
+
+
+def test_ctrl_c_on_encode_is_one_line_and_resumable(reference, tmp_path, capsys, monkeypatch):
+  ref_dir, _ = reference
+  lines = tmp_path / "in.txt"
+  sentences = [f"sentence number {i}" for i in range(6)]
+  lines.write_text("".join(s + "\n" for s in sentences))
+  out = str(tmp_path / "x.npy")
+  argv = ["--model", ref_dir, "--input", str(lines), "--output", out, "--chunk_size", "2"]
+  encode_chunk = encode.Encoder.encode
+  calls = []
+
+  def ctrl_c_at_the_second_chunk(self, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+      raise KeyboardInterrupt
+    return encode_chunk(self, *args, **kwargs)
+
+  monkeypatch.setattr(encode.Encoder, "encode", ctrl_c_at_the_second_chunk)
+  capsys.readouterr()
+  assert encode.main(argv) == 130  # Before: a KeyboardInterrupt traceback.
+  err = capsys.readouterr().err.strip().splitlines()
+  assert err == [f"interrupted; 2 of 6 rows are in {out}.partial: rerun the same command to resume"], err
+  monkeypatch.undo()
+  assert encode.main(argv) == 0
+  whole = str(tmp_path / "whole.npy")  # The same command, never interrupted: the same bytes.
+  assert encode.main([*argv[:5], whole, *argv[6:]]) == 0
+  np.testing.assert_array_equal(np.load(out), np.load(whole))
+
+
+def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path, monkeypatch, capsys):
+  import importlib
+  import tomllib
+
+  from jaxcse import entry
+
+  def interrupted(name):  # Ctrl-C while Python imports the command's module (JAX and the libraries).
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(importlib, "import_module", interrupted)
+  with pytest.raises(SystemExit) as exited:
+    entry.train()
+  assert exited.value.code == 130  # Before: a KeyboardInterrupt traceback from the import.
+  assert capsys.readouterr().err.strip().splitlines() == ["interrupted as the command started; nothing was written"]
+  monkeypatch.undo()
+  # Every console script goes through such an entry point, to its command's own function.
+  with open(os.path.join(helpers.REPO, "pyproject.toml"), "rb") as f:
+    scripts = tomllib.load(f)["project"]["scripts"]
+  for name, target in scripts.items():
+    module, function = target.split(":")
+    assert module == "jaxcse.entry" and callable(getattr(entry, function)), name
+
+
+def test_ctrl_c_while_the_flags_load_is_one_line(tmp_path):
+  script = ("import sys\nfrom jaxcse import cli, train\n\ndef ctrl_c():\n  raise KeyboardInterrupt\n\n"
+            "cli.train_flags = ctrl_c\nsys.argv[0] = 'jaxcse.train'\ntrain.run()\n")
+  workdir = str(tmp_path / "w")
+  run = subprocess.run([sys.executable, "-c", script, "--config", "quickstart", "--workdir", workdir],
+                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  said = lines_said(run.stderr)
+  assert run.returncode == 130 and said == ["interrupted before the run started; nothing was written"], said
+  assert not os.path.exists(workdir)
