@@ -45,7 +45,13 @@ def define_train_flags() -> None:
                        "Number of processes in the run; env JAX_NUM_PROCESSES.")
   flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
                        "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_bool("prune_set_aside", False, "Remove the workdir's set-aside checkpoints (checkpoints/set_aside/: "
+                    "damaged ones, and intact ones the run no longer uses) and nothing else, then exit; --config is "
+                    "then not needed.")
+  flags.mark_flags_as_required(["workdir"])
+  flags.register_multi_flags_validator(["config", "prune_set_aside"],
+                                       lambda values: values["config"] is not None or values["prune_set_aside"],
+                                       message="flag --config must have a value other than None.")
 
 
 def _env_int(name: str) -> int | None:
@@ -76,6 +82,7 @@ def shipped_configs() -> list[str]:
 
 TRAIN_HELP = """\
 usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+       {prog} --workdir DIR --prune_set_aside
 
 Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
 pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
@@ -242,6 +249,24 @@ def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
   return rest
 
 
+def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
+  """Raises ``FlagError`` naming the fields of ``configs/base.py`` that a config file's config lacks.
+
+  Training reads every one of them, some only after the workdir is written; a config file written for another
+  jaxcse version, or by hand, may lack one.
+  """
+  import flax
+
+  from jaxcse.configs import base
+
+  have = flax.traverse_util.flatten_dict(config.to_dict(), sep=".")
+  missing = [name for name in flax.traverse_util.flatten_dict(base.get_config().to_dict(), sep=".") if name not in have]
+  if missing:
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    raise FlagError(f"{config_path.split(':', 1)[0]}: the config lacks {shown} (every config has the fields of "
+                    "configs/base.py: start from base.get_config(), as the shipped configs do)")
+
+
 def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   """``(config, workdir, restart)`` of the parsed train flags, with ``--data_dir`` applied to the config.
 
@@ -255,6 +280,7 @@ def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("jaxcse").setLevel(logging.INFO)
   config = flags.FLAGS.config
+  check_fields(config, flags.FLAGS["config"].config_filename)
   if flags.FLAGS.data_dir:
     config.data.data_dir = flags.FLAGS.data_dir
   distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,

@@ -298,7 +298,7 @@ def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) 
     return Built(spec, loaded.params, path)
   workdir = checkpoints.find_workdir(path)
   if workdir is not None:
-    spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+    spec = checkpoints.description(workdir)
     spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
     return Built(spec, _abstract_params(spec, 0), f"workdir {workdir}")
   shape = model_shape(path)

@@ -21,6 +21,7 @@ run resumes at its last finished chunk and produces byte-identical output.
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import json
 import os
@@ -359,6 +360,15 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
     os.remove(state_path)
   os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)  # As evaluate and export do.
   out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
+  try:
+    _reserve(partial)
+  except OSError:
+    del out
+    if not done:  # Nothing of this job written yet: leave nothing behind.
+      for path in (partial, state_path):
+        if os.path.exists(path):
+          os.remove(path)
+    raise
   bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)
   for _ in range(done):
@@ -384,6 +394,10 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
       for path in (partial, state_path):
         if os.path.exists(path):
           os.remove(path)
+    if isinstance(e, KeyboardInterrupt):
+      kept = (f"{start} of {count} rows are in {partial}: rerun the same command to resume"
+              if os.path.exists(state_path) else "nothing was written")
+      raise KeyboardInterrupt(f"interrupted; {kept}") from None
     raise
   bar.close()
   del out
@@ -398,6 +412,26 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
                                                 data={os.path.basename(input_path): files.file_sha256(input_path)})
   files.write_json(sidecar_path(output_path), sidecar)
   return sidecar
+
+
+def _reserve(path: str) -> None:
+  """Allocates every block of ``path`` on disk now, so that a full disk is an ``OSError`` naming it here.
+
+  The output is written through a memory map of a sparse file; a page that the disk has no room for is then
+  SIGBUS, which kills the process with no message. Where the file system cannot allocate ahead (no
+  ``posix_fallocate``), nothing is reserved.
+  """
+  if not hasattr(os, "posix_fallocate"):
+    return
+  fd = os.open(path, os.O_RDWR)
+  try:
+    os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+  except OSError as e:
+    if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # The file system cannot: write as before.
+      return
+    raise OSError(e.errno, f"{e.strerror or e} (reserving the output's {os.fstat(fd).st_size} bytes)", path) from None
+  finally:
+    os.close(fd)
 
 
 @errors.cli

@@ -237,13 +237,32 @@ def task_data(root: str | None, tasks: Sequence[str]) -> dict[str, str]:
   return paths
 
 
+class WorkdirConfigError(errors.JaxcseError, ValueError):
+  """The training config of the workdir being evaluated (its config.json) cannot be read."""
+
+
 def _workdir_config(model: str) -> dict | None:
-  """The training config of a jaxcse workdir model (its config.json), else None."""
+  """The training config of a jaxcse workdir model (its config.json), else None.
+
+  Raises:
+    WorkdirConfigError: the workdir's config.json cannot be read (the message names it).
+  """
   from jaxcse import checkpoints
 
   workdir = checkpoints.find_workdir(model) if os.path.exists(model) else None
   path = os.path.join(workdir, "config.json") if workdir else None
-  return json.load(open(path)) if path and os.path.isfile(path) else None
+  if not path or not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+    if not isinstance(config, dict):
+      raise ValueError("not a JSON object")
+  except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
+    raise WorkdirConfigError(f"{path}: unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                            "the results' provenance records the workdir's training config: put the file back as "
+                            "the run wrote it, or leave --output out") from None
+  return config
 
 
 @errors.cli
@@ -292,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     data_files = task_data(root, tasks)  # Before the model loads and anything runs.
     own_paths = dict(own for own in map(own_task, tasks) if own)
     own = dev_sets_lib.OwnDevSets.load(own_paths.get("pairs", ""), own_paths.get("retrieval", ""), root)
+    workdir_config = _workdir_config(args.model) if args.output else None  # Likewise: before the evaluation runs.
     loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
@@ -344,7 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     digests = {relpath.removeprefix("senteval/downstream/"): files.file_sha256(path)
                for relpath, path in sorted(data_files.items())}
     record["provenance"] = provenance.provenance(
-        model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=_workdir_config(args.model),
+        model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=workdir_config,
         data=digests, wall_seconds=wall)
     files.write_json(args.output, record)
   return 0

@@ -33,6 +33,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
 from jaxcse import loading, model_card, models, platforms, poolers, st_format
@@ -92,7 +93,12 @@ def _hub_id(source: str) -> str | None:
 
 def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarray], more) -> None:
   """Writes config, tokenizer, ``model.safetensors`` and ``more(folder)``'s files into a folder beside
-  ``out_dir``, then renames it into place: ``out_dir`` is either complete or absent (never half-written)."""
+  ``out_dir``, then renames it into place: ``out_dir`` is either complete or absent (never half-written).
+
+  Raises:
+    ExportError: a write failed (a full disk, a missing permission), naming ``out_dir`` and the cause; nothing is
+      left behind.
+  """
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
@@ -105,8 +111,14 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
     if os.path.isdir(out_dir):
       os.rmdir(out_dir)  # Empty (the callers check); rename needs the name free.
     os.rename(tmp, out_dir)
-  except BaseException:
+  except BaseException as e:
     shutil.rmtree(tmp, ignore_errors=True)
+    # The writers raise what they like for a full disk: OSError, safetensors' SafetensorError, the tokenizer's plain
+    # Exception. Each is the machine's state, not a defect: one line.
+    if isinstance(e, (OSError, SafetensorError)) or type(e) is Exception:
+      text = str(e).strip().splitlines()
+      raise ExportError(f"{out_dir}: could not write the export ({type(e).__name__}: {text[0] if text else ''}); "
+                        "nothing was left behind") from None
     raise
 
 

@@ -56,22 +56,29 @@ def digest_mismatch(folder: str, record: str, actual: dict[str, str] | None = No
 
   The reason starts with the path, relative to ``folder``, of the file at fault.
 
-  Files the record does not list are not checked (they are not part of what was recorded). ``actual``: the
-  folder's digests if the caller already computed them.
+  The record must list every file of the folder (but itself), each with its sha256, and every file it lists must
+  be there: an empty or partial record vouches for nothing, and a file it does not list is one nothing vouches
+  for. ``actual``: the folder's digests (``folder_digests``) if the caller already computed them.
   """
   try:
     with open(os.path.join(folder, record)) as f:
       expected = json.load(f)
-    if not isinstance(expected, dict):
-      raise ValueError("not a JSON object")
+    if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+      raise ValueError("not a JSON object of sha256 digests")
+    if not expected:
+      raise ValueError("it lists no file")
   except (OSError, ValueError) as e:
     return f"{record} is unreadable ({e})"
-  for rel, digest in expected.items():
-    path = os.path.join(folder, rel)
-    if not os.path.isfile(path):
+  if actual is None:
+    actual = folder_digests(folder, record=record)
+  for rel, digest in sorted(expected.items()):
+    if rel not in actual:
       return f"{rel} is missing"
-    if (actual[rel] if actual is not None and rel in actual else file_sha256(path)) != digest:
+    if actual[rel] != digest:
       return f"{rel} does not match its sha256 (truncated, corrupted or changed)"
+  unlisted = sorted(set(actual) - set(expected))
+  if unlisted:
+    return f"{unlisted[0]} is not in {record} (nothing vouches for it: the record is partial, or the file was added)"
   return None
 
 

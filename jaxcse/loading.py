@@ -86,7 +86,7 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
     return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False,
                   prompts=st_format.read_prompts(folder))
-  spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+  spec = checkpoints.description(workdir)
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
@@ -117,7 +117,7 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:
-  """Why ``params`` cannot embed anything (NaN or infinite parameters, or outputs), or None."""
+  """Why ``params`` cannot embed anything (NaN or infinite parameters or outputs, or a collapsed model), or None."""
   if not checkpoints.all_finite(params):
     return "its parameters are not finite (NaN or infinity)"
-  return (probe or checkpoints.output_probe(spec))(params)
+  return (probe or checkpoints.output_probe(spec))(params, distinct=True)

@@ -26,6 +26,7 @@ import math
 import os
 import shutil
 import signal
+import sys
 import threading
 import time
 import zlib
@@ -125,14 +126,50 @@ def _check_not_locked(workdir: str) -> None:
 
 
 TENSORBOARD_DIR = "tensorboard"  # log.tensorboard's event files.
-INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus the run started with: a resume must read the same.
+INPUTS_FILE = checkpoints.INPUTS_FILE  # The sha256 of the run's training corpus: a resume must read the same.
+
+
+# What a run writes into its workdir: a fresh start overwrites these names and ``--restart`` removes them (``_clear``).
+RUN_FOLDERS = ("checkpoints", checkpoints.MODEL_DIR, TENSORBOARD_DIR)
+RUN_FILES = ("config.json", INPUTS_FILE, "metrics.jsonl", "summary.json")
+# A jaxcse run's markers: the model description's jaxcse.json (a fresh start writes it before anything else) or a
+# checkpoint folder. A Hugging Face model folder or another program's output also has config.json (or model/,
+# metrics.jsonl, ...), never these.
+RUN_MARKERS = (os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE), checkpoints.LATEST_DIR,
+               checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)
+
+
+def _holds_run(workdir: str) -> bool:
+  """Whether ``workdir`` holds a jaxcse run (one of ``RUN_MARKERS``), so that jaxcse may rewrite or remove its files."""
+  return any(os.path.exists(os.path.join(workdir, marker)) for marker in RUN_MARKERS)
+
+
+def _check_ours(workdir: str) -> None:
+  """Refuses a folder that is not a jaxcse workdir but holds a name a run writes (``RUN_FOLDERS``, ``RUN_FILES``).
+
+  A run would overwrite them, and ``--restart`` would delete them (``--workdir`` given a model folder): jaxcse
+  touches only what it wrote. Reads only.
+  """
+  if not os.path.isdir(workdir) or _holds_run(workdir):
+    return
+  taken = [name for name in (*RUN_FOLDERS, *RUN_FILES) if os.path.exists(os.path.join(workdir, name))]
+  if taken:
+    raise WorkdirError(f"{workdir} is not a jaxcse workdir (it has {', '.join(taken)}, but no "
+                       f"{os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE)} nor checkpoints), and a run "
+                       "would overwrite those files: jaxcse leaves this folder alone (--restart too); give --workdir "
+                       "a new or empty folder")
 
 
 def _clear(workdir: str) -> None:
-  """Removes everything a previous run wrote: checkpoints, description, config, logs, TensorBoard (``--restart``)."""
-  for name in ("checkpoints", checkpoints.MODEL_DIR, TENSORBOARD_DIR):
+  """Removes everything a previous run wrote: checkpoints, description, config, logs, TensorBoard (``--restart``).
+
+  Only for a workdir that holds a jaxcse run (``_check_ours`` refuses any other before this is reached).
+  """
+  if not _holds_run(workdir):  # Nothing of a run's here: nothing to remove (and nothing else is ours to remove).
+    return
+  for name in RUN_FOLDERS:
     shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
-  for name in ("config.json", INPUTS_FILE, "metrics.jsonl", "summary.json"):
+  for name in RUN_FILES:
     if os.path.exists(os.path.join(workdir, name)):
       os.remove(os.path.join(workdir, name))
 
@@ -275,7 +312,6 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   pair_data = train_data is not None or data_lib.is_pairs_source(_data_source(config), _csv_format(config))
   corpus = _corpus(config, train_data) if pair_data else None  # Its digest is of its content: read it first.
   corpus_digests = _corpus_digests(config, corpus)
-  errors.check_output(workdir, folder=True)
   start = _start_point(workdir, restart)
   _check_workdir(config, workdir, restart, start)
   if start.holds_checkpoints:
@@ -327,19 +363,34 @@ def _corpus_digests(config: ml_collections.ConfigDict, corpus=None) -> dict[str,
 def _check_same_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> None:
   """Refuses to resume on a training corpus whose files differ from those the run started with (``INPUTS_FILE``).
 
-  Batches are drawn by step from the corpus, so a changed file silently makes a resumed run another run. A workdir
-  without the record (an older jaxcse's) is not checked; the resumed run records the corpus it reads.
+  Batches are drawn by step from the corpus, so a changed file silently makes a resumed run another run. The
+  record is written with the model description's own record (``models.DESCRIPTION_RECORD``): a workdir that has
+  that one must have this one, and a record of ``null`` (a TFDS dataset's) must not stand for a corpus of files;
+  either is refused, since the corpus can then not be checked. Only a workdir without both (an older jaxcse's) is
+  not checked: the resumed run records the corpus it reads.
   """
   path = os.path.join(workdir, INPUTS_FILE)
-  if corpus_digests is None or not os.path.isfile(path):
+  if not os.path.isfile(path):
+    if os.path.isfile(os.path.join(workdir, checkpoints.MODEL_DIR, models.DESCRIPTION_RECORD)):
+      raise WorkdirError(f"{path} is missing: this run recorded the sha256 of its training corpus there, and without "
+                         "it a resume cannot check that it reads the same corpus; put the file back, or pass "
+                         "--restart to start the run over (deletes its checkpoints and metrics)")
     return
   try:
     with open(path) as f:
       recorded = json.load(f)["corpus_sha256"]
+    if recorded is not None and not isinstance(recorded, dict):
+      raise TypeError(f"corpus_sha256 is a {type(recorded).__name__}")
   except (OSError, ValueError, KeyError, TypeError) as e:
     raise WorkdirError(f"{path}: unreadable ({type(e).__name__}: {e}); pass --restart to start the workdir over"
                        ) from None
-  if recorded is not None and recorded != corpus_digests:
+  if corpus_digests is None:
+    return  # A TFDS dataset (its name holds its version), or no corpus at that path (the reader says so).
+  if recorded is None:
+    raise WorkdirError(f"{path} records no sha256 for the training corpus (null, as for a TFDS dataset), but "
+                       f"this run reads files ({', '.join(sorted(corpus_digests))}): a resume cannot check that they "
+                       "are the run's corpus; put the file back as it was, or pass --restart to start the run over")
+  if recorded != corpus_digests:
     changed = sorted(name for name in set(recorded) | set(corpus_digests)
                      if recorded.get(name) != corpus_digests.get(name))
     raise WorkdirError(f"{workdir} holds a run on another training corpus (the sha256 of {', '.join(changed)} differs "
@@ -365,7 +416,7 @@ def _frozen(built: configured.Built | None, replicated) -> tuple[models.ModelSpe
 
 def _described_model(config: ml_collections.ConfigDict, workdir: str) -> models.ModelSpec:
   """The spec of the run a workdir holds, from its description (``_check_same_run``: the same config)."""
-  return models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR), dtype=models.DTYPES[config.model.dtype],
+  return checkpoints.description(workdir, dtype=models.DTYPES[config.model.dtype],
                                  gradient_checkpointing=config.model.gradient_checkpointing)
 
 
@@ -748,15 +799,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
     if config.train.batch_size % mesh.size:
       raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
                                       f"{mesh.size} devices")
-    if primary:
-      _check_not_locked(workdir)  # Before the slow reading: a refusal that needs none of it.
-    with data_lib.notes_held():  # A refusal while reading is the only line; the shipped-data note follows.
-      inputs = _read_inputs(config, workdir, restart, mesh, train_data)  # Before anything is written.
-    if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
-      raise Interrupted("interrupted before the run started; the workdir is as it was")
-    os.makedirs(workdir, exist_ok=True)
-    lock = _lock(workdir) if primary else None
+    errors.check_output(workdir, folder=True)
+    _check_ours(workdir)
+    # The start point is read under the lock, so that no other run changes the workdir between the decision and
+    # the acts on it. A folder that holds no run yet (or does not exist) is locked only once the inputs are read,
+    # so that a refused run leaves it as it was (no folder, no .lock); that it still holds none is then checked
+    # under the lock. A run starting there already (it holds the lock) is refused before the slow reading.
+    holds_run = _holds_run(workdir)
+    if primary and not holds_run:
+      _check_not_locked(workdir)
+    lock = _lock(workdir) if primary and holds_run else None
     try:
+      with data_lib.notes_held():  # A refusal while reading is the only line; the shipped-data note follows.
+        inputs = _read_inputs(config, workdir, restart, mesh, train_data)  # Before anything is written.
+      if ctrl_c.requested:  # Nothing written yet: stop before the workdir changes.
+        raise Interrupted("interrupted before the run started; the workdir is as it was")
+      if not holds_run:
+        os.makedirs(workdir, exist_ok=True)
+        lock = _lock(workdir) if primary else None
+        if _holds_run(workdir):
+          raise WorkdirError(f"{workdir}: another process started a run in this workdir while this one read its "
+                             "inputs; run the command again")
       summary = _train(config, workdir, primary, mesh, restart, inputs, ctrl_c)
     finally:
       if lock is not None:
@@ -901,12 +964,43 @@ def _readable_json(path: str) -> bool:
 # The command.
 
 
+def prune_set_aside(workdir: str) -> str:
+  """Removes a workdir's set-aside checkpoints, and nothing else (``checkpoints.prune_set_aside``); returns one line.
+
+  Under the workdir's lock (not while a run trains there), and only in a workdir that holds a jaxcse run.
+
+  Raises:
+    WorkdirError: ``workdir`` holds no jaxcse run, or another process trains in it.
+  """
+  if not os.path.isdir(workdir) or not _holds_run(workdir):
+    raise WorkdirError(f"{workdir}: not a jaxcse workdir (no {RUN_MARKERS[0]} nor checkpoints); nothing removed")
+  lock = _lock(workdir)
+  try:
+    count, size = checkpoints.prune_set_aside(workdir)
+  finally:
+    lock.release()
+  folder = os.path.join(workdir, checkpoints.SET_ASIDE_DIR)
+  if not count:
+    return f"{folder}: no set-aside checkpoint; nothing removed"
+  return (f"removed {count} set-aside checkpoint{'s' * (count != 1)} ({size / 1e6:.1f} MB) from {folder}; the run's "
+          "checkpoints, description and logs are untouched")
+
+
 def main(argv: list[str]) -> None:
   """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``)."""
   del argv
-  config, workdir, restart = cli.train_flags()
+  from absl import flags
+
+  if flags.FLAGS.prune_set_aside:
+    with cli.one_line_errors():
+      print(prune_set_aside(flags.FLAGS.workdir))
+    return
   platforms.use_compilation_cache()
   with cli.one_line_errors():
+    try:
+      config, workdir, restart = cli.train_flags()
+    except KeyboardInterrupt:
+      raise Interrupted("interrupted before the run started; nothing was written") from None
     summary = train_and_evaluate(config, workdir, restart=restart)
   if jax.process_index() == 0:
     cli.print_train_summary(config, workdir, summary)
@@ -914,10 +1008,14 @@ def main(argv: list[str]) -> None:
 
 def run() -> None:
   """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script)."""
-  from absl import app
+  try:
+    from absl import app
 
-  cli.define_train_flags()
-  app.run(main, flags_parser=cli.parse_flags)
+    cli.define_train_flags()
+    app.run(main, flags_parser=cli.parse_flags)
+  except KeyboardInterrupt as e:  # While the flags and the config file load (main handles its own).
+    print(str(e) or "interrupted before the run started; nothing was written", file=sys.stderr)
+    sys.exit(errors.INTERRUPTED)
 
 
 if __name__ == "__main__":

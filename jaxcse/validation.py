@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -33,7 +34,12 @@ class BestSoFar:
   first_eval: dict | None = None  # The first evaluation's step and scores (the run's summary reports it).
 
   def improved_by(self, metric: float) -> bool:
-    return self.metric is None or metric > self.metric
+    """Whether an evaluation scoring ``metric`` becomes the best: never a non-finite one (NaN from a degenerate
+    evaluation, e.g. a collapsed encoder's constant similarities), and always a finite one over a non-finite best
+    (an older jaxcse kept NaN as best, which nothing could beat)."""
+    if metric is None or not math.isfinite(metric):
+      return False
+    return self.metric is None or not math.isfinite(self.metric) or metric > self.metric
 
   def after(self, step: int, metric: float, scores: dict[str, float]) -> BestSoFar:
     """The selection after an evaluation at ``step``: its first evaluation kept, ``step`` the best if it improved."""
@@ -123,6 +129,9 @@ class Evaluator:
     if log_record:
       self.write(record)
     log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
+    if not math.isfinite(metric):
+      log.warning("step %d: the dev evaluation's %s is %s (a degenerate evaluation: e.g. every sentence embedded as "
+                  "the same vector); this step cannot become the best checkpoint", step, "eval/metric", metric)
     if best.improved_by(metric):
       checkpoints.save(self.best_manager, step, meta={"step": step, "metric": metric, **scores}, params=params)
     return best.after(step, metric, scores)

@@ -172,6 +172,10 @@ def test_train_runs_once_the_mistake_is_fixed(tiny_model_dir, bad_root, tmp_path
 def test_train_still_refuses_another_runs_workdir_before_writing(tiny_model_dir, small_data_dir, tmp_path):
   workdir = tmp_path / "workdir"
   helpers.write_text(str(workdir / "config.json"), json.dumps({"another": "run"}))
+  # A jaxcse run's marker (a folder without one is not refused as another run but as no run: test_trust.py), and
+  # the lock file every run leaves (the start point is read under the lock).
+  helpers.write_text(str(workdir / "model" / "jaxcse.json"), json.dumps({"format_version": 2}))
+  helpers.write_text(str(workdir / ".lock"), "")
   before = snapshot(str(workdir))
   with pytest.raises(train.WorkdirError, match="holds another run"):
     train.train_and_evaluate(_tiny(tiny_model_dir, small_data_dir), str(workdir))

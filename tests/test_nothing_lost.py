@@ -132,11 +132,18 @@ def test_a_description_without_its_record_loads_unverified_and_resuming_records_
     reference, tiny_model_dir, small_data_dir, tmp_path, caplog):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  record = os.path.join(workdir, checkpoints.MODEL_DIR, models.DESCRIPTION_RECORD)
-  with open(record) as f:
-    written = json.load(f)
+  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  record = os.path.join(model_dir, models.DESCRIPTION_RECORD)
+  # As an older jaxcse left it (tests/fixtures/legacy_workdir, too): no record, format_version 1, no inputs.json.
+  os.remove(record)
+  os.remove(os.path.join(workdir, train.INPUTS_FILE))
+  info_path = os.path.join(model_dir, models.JAXCSE_MODEL_FILE)
+  with open(info_path) as f:
+    info = json.load(f)
+  with open(info_path, "w") as f:
+    json.dump({**info, "format_version": 1}, f, indent=2)
+  written = files.folder_digests(model_dir, record=models.DESCRIPTION_RECORD)
   assert {"config.json", "tokenizer.json", models.JAXCSE_MODEL_FILE} <= set(written)
-  os.remove(record)  # As an older jaxcse left it (tests/fixtures/legacy_workdir, too).
   assert loading.load_model(workdir).step == 9
   assert len(warnings_naming(caplog, "its files are read unverified")) == 1
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)

@@ -452,14 +452,15 @@ class DescriptionError(JaxcseError, ValueError):
   """A workdir's model description is missing, unreadable, changed since it was written, or cannot be written."""
 
 
-def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> ModelSpec:
-  """Builds a ``ModelSpec`` from a folder written by ``save_description``."""
+def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False,
+                     expect_record: bool = False) -> ModelSpec:
+  """Builds a ``ModelSpec`` from a folder written by ``save_description``, verified first (``check_description``)."""
   from transformers import AutoConfig, AutoTokenizer
 
   info_path = os.path.join(folder, JAXCSE_MODEL_FILE)
   if not os.path.isfile(info_path):
     raise DescriptionError(f"{info_path}: not a jaxcse model description (no {JAXCSE_MODEL_FILE})")
-  check_description(folder)
+  check_description(folder, expect_record=expect_record)
   try:
     with open(info_path) as f:
       info = json.load(f)
@@ -482,13 +483,25 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
                            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
 
 
-def check_description(folder: str) -> None:
+# jaxcse.json's format_version. 2: the description was written with its DESCRIPTION_RECORD, which must be there.
+DESCRIPTION_FORMAT = 2
+
+
+def check_description(folder: str, *, expect_record: bool = False) -> None:
   """Raises ``DescriptionError`` naming the file if a description's files do not match its ``DESCRIPTION_RECORD``.
 
-  Checked before anything reads the description. A description without the record (written by a jaxcse before
-  it kept one) is read unverified, with a warning; the trainer records it when it resumes such a workdir.
+  Checked before anything reads the description. The record must list every file and match them all
+  (``files.digest_mismatch``). A description without the record is read unverified, with a warning, only if
+  it was written by a jaxcse before it kept one: ``format_version`` 1 in its jaxcse.json, and ``expect_record``
+  false (the caller knows nothing else of its workdir that says a record was written); the trainer records it
+  when it resumes such a workdir. Otherwise a missing record is refused: nothing vouches for the files.
   """
   if not os.path.isfile(os.path.join(folder, DESCRIPTION_RECORD)):
+    version = _format_version(folder)
+    if expect_record or version is None or version >= DESCRIPTION_FORMAT:
+      raise DescriptionError(f"{os.path.join(folder, DESCRIPTION_RECORD)} is missing: this model description was "
+                             "written with its sha256 record, so nothing vouches for its files now; put the record "
+                             "back as it was (or start the run over with --restart)")
     log.warning("%s: no %s (an older jaxcse wrote this model description): its files are read unverified", folder,
                 DESCRIPTION_RECORD)
     return
@@ -497,6 +510,16 @@ def check_description(folder: str) -> None:
     raise DescriptionError(f"{os.path.join(folder, problem)}: the model description changed after training wrote "
                            "it, and the checkpoints need it as it was; put the file back as it was (or start the run "
                            "over with --restart)")
+
+
+def _format_version(folder: str) -> int | None:
+  """The ``format_version`` of a description's jaxcse.json; None if it cannot be read (then nothing is assumed)."""
+  try:
+    with open(os.path.join(folder, JAXCSE_MODEL_FILE)) as f:
+      version = json.load(f).get("format_version")
+  except (OSError, ValueError, AttributeError):
+    return None
+  return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def record_description(folder: str) -> None:
@@ -541,7 +564,7 @@ def _first_line(e: BaseException) -> str:
 def _write_description_info(spec: ModelSpec, folder: str) -> None:
   """``jaxcse.json``: what the HF config and tokenizer do not say (poolers, MLM head, source)."""
   info = {
-      "format_version": 1,
+      "format_version": DESCRIPTION_FORMAT,
       "pooler": spec.pooling.pooler,
       "mlp_only_train": spec.pooling.mlp_only_train,
       "test_pooler": spec.pooling.test_pooler,

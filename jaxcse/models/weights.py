@@ -69,6 +69,7 @@ def weights_file(folder: str) -> str | None:
 
 def read_state(folder: str) -> dict[str, np.ndarray]:
   """Every tensor of a Hugging Face folder's weights, PyTorch-named (a Flax msgpack is renamed and transposed)."""
+  from safetensors import SafetensorError
   from safetensors.numpy import load_file
 
   file = weights_file(folder)
@@ -88,7 +89,7 @@ def read_state(folder: str) -> dict[str, np.ndarray]:
     with open(file, "rb") as f:
       tree = flax.serialization.msgpack_restore(f.read())
     return to_state(tree)
-  except (OSError, ValueError, KeyError, TypeError) as e:  # Truncated or foreign files.
+  except (OSError, ValueError, KeyError, TypeError, SafetensorError) as e:  # Truncated or foreign files.
     raise WeightsError(f"{file}: unreadable weights ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
                        ) from None
 
