@@ -336,11 +336,11 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   """
   if dtype not in ("float32", "float16"):
     raise ValueError(f"dtype must be float32 or float16, not {dtype!r}")
-  prefix = encoder.prompt(prompt_name, prompt)  # An unknown prompt name stops here, before anything is read.
   check_not_overwriting(output_path, overwrite)
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
   if count == 0:
     raise EncodeError(_empty_input(input_path, column))
+  prefix = encoder.prompt(prompt_name, prompt)  # An unknown prompt name stops here, before anything is written.
   stat = os.stat(input_path)
   job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
          "model": model_name, "checkpoint_step": encoder.step, "params_sha256": encoder.fingerprint,

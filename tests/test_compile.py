@@ -136,7 +136,9 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
 
   config_name, overrides = SHAPE_VARIANTS[name]
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
-  if name == "minilm" and not os.path.isdir(__import__("jaxcse").hub.resolve_model_path(config.model.name)):
+  from jaxcse import hub
+
+  if name == "minilm" and not os.path.isdir(hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
   real = configured.model(config)
   abstract = configured.model(config, abstract=True)
