@@ -71,8 +71,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, errors, evaluate, hub, models, objectives, platforms
-from jaxcse import sts_data, train_step
+from jaxcse import data as data_lib, evaluate, models
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.core import errors, platforms
+from jaxcse.storage import hub
+from jaxcse.training import objectives
+from jaxcse.evaluation import sts_data
+from jaxcse.training import train_step
 
 
 def _baselines():

@@ -45,7 +45,8 @@ def main() -> None:
   from sentence_transformers import SentenceTransformer
   from sentence_transformers.util import mine_hard_negatives as st_mine
 
-  from jaxcse import hub, mining
+  from jaxcse.storage import hub
+  from jaxcse import mining
   from jaxcse.encode import Encoder
 
   root = os.environ["JAXCSE_DATA_DIR"]

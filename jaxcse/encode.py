@@ -32,10 +32,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import data as data_lib, embedder as embedder_lib, loading, models, poolers, provenance
-from jaxcse import errors, files, platforms
-from jaxcse.errors import JaxcseError
-from jaxcse.progress import Progress
+from jaxcse import data as data_lib, models
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.storage import loading
+from jaxcse.models import poolers
+from jaxcse.core import provenance
+from jaxcse.core import errors, files, platforms
+from jaxcse.core.errors import JaxcseError
+from jaxcse.core.progress import Progress
 
 
 # --------------------------------------------------------------------------
@@ -217,7 +221,7 @@ class Encoder:
 
   def mteb(self, name: str | None = None, **kwargs):
     """This encoder as an MTEB 2 model, for ``mteb.evaluate`` (``pip install mteb``; see docs/mteb.md)."""
-    from jaxcse.mteb_model import MtebEncoder
+    from jaxcse.inference.mteb_model import MtebEncoder
 
     return MtebEncoder(self, name=name, **kwargs)
 

@@ -10,7 +10,7 @@ train splits, which no unsupervised result uses; we skip them for speed).
 ``align_uniform`` adds Wang & Isola's alignment and uniformity on STS-B test,
 as SimCSE uses them (see ``evaluate_align_uniform``). ``transfer`` runs
 SentEval's seven transfer tasks (MR ... MRPC) with a JAX logistic-regression
-probe (``jaxcse.transfer``); ``all`` = STS + transfer.
+probe (``jaxcse.evaluation.transfer``); ``all`` = STS + transfer.
 
   python -m jaxcse.evaluate --model PATH_OR_ID [--pooler P] --tasks sts,align_uniform --output results.json
 
@@ -33,13 +33,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse import dev_sets as dev_sets_lib
-from jaxcse import transfer as transfer_lib
-from jaxcse import errors, files, platforms, provenance
-from jaxcse.errors import JaxcseError
-from jaxcse.progress import Progress
-from jaxcse.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
-from jaxcse.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
+from jaxcse.evaluation import dev_sets as dev_sets_lib
+from jaxcse.evaluation import transfer as transfer_lib
+from jaxcse.core import errors, files, platforms, provenance
+from jaxcse.core.errors import JaxcseError
+from jaxcse.core.progress import Progress
+from jaxcse.evaluation.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
+from jaxcse.evaluation.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
                                 uniformity)
 
 SUMMARY_NAMES = (*STS_TASKS, "Avg")
@@ -247,7 +247,7 @@ def _workdir_config(model: str) -> dict | None:
   Raises:
     WorkdirConfigError: the workdir's config.json cannot be read (the message names it).
   """
-  from jaxcse import checkpoints
+  from jaxcse.storage import checkpoints
 
   workdir = checkpoints.find_workdir(model) if os.path.exists(model) else None
   path = os.path.join(workdir, "config.json") if workdir else None
@@ -267,7 +267,9 @@ def _workdir_config(model: str) -> dict | None:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  from jaxcse import embedder as embedder_lib, loading, poolers
+  from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.storage import loading
+  from jaxcse.models import poolers
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")

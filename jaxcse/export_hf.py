@@ -36,10 +36,13 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from jaxcse import loading, model_card, models, platforms, poolers, st_format
+from jaxcse.storage import loading, model_card, st_format
+from jaxcse import models
+from jaxcse.core import platforms
+from jaxcse.models import poolers
 from jaxcse.models import weights
-from jaxcse import errors, files
-from jaxcse.errors import JaxcseError
+from jaxcse.core import errors, files
+from jaxcse.core.errors import JaxcseError
 
 class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""
@@ -260,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
   trained = None
   if loaded.step is not None:
-    from jaxcse import checkpoints
+    from jaxcse.storage import checkpoints
 
     workdir = checkpoints.find_workdir(args.model)
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.

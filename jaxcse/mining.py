@@ -36,9 +36,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxcse import errors, files
-from jaxcse.errors import JaxcseError
-from jaxcse.progress import Progress
+from jaxcse.core import errors, files
+from jaxcse.core.errors import JaxcseError
+from jaxcse.core.progress import Progress
 
 OUTPUT_FORMATS = ("triplet", "n-tuple", "labeled-pair", "labeled-list")
 SAMPLING_STRATEGIES = ("top", "random")
@@ -387,7 +387,7 @@ def summary(grouped: Grouped, selection: Selection, output_rows: int) -> list[st
 def _embed(encoder, texts: list[str], prompt: str | None, what: str, progress: bool,
            batch_size: int | None) -> np.ndarray:
   """Unit-length float32 embeddings of ``prompt + text`` for each text."""
-  from jaxcse import embedder as embedder_lib
+  from jaxcse.inference import embedder as embedder_lib
   from jaxcse.encode import Encoder
 
   if prompt:
@@ -552,8 +552,9 @@ def has_list_columns(output_format: str, output_scores: bool) -> bool:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  from jaxcse import embedder as embedder_lib
-  from jaxcse import platforms, poolers
+  from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.core import platforms
+  from jaxcse.models import poolers
   from jaxcse.encode import Encoder
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.mining"), description=__doc__.split("\n\n")[0])

@@ -38,8 +38,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxcse import errors
-from jaxcse.errors import JaxcseError
+from jaxcse.core import errors
+from jaxcse.core.errors import JaxcseError
 
 # Keys of the train records (one per logged step) and of the evaluation records (one per evaluation).
 LOSS_KEYS = ("loss", "contrastive_loss", "mlm_loss")

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxcse import errors
-from jaxcse.errors import JaxcseError
+from jaxcse.core import errors
+from jaxcse.core.errors import JaxcseError
 
 # (summary key, column header), in the papers' order.
 STS_COLUMNS = (("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"),

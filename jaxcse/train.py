@@ -39,11 +39,16 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxcse import checkpoints, cli, configuration, configured, data as data_lib, distributed, errors, files, models
-from jaxcse import objectives, platforms, provenance, sts_data, train_step as step_lib, validation
-from jaxcse import dev_sets as dev_sets_lib
-from jaxcse.errors import JaxcseError
-from jaxcse.progress import Progress
+from jaxcse.storage import checkpoints
+from jaxcse.training import cli, configuration, configured, distributed
+from jaxcse import data as data_lib, models
+from jaxcse.core import errors, files
+from jaxcse.training import objectives, train_step as step_lib
+from jaxcse.core import platforms, provenance
+from jaxcse.evaluation import sts_data, validation
+from jaxcse.evaluation import dev_sets as dev_sets_lib
+from jaxcse.core.errors import JaxcseError
+from jaxcse.core.progress import Progress
 
 log = logging.getLogger("jaxcse")
 

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Sequence
 
 from jaxcse import data as data_lib
-from jaxcse import errors, files
+from jaxcse.core import errors, files
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 

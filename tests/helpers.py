@@ -227,7 +227,7 @@ def saved_params(workdir: str, checkpoint: str = "latest") -> dict:
   import flax
   import jax
 
-  from jaxcse import loading
+  from jaxcse.storage import loading
 
   return flax.traverse_util.flatten_dict(jax.device_get(loading.load_model(workdir, checkpoint=checkpoint).params),
                                          sep="/")
@@ -375,7 +375,9 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
   import numpy as np
   from jax.sharding import NamedSharding, PartitionSpec
 
-  from jaxcse import data as data_lib, distributed, loading, models, train_step
+  from jaxcse import data as data_lib, models
+  from jaxcse.training import distributed, train_step
+  from jaxcse.storage import loading
 
   results = {"devices": np.asarray(jax.device_count())}
   mesh = distributed.make_mesh()

@@ -15,7 +15,10 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse import augment, compat, configuration, data as data_lib, loading, losses, models, objectives, train, train_step
+from jaxcse.training import augment, configuration, losses, objectives, train_step
+from jaxcse.core import compat
+from jaxcse import data as data_lib, models, train
+from jaxcse.storage import loading
 from tests import helpers
 
 BATCH = 8

@@ -1,4 +1,4 @@
-"""The discrete augmentations of jaxcse.augment: golden outputs, a plain-Python reference, and invariants."""
+"""The discrete augmentations of jaxcse.training.augment: golden outputs, a plain-Python reference, and invariants."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import augment
+from jaxcse.training import augment
 
 # A toy vocabulary: 0 [PAD], 1 [UNK], 2 [CLS], 3 [SEP], 4 [MASK], 5-9 words, 10-11 '##' pieces.
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
@@ -202,7 +202,7 @@ def test_wordpieces_from_the_shipped_tokenizer_and_a_non_wordpiece_one():
   from tokenizers import Tokenizer, models as tok_models
   from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-  from jaxcse import hub
+  from jaxcse.storage import hub
 
   tokenizer = AutoTokenizer.from_pretrained(hub.resolve_model_path("jaxcse/bert-mini-wiki-uncased"))
   pieces = augment.WordPieces.from_tokenizer(tokenizer)

@@ -67,7 +67,7 @@ def test_train_tiny(capsys):
   assert any(line.startswith("jaxcse: ") and "MFU" in line and "CPU" in line for line in lines)
   assert re.fullmatch(r"by CPU seconds: \d+\.\d\dx", lines[-2])
   # Pinned to one core by default on a machine without accelerators (like for like), and unpinned afterwards.
-  from jaxcse import platforms
+  from jaxcse.core import platforms
 
   pinned = re.compile(r"machine: .*\(this process on \[\d+\]\)")
   assert any(map(pinned.match, lines)) != platforms.has_accelerator()
@@ -80,7 +80,7 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
   torch = pytest.importorskip("torch")
   from transformers import AutoTokenizer, BertConfig, BertModel
 
-  from jaxcse import hub
+  from jaxcse.storage import hub
 
   minilm = hub.resolve_model_path("all-MiniLM-L6-v2")
   if not os.path.isdir(minilm):
@@ -315,7 +315,7 @@ def test_pin_threads_pins_every_thread_and_restores_them():
   import threading
 
   from benchmarks import bench
-  from jaxcse import errors
+  from jaxcse.core import errors
 
   before = os.sched_getaffinity(0)
   release = threading.Event()

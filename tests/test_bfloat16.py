@@ -51,7 +51,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
   sys.path.insert(0, REPO)
 
-from jaxcse import data as data_lib, models, train_step  # noqa: E402
+from jaxcse import data as data_lib, models  # noqa: E402
+from jaxcse.training import train_step
 from tests import helpers  # noqa: E402
 
 U = 2.0**-8  # bfloat16's unit roundoff: 8 significant bits, round to nearest.

@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
-from jaxcse import cli, encode, evaluate, export_hf, hub, loading
+from jaxcse.training import cli
+from jaxcse import encode, evaluate, export_hf
+from jaxcse.storage import hub, loading
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -84,7 +86,9 @@ def test_a_locked_workdir_is_refused_before_anything_is_loaded(tiny_model_dir, s
   """The lock refusal came after the model, corpus and dev sets were read (35 s for the quickstart)."""
   import filelock
 
-  from jaxcse import checkpoints, configured, train
+  from jaxcse.storage import checkpoints
+  from jaxcse.training import configured
+  from jaxcse import train
   from tests import helpers
 
   workdir = tmp_path / "w"

@@ -18,7 +18,7 @@ import sys
 import pytest
 
 from jaxcse import encode, evaluate, export_hf, plot, report, train, wordpiece
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 from tests import helpers
 
 
@@ -261,7 +261,7 @@ def test_the_output_writing_commands_refuse_an_existing_output_and_create_missin
     tiny_model_dir, small_data_dir, tmp_path, capsys, monkeypatch):
   """evaluate, encode and export alike: an existing output is refused before the model loads (evaluate and encode
   replace it with --overwrite; export takes an empty folder only), and missing folders on the way are created."""
-  from jaxcse import loading
+  from jaxcse.storage import loading
 
   sentences = tmp_path / "in.txt"
   sentences.write_text("a sentence\nanother one\n")

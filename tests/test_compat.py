@@ -1,4 +1,4 @@
-"""jaxcse.compat: each library-version workaround still works with the installed versions, and is still needed."""
+"""jaxcse.core.compat: each library-version workaround still works with the installed versions, and is still needed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import pytest
 from packaging.version import Version
 
-from jaxcse import compat
+from jaxcse.core import compat
 from tests.helpers import REPO, unused_port
 
 

@@ -43,7 +43,8 @@ def _drift_worker(model_dir: str, data_dir: str, out: str) -> None:
 
   import jax
 
-  from jaxcse import train, train_step
+  from jaxcse import train
+  from jaxcse.training import train_step
   from jaxcse.compile import lowering
   from tests import helpers
 
@@ -131,12 +132,12 @@ def _shapes(tree):
 def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_data_dir, tmp_path, name):
   import jax
 
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   config_name, overrides = SHAPE_VARIANTS[name]
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
-  from jaxcse import hub
+  from jaxcse.storage import hub
 
   if name == "minilm" and not os.path.isdir(hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
@@ -153,7 +154,7 @@ def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shap
     tiny_model_dir, small_data_dir, tmp_path):
   import jax
 
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   tiny_mlm = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))
@@ -172,7 +173,7 @@ def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shap
 
 
 def test_random_init_builds_the_configured_architecture(small_data_dir):
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   config = helpers.tiny_config("", small_data_dir, "pretrain_mlm")
@@ -195,7 +196,7 @@ def _hub_cache(monkeypatch, folder) -> None:
 def _backbone_parameters(name: str) -> int:
   import jax
 
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   config = helpers.tiny_config(name, "", "base", **{"model.pooler": "cls_before_pooler", "model.mlp_only_train": False,
@@ -216,7 +217,7 @@ def _backbone_parameters(name: str) -> int:
 ])
 def test_published_shapes_have_the_published_parameter_counts(name, parameters, monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")  # Not cached: the published shape answers.
-  from jaxcse import configured
+  from jaxcse.training import configured
 
   assert configured.model_shape(name).source == f"the published shape of {name}"
   assert _backbone_parameters(name) == parameters
@@ -224,7 +225,7 @@ def test_published_shapes_have_the_published_parameter_counts(name, parameters, 
 
 def test_published_bert_ids_are_the_bert_uncased_tokenizers(tokenizer):
   # all-MiniLM-L6-v2 ships bert-base-uncased's vocabulary and special tokens.
-  from jaxcse import configured
+  from jaxcse.training import configured
 
   assert configured.SpecialTokens.of(tokenizer) == configured.PUBLISHED_SHAPES["bert-base-uncased"][1]
 
@@ -232,7 +233,7 @@ def test_published_bert_ids_are_the_bert_uncased_tokenizers(tokenizer):
 def test_a_config_json_path_is_a_shape_and_mlm_needs_a_tokenizer(tiny_model_dir, small_data_dir, tmp_path):
   import shutil
 
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   shutil.copy(os.path.join(tiny_model_dir, "config.json"), tmp_path / "config.json")
@@ -246,7 +247,7 @@ def test_a_config_json_path_is_a_shape_and_mlm_needs_a_tokenizer(tiny_model_dir,
 
 def test_an_unknown_model_offline_is_one_clear_error(monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")
-  from jaxcse import configured
+  from jaxcse.training import configured
 
   with pytest.raises(configured.ShapeError, match=r"someone/unknown-model: no local folder, no snapshot in the "
                                                   r"Hugging Face cache and no published shape .* point "
@@ -264,7 +265,7 @@ def test_a_cached_hub_snapshot_is_read_without_the_network(tiny_model_dir, monke
   (repo / "refs").mkdir()
   (repo / "refs" / "main").write_text(commit)
   _hub_cache(monkeypatch, tmp_path / "hub")
-  from jaxcse import configured
+  from jaxcse.training import configured
 
   shape = configured.model_shape("someone/tiny-bert", dropout=0.0)
   assert shape.source == "the Hugging Face cache" and shape.hf_config.hidden_size == 32
@@ -419,7 +420,7 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   # moments (3 x 4 bytes a parameter).
   import jax
 
-  from jaxcse import configured
+  from jaxcse.training import configured
   from jaxcse.compile import lowering
   from tests import helpers
 

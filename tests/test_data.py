@@ -9,7 +9,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from jaxcse import data, tokenization
+from jaxcse import data
+from jaxcse.data import tokenization
 from jaxcse.data import Batches, Corpus, DataError
 
 NLI_SAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "corpora", "nli_sample.csv")

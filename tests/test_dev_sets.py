@@ -1,4 +1,4 @@
-"""Your own dev sets (jaxcse.dev_sets): the files' layouts, their errors, and sentence-transformers 6.2's evaluators'
+"""Your own dev sets (jaxcse.evaluation.dev_sets): the files' layouts, their errors, and sentence-transformers 6.2's evaluators'
 numbers on the same embeddings."""
 
 from __future__ import annotations
@@ -9,7 +9,9 @@ import os
 import numpy as np
 import pytest
 
-from jaxcse import configuration, data as data_lib, dev_sets, evaluate, sts_metrics, train
+from jaxcse.training import configuration
+from jaxcse import data as data_lib, evaluate, train
+from jaxcse.evaluation import dev_sets, sts_metrics
 from tests import helpers
 
 

@@ -23,7 +23,7 @@ import huggingface_hub.constants
 import huggingface_hub.utils
 import pytest
 
-from jaxcse import compat
+from jaxcse.core import compat
 from jaxcse.data import downloads
 from jaxcse.data.downloads import DownloadError
 from tests.helpers import unused_port
@@ -327,7 +327,7 @@ def _senteval_tar(real_root: str) -> bytes:
 
 
 def test_download_senteval_end_to_end_then_skip(server, tmp_path, real_data_dir):
-  from jaxcse import sts_data
+  from jaxcse.evaluation import sts_data
 
   server.files["senteval.tar"] = _senteval_tar(real_data_dir)
   root = str(tmp_path / "data")

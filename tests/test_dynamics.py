@@ -8,7 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import objectives, sts_data, sts_metrics, train
+from jaxcse.training import objectives
+from jaxcse.evaluation import sts_data, sts_metrics
+from jaxcse import train
 from tests import helpers
 
 

@@ -8,8 +8,10 @@ import shutil
 
 import pytest
 
-from jaxcse import configuration, sts_data
-from jaxcse import data, files
+from jaxcse.training import configuration
+from jaxcse.evaluation import sts_data
+from jaxcse import data
+from jaxcse.core import files
 from jaxcse.data import DataError, downloads, manifest, root
 from tests import helpers
 

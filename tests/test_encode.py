@@ -168,7 +168,8 @@ def test_encode_takes_the_sentence_transformers_and_mteb_call_shape(encoder):
 
 
 def test_a_partial_batch_is_not_padded_to_a_full_batch(tiny_model_dir):
-  from jaxcse import embedder as embedder_lib, models
+  from jaxcse.inference import embedder as embedder_lib
+  from jaxcse import models
 
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
   embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64)

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from jaxcse import data as data_lib, evaluate, hub, sts_data
+from jaxcse import data as data_lib, evaluate
+from jaxcse.storage import hub
+from jaxcse.evaluation import sts_data
 from tests import helpers
 
 # reference.md §2 (and SentEval run on these files): pairs with a gold score.

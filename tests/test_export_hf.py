@@ -15,7 +15,10 @@ import flax
 import numpy as np
 import pytest
 
-from jaxcse import embedder as embedder_lib, export_hf, hub, loading, models, poolers, st_format, train
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse import export_hf, models, train
+from jaxcse.storage import hub, loading, st_format
+from jaxcse.models import poolers
 from tests import helpers
 
 REPO = helpers.REPO

@@ -16,7 +16,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, encode, errors, loading, train
+from jaxcse.storage import checkpoints, loading
+from jaxcse import encode, train
+from jaxcse.core import errors
 from tests import helpers
 from tests.helpers import (SCHEDULE, Interrupted, assert_same_params, checkpoint_steps, damage, largest_file,
                            metrics_records, saved_params, train_cli_args, train_interrupted)

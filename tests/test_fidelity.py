@@ -9,7 +9,11 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse import configuration, configured, embedder as embedder_lib, loading, sts_data, sts_metrics, models, objectives, train, train_step
+from jaxcse.training import configuration, configured, objectives, train_step
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.storage import loading
+from jaxcse.evaluation import sts_data, sts_metrics
+from jaxcse import models, train
 from tests import helpers
 
 

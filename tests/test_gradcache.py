@@ -23,7 +23,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
   sys.path.insert(0, REPO)
 
-from jaxcse import compat, data as data_lib, distributed, loading, models, train_step  # noqa: E402
+from jaxcse.core import compat  # noqa: E402
+from jaxcse import data as data_lib, models
+from jaxcse.training import distributed, train_step
+from jaxcse.storage import loading
 from tests import helpers  # noqa: E402
 
 BATCH = 16
@@ -171,7 +174,7 @@ if __name__ == "__main__":
 
 def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
   """gradcache alone, in float64: chunked = one graph = the plain gradient, for a batch loss and a summed loss."""
-  from jaxcse import gradcache
+  from jaxcse.training import gradcache
 
   with compat.enable_x64(True):
     rng = np.random.default_rng(0)

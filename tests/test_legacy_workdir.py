@@ -18,7 +18,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from jaxcse import encode, loading, models, train
+from jaxcse import encode, models, train
+from jaxcse.storage import loading
 from tests import helpers
 
 FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "legacy_workdir")

@@ -1,4 +1,4 @@
-"""Tests for jaxcse.losses: golden values from an independent numpy SimCSE loss, gradients, invariances."""
+"""Tests for jaxcse.training.losses: golden values from an independent numpy SimCSE loss, gradients, invariances."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from jax import test_util
 
-import jaxcse.losses
-from jaxcse import compat
-from jaxcse.losses import cosine_similarity_matrix, simcse_loss
+import jaxcse.training.losses
+from jaxcse.core import compat
+from jaxcse.training.losses import cosine_similarity_matrix, simcse_loss
 from tests.helpers import random_normal
 
 
@@ -100,7 +100,7 @@ def test_cosine_similarity_matrix_rectangular():
 
 
 def test_doctest():
-  result = doctest.testmod(jaxcse.losses)
+  result = doctest.testmod(jaxcse.training.losses)
   assert result.attempted >= 1
   assert result.failed == 0
 

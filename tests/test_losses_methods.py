@@ -1,4 +1,4 @@
-"""Tests for the MixCSE and DCLR losses in jaxcse.losses.
+"""Tests for the MixCSE and DCLR losses in jaxcse.training.losses.
 
 Golden values come from independent float64 numpy implementations written from the formulas (row by row,
 not vectorised like the JAX code), plus small cases worked out by hand; then gradients, compilation, and the
@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from jax import test_util
 
-import jaxcse.losses
-from jaxcse import compat
-from jaxcse.losses import (
+import jaxcse.training.losses
+from jaxcse.core import compat
+from jaxcse.training.losses import (
     cosine_similarity_matrix,
     dclr_initial_noise,
     dclr_instance_weights,
@@ -206,7 +206,7 @@ def np_dclr_loss(z1, z2, noise, weights, *, temperature, form) -> float:
 def test_doctests_of_new_functions():
   runner = doctest.DocTestRunner()
   for name in ("mixcse_loss", "dclr_initial_noise", "dclr_noise_negatives", "dclr_instance_weights", "dclr_loss"):
-    (test,) = doctest.DocTestFinder().find(getattr(jaxcse.losses, name), name, globs=vars(jaxcse.losses).copy())
+    (test,) = doctest.DocTestFinder().find(getattr(jaxcse.training.losses, name), name, globs=vars(jaxcse.training.losses).copy())
     assert test.examples, f"{name} has no doctest example"
     runner.run(test)
   result = runner.summarize(verbose=False)

@@ -17,7 +17,8 @@ import types
 import numpy as np
 import pytest
 
-from jaxcse import hub, mining
+from jaxcse.storage import hub
+from jaxcse import mining
 from tests import helpers
 
 datasets = pytest.importorskip("datasets")

@@ -11,7 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import data as data_lib, export_hf, hub, loading, mlm, models, tokenization, train
+from jaxcse import data as data_lib, export_hf, models, train
+from jaxcse.storage import hub, loading
+from jaxcse.models import mlm
+from jaxcse.data import tokenization
 from tests import helpers
 
 SPECIAL = (0, 101, 102, 103)  # [PAD], [CLS], [SEP], [MASK] of BERT's vocabulary.
@@ -207,7 +210,7 @@ def test_pretraining_from_random_init_learns_and_exports_a_bert(small_data_dir, 
 
 
 def test_mlm_config_errors_are_caught_at_load(small_data_dir, tmp_path):
-  from jaxcse import configuration
+  from jaxcse.training import configuration
 
   workdir = str(tmp_path / "never")
   for overrides, message in [({"mlm.enabled": True}, "leave mlm.enabled False"),

@@ -8,7 +8,8 @@ import os
 import pytest
 import yaml
 
-from jaxcse import export_hf, model_card, train
+from jaxcse import export_hf, train
+from jaxcse.storage import model_card
 from tests import helpers
 
 

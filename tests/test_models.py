@@ -11,7 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import embedder as embedder_lib, hub, loading, models, poolers, st_format, tokenization
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.storage import hub, loading, st_format
+from jaxcse import models
+from jaxcse.models import poolers
+from jaxcse.data import tokenization
 
 
 def _hidden():
@@ -266,7 +270,7 @@ def test_attention_dropout_is_shared_across_the_batch_unless_drawn_per_element(t
 
 
 def test_the_config_switch_reaches_the_encoder_and_its_mlm_head(tiny_model_dir, small_data_dir):
-  from jaxcse import configured
+  from jaxcse.training import configured
   from tests import helpers
 
   for per_element in (False, True):

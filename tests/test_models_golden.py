@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from transformers import AutoConfig
 
-from jaxcse import compat
+from jaxcse.core import compat
 from jaxcse.models import bert, weights
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "flax_golden")

@@ -19,7 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import compat, hub, models, tokenization
+from jaxcse.core import compat
+from jaxcse.storage import hub
+from jaxcse import models
+from jaxcse.data import tokenization
 from jaxcse.models import weights
 from tests import helpers
 

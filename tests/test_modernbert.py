@@ -26,7 +26,7 @@ transformers = pytest.importorskip("transformers")
 from safetensors.numpy import load_file  # noqa: E402
 from transformers.models.modernbert import modeling_modernbert as torch_modernbert  # noqa: E402
 
-from jaxcse import compat  # noqa: E402
+from jaxcse.core import compat  # noqa: E402
 from jaxcse.models import modernbert as mb, weights  # noqa: E402
 
 LENGTH = 20  # Longer than the local window (local_attention 8: distance <= 4), so windows matter.

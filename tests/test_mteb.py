@@ -1,4 +1,4 @@
-"""jaxcse encoders under MTEB 2 (``jaxcse.mteb_model``): the protocol, the ModelMeta, and a real offline
+"""jaxcse encoders under MTEB 2 (``jaxcse.inference.mteb_model``): the protocol, the ModelMeta, and a real offline
 ``mteb.evaluate`` on STS-B dev that must give jaxcse's own dev Spearman. Skipped without mteb installed."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from mteb.models.model_meta import ModelMeta  # noqa: E402
 from mteb.models.models_protocols import EncoderProtocol  # noqa: E402
 from sklearn.metrics.pairwise import paired_cosine_distances  # noqa: E402
 
-from jaxcse import sts_data, sts_metrics  # noqa: E402
+from jaxcse.evaluation import sts_data, sts_metrics  # noqa: E402
 from jaxcse.encode import Encoder  # noqa: E402
-from jaxcse.mteb_model import MtebEncoder  # noqa: E402
+from jaxcse.inference.mteb_model import MtebEncoder  # noqa: E402
 
 
 class JaxcseSTSBDev(AbsTaskSTS):

@@ -38,7 +38,8 @@ def _worker(argv: list[str]) -> None:
   parser.add_argument("--interrupt_at", type=int, required=True)
   args = parser.parse_args(argv)
   sys.path.insert(0, REPO)
-  from jaxcse import data as data_lib, distributed, train
+  from jaxcse import data as data_lib, train
+  from jaxcse.training import distributed
   from tests import helpers
 
   distributed.initialize_distributed(args.coordinator_address, 2, args.process_id)
@@ -60,7 +61,8 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxcse import checkpoints, distributed  # noqa: E402
+from jaxcse.storage import checkpoints  # noqa: E402
+from jaxcse.training import distributed
 from tests import helpers  # noqa: E402
 
 

@@ -11,7 +11,9 @@ import shutil
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, encode, evaluate, export_hf, files, loading, models, train
+from jaxcse.storage import checkpoints, loading
+from jaxcse import encode, evaluate, export_hf, models, train
+from jaxcse.core import files
 from tests import helpers
 from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
                            lines_said, saved_params, train_cli_args, warnings_naming)
@@ -252,7 +254,10 @@ def test_restart_clears_everything_the_old_run_wrote(tmp_path):
 # is reached (from a timer thread, so that it lands inside what runs there: tracing, compiling, orbax's writes).
 SIGINT_TRAIN = """
 import os, signal, sys, threading
-from jaxcse import checkpoints, train, train_step as step_lib, validation
+from jaxcse.storage import checkpoints
+from jaxcse import train
+from jaxcse.training import train_step as step_lib
+from jaxcse.evaluation import validation
 
 # Python's Ctrl-C handler, even under a shell that started this test with SIGINT ignored (see INJECTED_TRAIN).
 signal.signal(signal.SIGINT, signal.default_int_handler)

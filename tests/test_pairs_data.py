@@ -17,7 +17,9 @@ import time
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, configuration, data as data_lib, train
+from jaxcse.storage import checkpoints
+from jaxcse.training import configuration
+from jaxcse import data as data_lib, train
 from jaxcse.data import Batches, DataError, pairs
 from tests import helpers
 from tests.helpers import REPO
@@ -236,7 +238,8 @@ TWO_DEVICES = r"""
 import json, sys
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
-from jaxcse import distributed, train
+from jaxcse.training import distributed
+from jaxcse import train
 from tests import helpers
 model_dir, data_dir, path, workdir = sys.argv[1:]
 config = helpers.tiny_config(model_dir, data_dir, "pairs", **{"data.train": path, "train.max_steps": 4,
@@ -396,7 +399,7 @@ def test_labels_pass_through_the_jitted_step_sharded_and_chunked(tiny_model_dir)
   the step runs (method simcse reads only the ids and masks)."""
   import jax
 
-  from jaxcse import configured, distributed, train_step
+  from jaxcse.training import configured, distributed, train_step
 
   config = helpers.tiny_config(tiny_model_dir, "", "pairs", **{"train.grad_cache_chunk": 4})
   spec = configured.model(config).spec

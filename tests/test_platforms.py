@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jaxcse import platforms
+from jaxcse.core import platforms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -147,7 +147,7 @@ def _cache_env(tmp_path, **extra) -> dict[str, str]:
 
 
 _USE_CACHE_THEN_COMPILE = """
-from jaxcse import platforms
+from jaxcse.core import platforms
 import jax, jax.numpy as jnp
 print(platforms.use_compilation_cache())
 jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()

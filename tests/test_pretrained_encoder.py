@@ -14,7 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse import compat, hub, loading, tokenization
+from jaxcse.core import compat
+from jaxcse.storage import hub, loading
+from jaxcse.data import tokenization
 from tests import helpers
 
 NAME = "jaxcse/bert-mini-wiki-uncased"

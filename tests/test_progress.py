@@ -6,7 +6,8 @@ import io
 import json
 import os
 
-from jaxcse import files, progress, train
+from jaxcse.core import files, progress
+from jaxcse import train
 from tests import helpers
 
 

@@ -8,7 +8,11 @@ import os
 import numpy as np
 import pytest
 
-from jaxcse import configuration, data as data_lib, encode, loading, mteb_model, tokenization, train
+from jaxcse.training import configuration
+from jaxcse import data as data_lib, encode, train
+from jaxcse.storage import loading
+from jaxcse.inference import mteb_model
+from jaxcse.data import tokenization
 from tests import helpers
 
 PROMPTS = {"query": "query: ", "document": "passage: "}

@@ -1,4 +1,4 @@
-"""The ranking losses (jaxcse.ranking_losses) equal sentence-transformers 6.2's on the same embeddings, and train.
+"""The ranking losses (jaxcse.training.ranking_losses) equal sentence-transformers 6.2's on the same embeddings, and train.
 
 Parity: s-t's ``MultipleNegativesRankingLoss`` / ``CoSENTLoss`` ``compute_loss_from_embeddings`` in torch float64
 against ours under float64, loss and gradient w.r.t. every embedding, over every setting s-t allows. Then: k = 1 is
@@ -30,8 +30,9 @@ import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-from jaxcse import (compat, configuration, data as data_lib, distributed, losses, models, objectives,  # noqa: E402
-                    ranking_losses, train, train_step)
+from jaxcse.core import compat  # noqa: E402
+from jaxcse.training import configuration, distributed, losses, objectives, ranking_losses, train_step
+from jaxcse import data as data_lib, models, train
 from tests import helpers  # noqa: E402
 
 # Float64 on both sides: the two compute the same sums in another order (and s-t normalises with a 1e-12 norm

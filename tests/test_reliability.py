@@ -16,7 +16,10 @@ import sys
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, embedder, encode, files, evaluate, export_hf, loading, train
+from jaxcse.storage import checkpoints, loading
+from jaxcse.inference import embedder
+from jaxcse import encode, evaluate, export_hf, train
+from jaxcse.core import files
 from tests import helpers
 from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
                            lines_said, metrics_records, saved_params, train_cli_args, train_interrupted,
@@ -27,7 +30,8 @@ REPO = helpers.REPO
 # A script that runs the train command with a fault injected where an environment variable says.
 INJECTED_TRAIN = """
 import os, signal, sys
-from jaxcse import checkpoints, data as data_lib, train
+from jaxcse.storage import checkpoints
+from jaxcse import data as data_lib, train
 
 kill = os.environ.get("KILL_BEFORE_RECORD_OF")  # e.g. latest/8: after orbax committed it, before its sha256 record.
 if kill:

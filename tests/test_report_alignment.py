@@ -9,7 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from jaxcse import evaluate, report, sts_data, sts_metrics
+from jaxcse import evaluate, report
+from jaxcse.evaluation import sts_data, sts_metrics
 from tests import helpers
 
 # Three unit vectors in 2-d: a = (1, 0), b = (0, 1), c = (-1, 0).
@@ -119,7 +120,8 @@ def test_expand_tasks_accepts_align_uniform():
 
 @pytest.mark.parametrize("tasks", ["align_uniform", "STSBenchmark,align_uniform"])
 def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monkeypatch, capsys, tasks):
-  from jaxcse import embedder, loading
+  from jaxcse.inference import embedder
+  from jaxcse.storage import loading
 
   # No model: the CLI's loading and embedding are replaced by the toy embedder.
   fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"), revision=None)

@@ -16,8 +16,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, data as data_lib, embedder as embedder_lib, evaluate, loading, mlm, models, sts_data, sts_metrics, train
-from jaxcse import objectives, tokenization, train_step
+from jaxcse.storage import checkpoints, loading
+from jaxcse import data as data_lib, evaluate, models, train
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.models import mlm
+from jaxcse.evaluation import sts_data, sts_metrics
+from jaxcse.training import objectives, train_step
+from jaxcse.data import tokenization
 from tests import helpers
 
 REPO = helpers.REPO

@@ -9,7 +9,7 @@ import pytest
 from helpers import write_text
 from jaxcse import data as data_lib
 from jaxcse import evaluate
-from jaxcse import transfer
+from jaxcse.evaluation import transfer
 
 # A short run of the fast protocol keeps every probe test at a couple of compilations.
 FAST = dataclasses.replace(transfer.MODES["dev"], max_epoch=40)

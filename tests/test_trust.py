@@ -15,7 +15,10 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse import checkpoints, encode, export_hf, files, loading, models, sts_data, train, validation
+from jaxcse.storage import checkpoints, loading
+from jaxcse import encode, export_hf, models, train
+from jaxcse.core import files
+from jaxcse.evaluation import sts_data, validation
 from tests import helpers
 from tests.helpers import SCHEDULE, checkpoint_steps, lines_said, warnings_naming
 
@@ -530,7 +533,7 @@ def test_a_config_file_missing_a_field_is_one_line_before_anything_is_written(ti
 
 
 def test_every_shipped_config_has_every_field():
-  from jaxcse import cli
+  from jaxcse.training import cli
 
   for name in cli.shipped_configs():
     config = __import__(f"jaxcse.configs.{name}", fromlist=["get_config"]).get_config()

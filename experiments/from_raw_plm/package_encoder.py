@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 
-from jaxcse.files import file_sha256 as sha256
+from jaxcse.core.files import file_sha256 as sha256
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from jaxcse import losses
+from jaxcse.training import losses
 from jaxcse.encode import Encoder
 
 QUANTILES = (0.5, 0.9, 0.99, 0.999, 0.9999)

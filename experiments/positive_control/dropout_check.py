@@ -26,8 +26,8 @@ def jaxcse_losses(batches_npz: str, n: int, per_element_attention_mask: bool = F
   import jax.numpy as jnp
   import optax
 
-  from jaxcse import configured
-  from jaxcse import train_step as step_lib
+  from jaxcse.training import configured
+  from jaxcse.training import train_step as step_lib
   from jaxcse.models import bert
   if per_element_attention_mask:
     weights_fn = bert.dot_product_attention_weights

@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from jaxcse import configured
+from jaxcse.training import configured
 from jaxcse import data as data_lib
 from jaxcse.configs import base as base_config
 

@@ -23,8 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxcse import configured, models
-from jaxcse import train_step as step_lib
+from jaxcse.training import configured
+from jaxcse import models
+from jaxcse.training import train_step as step_lib
 from jaxcse.configs import base as base_config
 from jaxcse.models import weights
 

@@ -35,7 +35,8 @@ for i in range(kills):
 r = subprocess.run(cmd(wd), env=env, capture_output=True, text=True)
 said = [l for l in r.stderr.splitlines() if l.strip() and not (l[:1] in "I" and l[1:5].isdigit()) and not l.startswith("train:")]
 print("final rc", r.returncode, "said", said[-5:], flush=True)
-from jaxcse import loading, models
+from jaxcse.storage import loading
+from jaxcse import models
 a = loading.load_model(wd, checkpoint="latest"); b = loading.load_model(ref, checkpoint="latest")
 print("latest params bit-equal:", models.params_fingerprint(a.params) == models.params_fingerprint(b.params), a.step, b.step)
 sa, sb = json.load(open(os.path.join(wd, "summary.json"))), json.load(open(os.path.join(ref, "summary.json")))

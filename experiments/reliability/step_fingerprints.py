@@ -66,7 +66,7 @@ def params_digest(params) -> str:
 
 
 def fingerprint(workdir: str, summary: dict | None, log_lines: list[str]) -> dict:
-  from jaxcse import loading
+  from jaxcse.storage import loading
 
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     metrics = [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in f if line.strip()]
@@ -111,7 +111,8 @@ def main() -> None:
   sys.path.insert(1, REPO)  # tests.helpers and tests.conftest: this checkout's.
   import jax
 
-  from jaxcse import files, train
+  from jaxcse.core import files
+  from jaxcse import train
   from tests import conftest, helpers
 
   assert jax.device_count() == args.devices, jax.devices()
@@ -176,7 +177,7 @@ def main() -> None:
     files.write_json(record, {**digests, name: "0" * 64})
 
   def damage_latest_data(workdir):  # Its record matches but orbax cannot read it: set aside after a load.
-    from jaxcse import checkpoints
+    from jaxcse.storage import checkpoints
 
     step_dir = os.path.join(workdir, "checkpoints", "latest", "2")
     params = [os.path.join(d, name) for d, _, names in os.walk(os.path.join(step_dir, "params")) for name in names]

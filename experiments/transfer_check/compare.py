@@ -1,4 +1,4 @@
-"""Tables of jaxcse.transfer against SentEval from the result files in results/.
+"""Tables of jaxcse.evaluation.transfer against SentEval from the result files in results/.
 
   python experiments/transfer_check/compare.py [--results experiments/transfer_check/results]
 

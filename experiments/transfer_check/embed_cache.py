@@ -1,6 +1,6 @@
 """Embeds every sentence of the seven transfer tasks once with jaxcse and saves them, keyed by sentence.
 
-Both probes (jaxcse.transfer and SentEval) then read the same vectors, so only the probe differs.
+Both probes (jaxcse.evaluation.transfer and SentEval) then read the same vectors, so only the probe differs.
 
   JAXCSE_DATA_DIR=../shared/data nice -n 10 python experiments/transfer_check/embed_cache.py \
       --model all-MiniLM-L6-v2 --pooler avg --out transfer_cache/minilm_avg.npz
@@ -13,7 +13,9 @@ import time
 
 import numpy as np
 
-from jaxcse import embedder, loading, transfer
+from jaxcse.inference import embedder
+from jaxcse.storage import loading
+from jaxcse.evaluation import transfer
 from jaxcse import data as data_lib
 
 

@@ -1,4 +1,4 @@
-"""jaxcse.transfer on the embeddings cached by embed_cache.py (the ones SentEval's probe also reads).
+"""jaxcse.evaluation.transfer on the embeddings cached by embed_cache.py (the ones SentEval's probe also reads).
 
   JAXCSE_DATA_DIR=../shared/data nice -n 10 python experiments/transfer_check/run_jaxcse_transfer.py \
       --cache transfer_cache/minilm_avg.npz --mode test --seed 1111 --out jaxcse_test_seed1111.json
@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse import transfer
+from jaxcse.evaluation import transfer
 
 
 def main():

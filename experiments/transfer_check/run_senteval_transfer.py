@@ -1,7 +1,7 @@
 """SentEval's own transfer-task probe (SimCSE's copy) on embeddings precomputed by jaxcse.
 
 The batcher only looks sentences up in the npz written by embed_cache.py (tokens joined with ' ', as
-SimCSE's batcher joins them), so the encoder is identical and only the probe differs from jaxcse.transfer.
+SimCSE's batcher joins them), so the encoder is identical and only the probe differs from jaxcse.evaluation.transfer.
 
 Run with the SentEval venv (torch CPU, scikit-learn); SentEval's classifier calls .cuda() unconditionally,
 so on a CPU-only torch those calls are made no-ops here (nothing else is changed):

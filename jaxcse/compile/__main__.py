@@ -17,7 +17,7 @@ the step does not fit.
 TPU targets need libtpu (``pip install "jaxcse[aot]"``, or ``"jaxcse[tpu]"``); GPU targets also jax's CUDA
 plugin, which ``jaxcse-compile --install_gpu_compiler`` installs once, where only this command sees it (without
 NVIDIA's 4 GB of libraries, which compiling does not need; ptxas comes with the aot extra). Neither changes what
-other programs print or start on a machine without accelerators (jaxcse/platforms.py, ``targets.use_gpu_compiler``).
+other programs print or start on a machine without accelerators (jaxcse/core/platforms.py, ``targets.use_gpu_compiler``).
 The numbers are the compiler's facts and bounds, not measured run times.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jaxcse import compat
+from jaxcse.core import compat
 
 # The status when the step does not fit the target (1: an error, 2: a bad flag).
 EXIT_DOES_NOT_FIT = 3
@@ -95,9 +95,9 @@ def list_targets() -> None:
 def run_command() -> int:
   from absl import flags
 
-  from jaxcse import platforms
+  from jaxcse.core import platforms
   from jaxcse.compile import lowering, max_batch, targets
-  from jaxcse.errors import USER_ERRORS, print_error
+  from jaxcse.core.errors import USER_ERRORS, print_error
 
   platforms.use_compilation_cache()  # Read by the CPU target; the others turn jax's cache off below.
 
@@ -148,7 +148,7 @@ def run_command() -> int:
   except USER_ERRORS as e:
     return print_error(e)
   if FLAGS.json:
-    from jaxcse import files
+    from jaxcse.core import files
 
     files.write_json(FLAGS.json, result)
   if not fits:
@@ -159,7 +159,7 @@ def run_command() -> int:
 
 def install_gpu_compiler() -> int:
   from jaxcse.compile import targets
-  from jaxcse.errors import print_error
+  from jaxcse.core.errors import print_error
 
   print(f"installing jax's CUDA plugin for this jaxlib into {targets.gpu_compiler_dir()} ...", flush=True)
   try:
@@ -265,7 +265,7 @@ def print_help(full: bool) -> None:
   """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
   from absl import flags
 
-  from jaxcse import errors
+  from jaxcse.core import errors
 
   print(_HELP.format(prog=errors.command_name("jaxcse.compile")))
   if full:
@@ -277,7 +277,7 @@ def print_help(full: bool) -> None:
 
 def _parse_flags(argv: list[str]) -> list[str]:
   """``cli.parse_flags`` with this command's help and name in its messages."""
-  from jaxcse import cli
+  from jaxcse.training import cli
 
   return cli.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
 

@@ -11,7 +11,7 @@ import collections
 import dataclasses
 import re
 
-from jaxcse import compat
+from jaxcse.core import compat
 from jaxcse.compile import targets as targets_lib
 
 

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 GIB = 1 << 30
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from jaxcse import tokenization
+from jaxcse.data import tokenization
 from jaxcse.data.corpora import Corpus
 from jaxcse.data.pairs import PairCorpus
 from jaxcse.data.root import DataError

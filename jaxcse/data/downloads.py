@@ -24,10 +24,10 @@ import huggingface_hub.errors
 import huggingface_hub.utils
 
 from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
-from jaxcse.files import file_sha256
+from jaxcse.core.files import file_sha256
 from jaxcse.data.root import DATA_DIR_ENV
-from jaxcse import compat, errors
-from jaxcse.errors import JaxcseError
+from jaxcse.core import compat, errors
+from jaxcse.core.errors import JaxcseError
 
 
 # What can be downloaded, from where, with which sha256: downloads.json beside this module (see its _comment).

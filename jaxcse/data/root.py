@@ -20,9 +20,9 @@ import contextlib
 import logging
 import os
 
-from jaxcse import files
+from jaxcse.core import files
 from jaxcse.data import manifest
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 DATA_DIR_ENV = "JAXCSE_DATA_DIR"
 EMBEDDED_ROOT = manifest.EMBEDDED_ROOT

@@ -32,8 +32,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxcse import files, hub, poolers
-from jaxcse.errors import JaxcseError
+from jaxcse.core import files
+from jaxcse.storage import hub
+from jaxcse.models import poolers
+from jaxcse.core.errors import JaxcseError
 from jaxcse.models import families, weights
 from jaxcse.models.common import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
 

@@ -23,7 +23,7 @@ import flax
 import jax
 import numpy as np
 
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 LEAF_NAMES = {"kernel": "weight", "embedding": "weight", "scale": "weight", "bias": "bias"}
 # Names older checkpoints (BERT's original conversion) give LayerNorm parameters.

@@ -25,7 +25,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse import losses, models, ranking_losses
+from jaxcse.training import losses, ranking_losses
+from jaxcse import models
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
 # objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.

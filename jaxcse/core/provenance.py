@@ -15,10 +15,11 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from jaxcse import files, version
+from jaxcse.core import files
+from jaxcse import version
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "tokenizers", "numpy")
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # jaxcse/
 
 
 def _version(name: str) -> str | None:

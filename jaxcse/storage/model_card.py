@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from jaxcse import files
+from jaxcse.core import files
 
 # The config sections that hold a method's loss settings, by method ("loss" is every contrastive method's).
 LOSS_SECTIONS = {"simcse": ("loss",), "mixcse": ("loss", "mixcse"), "dclr": ("loss", "dclr"), "mlm": ("mlm",),

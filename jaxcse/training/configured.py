@@ -24,8 +24,10 @@ from typing import Any
 import jax
 import ml_collections
 
-from jaxcse import checkpoints, configuration, hub, loading, models, objectives, st_format
-from jaxcse.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, loading, st_format
+from jaxcse.training import configuration, objectives
+from jaxcse import models
+from jaxcse.core.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
 

@@ -12,8 +12,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcse import poolers, tokenization
-from jaxcse.errors import JaxcseError
+from jaxcse.models import poolers
+from jaxcse.data import tokenization
+from jaxcse.core.errors import JaxcseError
 from jaxcse.models import ModelSpec
 
 

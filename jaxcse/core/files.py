@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
 

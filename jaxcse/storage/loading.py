@@ -18,8 +18,9 @@ from typing import Any
 
 import jax
 
-from jaxcse import checkpoints, hub, models, st_format
-from jaxcse.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, st_format
+from jaxcse import models
+from jaxcse.core.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
 

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcse import embedder as embedder_lib
+from jaxcse.inference import embedder as embedder_lib
 
 NAME_PREFIX = "jaxcse"  # MTEB wants model names as "organization/name".
 

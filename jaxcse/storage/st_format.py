@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from jaxcse import files
+from jaxcse.core import files
 
 # Module class names in the spelling sentence-transformers has used since 2.x (5.x maps them to its new
 # module paths; tested with 5.7.0). Dense and WeightedLayerPooling weights are model.safetensors.

@@ -49,7 +49,8 @@ import optax
 import sklearn.metrics
 import sklearn.model_selection
 
-from jaxcse import data as data_lib, embedder as embedder_lib
+from jaxcse import data as data_lib
+from jaxcse.inference import embedder as embedder_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 

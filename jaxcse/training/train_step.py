@@ -30,7 +30,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse import augment, distributed, gradcache, mlm, models, objectives
+from jaxcse.training import augment, distributed, gradcache, objectives
+from jaxcse.models import mlm
+from jaxcse import models
 
 
 @flax.struct.dataclass

@@ -12,8 +12,10 @@ import math
 
 import ml_collections
 
-from jaxcse import models, objectives, sts_metrics
-from jaxcse.errors import JaxcseError
+from jaxcse import models
+from jaxcse.training import objectives
+from jaxcse.evaluation import sts_metrics
+from jaxcse.core.errors import JaxcseError
 
 
 class ConfigError(JaxcseError, ValueError):

@@ -18,8 +18,9 @@ from collections.abc import Iterator
 
 import ml_collections
 
-from jaxcse import data as data_lib, distributed
-from jaxcse.errors import USER_ERRORS, JaxcseError, command_name, print_error
+from jaxcse import data as data_lib
+from jaxcse.training import distributed
+from jaxcse.core.errors import USER_ERRORS, JaxcseError, command_name, print_error
 
 
 def define_train_flags() -> None:
@@ -64,7 +65,7 @@ def _env_int(name: str) -> int | None:
     raise SystemExit(f"error: environment variable {name}={value!r} is not an integer") from None
 
 
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")  # jaxcse/configs
 
 
 def resolve_config(value: str) -> str:

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcse.losses import _unit_rows, cosine_similarity_matrix
+from jaxcse.training.losses import _unit_rows, cosine_similarity_matrix
 
 # s-t's names. query_to_doc holds the positive pair, so every direction set includes it.
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")

@@ -47,8 +47,11 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxcse import files, models, poolers, tokenization
-from jaxcse.errors import JaxcseError
+from jaxcse.core import files
+from jaxcse import models
+from jaxcse.models import poolers
+from jaxcse.data import tokenization
+from jaxcse.core.errors import JaxcseError
 
 log = logging.getLogger("jaxcse")
 

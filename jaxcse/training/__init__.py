@@ -1,0 +1,15 @@
+"""Training: a config's checks and models, the pure train step, the methods' objectives and losses, devices.
+
+  configuration.py  every config field checked at load, before anything is computed or written
+  configured.py     the models a config asks for, built once: with weights (training) or as shapes (compiling)
+  cli.py            the commands' flags, the shipped configs by name, ``--help``, one-line mistakes
+  train_step.py     the pure step: embed the views, the objective's loss, gradients (plain or GradCache), update
+  objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
+  losses.py         the papers' contrastive losses, pure functions on embeddings
+  ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
+  gradcache.py      chunked value-and-grad over a whole batch's embeddings
+  augment.py        discrete augmentations of token ids, pure
+  distributed.py    the device mesh, multi-host runs, agreement checks
+
+The loop itself is ``jaxcse/train.py`` (``python -m jaxcse.train``).
+"""
