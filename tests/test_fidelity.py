@@ -74,9 +74,10 @@ def test_official_world_size_clips_the_per_gpu_mean():
   reference = optax.chain(optax.scale(0.25), optax.clip_by_global_norm(1.0),
                           optax.adamw(train_step.make_schedule(config.train, 100), b1=0.9, b2=0.999, eps=1e-8,
                                       weight_decay=0.0))
+  state, ref_state = tx.init(params), reference.init(params)
   for _ in range(3):  # Equal over several steps (Adam's moments see the scaled, clipped gradient).
-    got, state = tx.update(grads, tx.init(params) if _ == 0 else state, params)
-    want, ref_state = reference.update(grads, reference.init(params) if _ == 0 else ref_state, params)
+    got, state = tx.update(grads, state, params)
+    want, ref_state = reference.update(grads, ref_state, params)
     np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
   # Clipping changes Adam's updates through the history of clipped gradients: a norm-2 gradient then a norm-20 one
   # is clipped to (g1 / 2, g2 / 20) on one GPU, but to (g1 / 4, g2 / 20) as the per-GPU mean of four.
