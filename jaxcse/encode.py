@@ -33,14 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse import data as data_lib, models
-from jaxcse.inference import embedder as embedder_lib
-from jaxcse.storage import loading
-from jaxcse.models import poolers
-from jaxcse.core import provenance
-from jaxcse.core import errors, files, platforms
+from jaxcse.core import errors, files, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
-
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.models import poolers
+from jaxcse.storage import loading
 
 # --------------------------------------------------------------------------
 # Streaming input.

@@ -33,14 +33,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse.evaluation import dev_sets as dev_sets_lib
-from jaxcse.evaluation import transfer as transfer_lib
 from jaxcse.core import errors, files, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
+from jaxcse.evaluation import dev_sets as dev_sets_lib, transfer as transfer_lib
 from jaxcse.evaluation.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
-from jaxcse.evaluation.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
-                                uniformity)
+from jaxcse.evaluation.sts_metrics import (
+  POSITIVE_MIN_SCORE,
+  Embed,
+  alignment,
+  correlations,
+  embed_unique,
+  score_pairs,
+  uniformity,
+)
 
 SUMMARY_NAMES = (*STS_TASKS, "Avg")
 ALIGN_UNIFORM = "align_uniform"
@@ -268,8 +274,8 @@ def _workdir_config(model: str) -> dict | None:
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   from jaxcse.inference import embedder as embedder_lib
-  from jaxcse.storage import loading
   from jaxcse.models import poolers
+  from jaxcse.storage import loading
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")

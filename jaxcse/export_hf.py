@@ -36,13 +36,12 @@ import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from jaxcse.storage import loading, model_card, st_format
 from jaxcse import models
-from jaxcse.core import platforms
-from jaxcse.models import poolers
-from jaxcse.models import weights
-from jaxcse.core import errors, files
+from jaxcse.core import errors, files, platforms
 from jaxcse.core.errors import JaxcseError
+from jaxcse.models import poolers, weights
+from jaxcse.storage import loading, model_card, st_format
+
 
 class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""

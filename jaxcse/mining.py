@@ -387,8 +387,8 @@ def summary(grouped: Grouped, selection: Selection, output_rows: int) -> list[st
 def _embed(encoder, texts: list[str], prompt: str | None, what: str, progress: bool,
            batch_size: int | None) -> np.ndarray:
   """Unit-length float32 embeddings of ``prompt + text`` for each text."""
-  from jaxcse.inference import embedder as embedder_lib
   from jaxcse.encode import Encoder
+  from jaxcse.inference import embedder as embedder_lib
 
   if prompt:
     texts = [prompt + text for text in texts]
@@ -552,10 +552,10 @@ def has_list_columns(output_format: str, output_scores: bool) -> bool:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  from jaxcse.inference import embedder as embedder_lib
   from jaxcse.core import platforms
-  from jaxcse.models import poolers
   from jaxcse.encode import Encoder
+  from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.models import poolers
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.mining"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")

@@ -39,16 +39,13 @@ import ml_collections
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxcse.storage import checkpoints
-from jaxcse.training import cli, configuration, configured, distributed
 from jaxcse import data as data_lib, models
-from jaxcse.core import errors, files
-from jaxcse.training import objectives, train_step as step_lib
-from jaxcse.core import platforms, provenance
-from jaxcse.evaluation import sts_data, validation
-from jaxcse.evaluation import dev_sets as dev_sets_lib
+from jaxcse.core import errors, files, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
+from jaxcse.evaluation import dev_sets as dev_sets_lib, sts_data, validation
+from jaxcse.storage import checkpoints
+from jaxcse.training import cli, configuration, configured, distributed, objectives, train_step as step_lib
 
 log = logging.getLogger("jaxcse")
 

@@ -7,7 +7,6 @@ import os
 import sys
 
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from jaxcse.training import configuration, objectives

@@ -10,7 +10,6 @@ import json
 import os
 import re
 
-import jax
 import numpy as np
 import pytest
 

@@ -20,7 +20,7 @@ from jaxcse import encode, export_hf, models, train
 from jaxcse.core import files
 from jaxcse.evaluation import sts_data, validation
 from tests import helpers
-from tests.helpers import SCHEDULE, checkpoint_steps, lines_said, warnings_naming
+from tests.helpers import SCHEDULE, lines_said, warnings_naming
 
 
 @pytest.fixture

@@ -1,6 +1,14 @@
 """kill -9 a tiny training at random moments (N kills, each run resumed by the next), then finish it and compare
 its final latest params, best step and metrics steps with an uninterrupted reference run."""
-import json, os, random, shutil, signal, subprocess, sys, tempfile, time
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORK = os.environ.get("PROBE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse-probe"))  # setup_probe.py writes here.
 sys.path.insert(0, REPO)

@@ -1,5 +1,7 @@
 """The probes' inputs under PROBE_DIR: a tiny random BERT (tests.helpers) and a data root with 400 sentences, STS-B and SICK dev rows."""
-import os, sys, tempfile
+import os
+import sys
+import tempfile
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORK = os.environ.get("PROBE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse-probe"))  # setup_probe.py writes here.
 sys.path.insert(0, REPO)

@@ -1,5 +1,12 @@
 """Sends SIGINT to the train command after a delay; prints rc and what it said."""
-import os, random, shutil, signal, subprocess, sys, tempfile, time
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORK = os.environ.get("PROBE_DIR", os.path.join(tempfile.gettempdir(), "jaxcse-probe"))  # setup_probe.py writes here.
 tries = int(sys.argv[1]); lo, hi = float(sys.argv[2]), float(sys.argv[3]); tag = sys.argv[4] if len(sys.argv) > 4 else "t"

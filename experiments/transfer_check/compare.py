@@ -76,7 +76,7 @@ def main():
       if sides:
         print(f"| {task} | {describe(sides['senteval'])} | {describe(sides['jaxcse'])} | "
               f"{verdict(sides['senteval'], sides['jaxcse'])} |")
-    print(f"\nWall seconds per task, median over the timed runs (runs shared the machine unevenly: rough)\n")
+    print("\nWall seconds per task, median over the timed runs (runs shared the machine unevenly: rough)\n")
     print("| task | SentEval | jaxcse | SentEval / jaxcse |")
     print("|---|---:|---:|---:|")
     for task in TASKS:

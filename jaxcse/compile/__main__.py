@@ -95,8 +95,8 @@ def list_targets() -> None:
 def run_command() -> int:
   from absl import flags
 
-  from jaxcse.core import platforms
   from jaxcse.compile import lowering, max_batch, targets
+  from jaxcse.core import platforms
   from jaxcse.core.errors import USER_ERRORS, print_error
 
   platforms.use_compilation_cache()  # Read by the CPU target; the others turn jax's cache off below.

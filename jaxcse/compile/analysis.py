@@ -11,9 +11,8 @@ import collections
 import dataclasses
 import re
 
-from jaxcse.core import compat
 from jaxcse.compile import targets as targets_lib
-
+from jaxcse.core import compat
 
 _COLLECTIVE = re.compile(r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|"
                          r"ragged-all-to-all)(?:-start)?\(")

@@ -31,14 +31,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse.training import configuration, configured, distributed, objectives
-from jaxcse.inference import embedder as embedder_lib
-from jaxcse.core import files
-from jaxcse.data import tokenization
-from jaxcse.training import train_step as step_lib
 from jaxcse.compile import targets as targets_lib
 from jaxcse.compile.analysis import Facts, Memory, analyse, collectives, compiler_versions, cost_of
+from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import tokenization
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.training import configuration, configured, distributed, objectives, train_step as step_lib
 
 
 class CompileError(JaxcseError, RuntimeError):

@@ -11,7 +11,6 @@ import ml_collections
 from jaxcse.compile import targets as targets_lib
 from jaxcse.compile.lowering import OutOfMemory, compile_train_step
 
-
 # find_max_batch's variants: overrides of the config for each way of trading compute for memory.
 MEMORY_VARIANTS = ("plain", "grad_cache", "gradient_checkpointing", "grad_cache+gradient_checkpointing")
 

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from jaxcse.core import files
 from jaxcse import version
+from jaxcse.core import files
 
 LIBRARIES = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "transformers", "tokenizers", "numpy")
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # jaxcse/

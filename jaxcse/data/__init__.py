@@ -10,12 +10,32 @@
 """
 
 from jaxcse.data.batching import Batches, DistinctReport, PackedBatches, distinct_batches, text_ids
-from jaxcse.data.corpora import (CSV_COLUMNS, TFDS_PREFIX, Corpus, is_heldout, load_corpus, read_csv, read_senteval_lines, read_text_lines, read_tfds,
-                                 split_heldout)
-from jaxcse.data.pairs import HF_PREFIX, LABEL_COLUMNS, PairCorpus, is_pairs_source, load_pairs
+from jaxcse.data.corpora import (
+                                 CSV_COLUMNS,
+                                 TFDS_PREFIX,
+                                 Corpus,
+                                 is_heldout,
+                                 load_corpus,
+                                 read_csv,
+                                 read_senteval_lines,
+                                 read_text_lines,
+                                 read_tfds,
+                                 split_heldout,
+)
 from jaxcse.data.downloads import DOWNLOADS, DownloadError, download, extract_tar, fetch_file
-from jaxcse.data.root import (DATA_DIR_ENV, EMBEDDED_ROOT, DataError, data_dir, data_file, embedded_file,
-                              embedded_root_for, given_root, notes_held, resolve)
+from jaxcse.data.pairs import HF_PREFIX, LABEL_COLUMNS, PairCorpus, is_pairs_source, load_pairs
+from jaxcse.data.root import (
+                                 DATA_DIR_ENV,
+                                 EMBEDDED_ROOT,
+                                 DataError,
+                                 data_dir,
+                                 data_file,
+                                 embedded_file,
+                                 embedded_root_for,
+                                 given_root,
+                                 notes_held,
+                                 resolve,
+)
 
 __all__ = ["TFDS_PREFIX", "HF_PREFIX", "LABEL_COLUMNS", "PairCorpus", "is_pairs_source", "load_pairs", "DistinctReport",
            "distinct_batches", "text_ids", "Batches", "PackedBatches", "is_heldout", "split_heldout", "CSV_COLUMNS", "Corpus", "DATA_DIR_ENV", "DOWNLOADS", "DataError", "DownloadError", "EMBEDDED_ROOT", "data_dir", "data_file", "embedded_file", "embedded_root_for", "given_root",

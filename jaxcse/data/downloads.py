@@ -23,12 +23,11 @@ import huggingface_hub.constants
 import huggingface_hub.errors
 import huggingface_hub.utils
 
-from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
-from jaxcse.core.files import file_sha256
-from jaxcse.data.root import DATA_DIR_ENV
 from jaxcse.core import compat, errors
 from jaxcse.core.errors import JaxcseError
-
+from jaxcse.core.files import file_sha256
+from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
+from jaxcse.data.root import DATA_DIR_ENV
 
 # What can be downloaded, from where, with which sha256: downloads.json beside this module (see its _comment).
 SIMCSE_HF_REVISION = _MANIFEST["revision"]

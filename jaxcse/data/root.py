@@ -21,8 +21,8 @@ import logging
 import os
 
 from jaxcse.core import files
-from jaxcse.data import manifest
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import manifest
 
 DATA_DIR_ENV = "JAXCSE_DATA_DIR"
 EMBEDDED_ROOT = manifest.EMBEDDED_ROOT

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse.inference import embedder as embedder_lib
 from jaxcse.evaluation.sts_data import PairSet
 from jaxcse.evaluation.sts_metrics import OWN_PAIR_METRICS, OWN_RETRIEVAL_METRICS, correlations, cosine_scores
+from jaxcse.inference import embedder as embedder_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]  # Sentences -> [n, hidden] embeddings.
 

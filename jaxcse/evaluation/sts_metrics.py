@@ -11,8 +11,8 @@ import numpy as np
 import scipy.spatial.distance
 import scipy.stats
 
-from jaxcse.inference import embedder as embedder_lib
 from jaxcse.evaluation.sts_data import PairSet
+from jaxcse.inference import embedder as embedder_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]  # Sentences -> [n, hidden] embeddings.
 

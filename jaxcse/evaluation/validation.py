@@ -19,12 +19,11 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxcse.storage import checkpoints
 from jaxcse import data as data_lib, models
-from jaxcse.evaluation import dev_sets as dev_sets_lib
+from jaxcse.evaluation import dev_sets as dev_sets_lib, sts_data, sts_metrics
 from jaxcse.inference import embedder as embedder_lib
 from jaxcse.models import mlm
-from jaxcse.evaluation import sts_data, sts_metrics
+from jaxcse.storage import checkpoints
 
 log = logging.getLogger("jaxcse")
 

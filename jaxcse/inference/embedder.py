@@ -12,10 +12,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcse.models import poolers
-from jaxcse.data import tokenization
 from jaxcse.core.errors import JaxcseError
-from jaxcse.models import ModelSpec
+from jaxcse.data import tokenization
+from jaxcse.models import ModelSpec, poolers
 
 
 def check_settings(batch_size: int, max_seq_len: int | None = None) -> None:

@@ -21,8 +21,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import logging
+import os
 import shutil
 from typing import Any
 
@@ -33,11 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse.core import files
-from jaxcse.storage import hub
-from jaxcse.models import poolers
 from jaxcse.core.errors import JaxcseError
-from jaxcse.models import families, weights
+from jaxcse.models import families, poolers, weights
 from jaxcse.models.common import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
+from jaxcse.storage import hub
 
 log = logging.getLogger("jaxcse")
 

@@ -20,7 +20,6 @@ the output projections, the head's dense layer and the untied decoder; LayerNorm
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable, ClassVar
 
@@ -29,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcse.models.common import BackboneOutput, activation
+
 
 def _init(config, std: float) -> Callable:
   cutoff = config.initializer_cutoff_factor if config.initializer_cutoff_factor is not None else 3.0

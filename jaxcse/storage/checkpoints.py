@@ -47,11 +47,11 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxcse.core import files
 from jaxcse import models
-from jaxcse.models import poolers
-from jaxcse.data import tokenization
+from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import tokenization
+from jaxcse.models import poolers
 
 log = logging.getLogger("jaxcse")
 

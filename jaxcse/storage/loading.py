@@ -18,9 +18,9 @@ from typing import Any
 
 import jax
 
-from jaxcse.storage import checkpoints, hub, st_format
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, st_format
 
 log = logging.getLogger("jaxcse")
 

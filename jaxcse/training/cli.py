@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import ml_collections
 
 from jaxcse import data as data_lib
-from jaxcse.training import distributed
 from jaxcse.core.errors import USER_ERRORS, JaxcseError, command_name, print_error
+from jaxcse.training import distributed
 
 
 def define_train_flags() -> None:
@@ -103,9 +103,9 @@ example: {prog} --config quickstart --workdir workdirs/quickstart
 
 def print_train_help(full: bool) -> None:
   """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
-  from absl import flags
-
   import textwrap
+
+  from absl import flags
 
   configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25,
                           subsequent_indent=" " * 25)
@@ -274,8 +274,7 @@ def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   Also sets the console's logging (jaxcse's progress lines, not orbax's) and joins a multi-process run when the
   flags or the environment say so (``distributed.initialize_distributed``).
   """
-  from absl import flags
-  from absl import logging as absl_logging
+  from absl import flags, logging as absl_logging
 
   # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
   absl_logging.set_verbosity(absl_logging.WARNING)

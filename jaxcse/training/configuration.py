@@ -13,9 +13,9 @@ import math
 import ml_collections
 
 from jaxcse import models
-from jaxcse.training import objectives
-from jaxcse.evaluation import sts_metrics
 from jaxcse.core.errors import JaxcseError
+from jaxcse.evaluation import sts_metrics
+from jaxcse.training import objectives
 
 
 class ConfigError(JaxcseError, ValueError):

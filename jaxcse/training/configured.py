@@ -24,10 +24,10 @@ from typing import Any
 import jax
 import ml_collections
 
-from jaxcse.storage import checkpoints, hub, loading, st_format
-from jaxcse.training import configuration, objectives
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, loading, st_format
+from jaxcse.training import configuration, objectives
 
 log = logging.getLogger("jaxcse")
 

@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse.training import losses, ranking_losses
 from jaxcse import models
+from jaxcse.training import losses, ranking_losses
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
 # objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.

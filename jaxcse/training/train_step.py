@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse.training import augment, distributed, gradcache, objectives
-from jaxcse.models import mlm
 from jaxcse import models
+from jaxcse.models import mlm
+from jaxcse.training import augment, distributed, gradcache, objectives
 
 
 @flax.struct.dataclass

@@ -1,4 +1,9 @@
-import functools, time, statistics, os, jax, jax.numpy as jnp
+import functools
+import time
+import statistics
+import os
+import jax
+import jax.numpy as jnp
 import numpy as np
 def pytorch_gelu(x):
   """The exact GELU as PyTorch writes it: x * 0.5 * (1 + erf(x / sqrt(2)))."""

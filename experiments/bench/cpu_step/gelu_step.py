@@ -1,6 +1,9 @@
 """CPU seconds per train step with the exact GELU as jax.nn.gelu(approximate=False) (old) vs PyTorch's form (new),
 both in one process, alternated."""
-import functools, os, resource, sys, time
+import functools
+import os
+import resource
+import sys
 sys.path.insert(0, os.getcwd())
 import jax
 import numpy as np

@@ -1,5 +1,9 @@
 """Minor faults and CPU seconds per quickstart-shaped train step under one malloc setting (argv[1])."""
-import ctypes, os, resource, sys, time
+import ctypes
+import os
+import resource
+import sys
+import time
 mode = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 64
@@ -18,9 +22,8 @@ opts = {
 for k, v in opts:
   assert libc.mallopt(k, ctypes.c_int(v) if v < 2**31 else ctypes.c_int(2**31 - 1)) == 1, (k, v)
 if mode == "jaxcse":
-  import jaxcse
+  pass
 sys.path.insert(0, os.getcwd())
-import jax, numpy as np
 from benchmarks import bench
 ids, mask = bench.random_batch(bench.SHAPES["mini"], batch, 32)
 side = bench.jaxcse_train_step(bench.SHAPES["mini"], ids, mask, steps=100)

@@ -2,7 +2,9 @@
 
   XLA_FLAGS=--xla_cpu_use_onednn=true python experiments/bench/tries/matmul_flags.py
 """
-import os, time, jax, jax.numpy as jnp
+import os
+import time
+import jax
 for (m,k,n) in [(4096,384,384),(4096,384,1536),(4096,1536,384),(384,4096,384)]:
   a = jax.random.normal(jax.random.key(0), (m, k)); b = jax.random.normal(jax.random.key(1), (k, n))
   f = jax.jit(lambda a, b: a @ b); f(a,b).block_until_ready()

@@ -3,9 +3,12 @@ dropout, interleaved in one process; first checks both give the same determinist
 
   FUSE=1 python experiments/bench/tries/own_bert.py; FUSE=0 python experiments/bench/tries/own_bert.py
 """
-import os, time, statistics, functools
-import jax, jax.numpy as jnp, numpy as np
-from jaxcse import bench, models
+import os
+import time
+import statistics
+import jax
+import jax.numpy as jnp
+from jaxcse import bench
 from transformers import FlaxBertModel
 shape = bench.SHAPES["minilm"]
 cfg = shape.bert_config()

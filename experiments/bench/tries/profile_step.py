@@ -2,9 +2,15 @@
 
   XLA_FLAGS=--xla_cpu_enable_xprof_traceme=true python experiments/bench/tries/profile_step.py
 """
-import os, glob, gzip, json, collections, re, time, tempfile
-import jax, jax.numpy as jnp
-from jaxcse import bench, models, train
+import os
+import glob
+import gzip
+import json
+import collections
+import re
+import tempfile
+import jax
+from jaxcse import bench
 shape = bench.SHAPES["minilm"]
 ids, mask = bench.random_batch(shape, 64, 32)
 run, loss, _ = bench.jaxcse_train_step(shape, ids, mask, steps=20)

@@ -6,8 +6,9 @@ the XLA_FLAGS of the environment; one flag setting per process:
       --xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT \
       --xla_cpu_experimental_ynn_fusion_type=; do XLA_FLAGS="$f" python experiments/bench/tries/step_flags.py; done
 """
-import os, statistics, sys, time
-import numpy as np
+import os
+import statistics
+import time
 from jaxcse import bench
 shape = bench.SHAPES[os.environ.get("SHAPE", "minilm")]
 ids, mask = bench.random_batch(shape, 64, 32)
