@@ -51,9 +51,10 @@ def main() -> None:
 
   root = os.environ["JAXCSE_DATA_DIR"]
   with open(os.path.join(root, "senteval/downstream/SICK/SICK_train.txt"), encoding="utf-8") as f:
-    rows = list(csv.DictReader(f, delimiter="\t"))[:args.pairs]
-  dataset = datasets.Dataset.from_dict({"anchor": [r["sentence_A"] for r in rows],
-                                        "positive": [r["sentence_B"] for r in rows]})
+    rows = list(csv.DictReader(f, delimiter="\t"))[: args.pairs]
+  dataset = datasets.Dataset.from_dict(
+    {"anchor": [r["sentence_A"] for r in rows], "positive": [r["sentence_B"] for r in rows]}
+  )
   torch.set_num_threads(len(os.sched_getaffinity(0)))
   folder = hub.resolve_model_path(MINILM)
   st_model = SentenceTransformer(folder, device="cpu")
@@ -69,8 +70,9 @@ def main() -> None:
   options = mining.Options(**OPTIONS)
 
   def select():
-    selection = mining.select_negatives(queries, corpus, grouped.positive_indices, options,
-                                        max_positives=grouped.max_positives)
+    selection = mining.select_negatives(
+      queries, corpus, grouped.positive_indices, options, max_positives=grouped.max_positives
+    )
     return datasets.Dataset.from_dict(mining.output_columns(grouped, selection, "anchor", "positive"))
 
   ours_select, selected = _cpu(select)
@@ -80,18 +82,24 @@ def main() -> None:
       digest = hashlib.sha256(repr((name, None, None, texts)).encode()).hexdigest()
       np.save(os.path.join(cache, f"{kind}_embeddings_{digest}.npy"), vectors)
     random.seed(0)
-    theirs_select, st_selected = _cpu(lambda: st_mine(dataset, st_model, cache_folder=cache, verbose=False,
-                                                      **OPTIONS))
+    theirs_select, st_selected = _cpu(lambda: st_mine(dataset, st_model, cache_folder=cache, verbose=False, **OPTIONS))
   same = selected["negative"] == st_selected["negative"]
-  print(f"{len(dataset)} pairs, {len(grouped.queries)} queries, a corpus of {len(grouped.corpus)}; "
-        f"{len(os.sched_getaffinity(0))} core(s); load average {os.getloadavg()[0]:.1f}")
-  print(f"end to end (CPU s): jaxcse {ours:.2f} ({len(mined)} triplets), sentence-transformers {theirs:.2f} "
-        f"({len(st_mined)} triplets)")
-  print(f"selection alone on the same embeddings (CPU s): jaxcse {ours_select:.3f}, sentence-transformers "
-        f"{theirs_select:.3f} ({theirs_select / ours_select:.2f}x); same triplets: {same}")
+  print(
+    f"{len(dataset)} pairs, {len(grouped.queries)} queries, a corpus of {len(grouped.corpus)}; "
+    f"{len(os.sched_getaffinity(0))} core(s); load average {os.getloadavg()[0]:.1f}"
+  )
+  print(
+    f"end to end (CPU s): jaxcse {ours:.2f} ({len(mined)} triplets), sentence-transformers {theirs:.2f} "
+    f"({len(st_mined)} triplets)"
+  )
+  print(
+    f"selection alone on the same embeddings (CPU s): jaxcse {ours_select:.3f}, sentence-transformers "
+    f"{theirs_select:.3f} ({theirs_select / ours_select:.2f}x); same triplets: {same}"
+  )
   # End to end, each side embeds with its own model code: float differences may reorder near-equal candidates.
-  agree = sum(a == b for a, b in zip(zip(mined["anchor"], mined["negative"]), zip(st_mined["anchor"],
-                                                                                  st_mined["negative"])))
+  agree = sum(
+    a == b for a, b in zip(zip(mined["anchor"], mined["negative"]), zip(st_mined["anchor"], st_mined["negative"]))
+  )
   print(f"end to end, the same (anchor, negative) at the same row: {agree} of {max(len(mined), len(st_mined))}")
   print(f"jaxcse: {len(dataset) / ours:.0f} pairs per CPU second end to end")
   print(f"mining: {theirs / ours:.2f}x")

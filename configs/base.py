@@ -29,7 +29,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   config.model.name = "bert-base-uncased"  # HF folder, hub id, or an offline-package name (see README).
   config.model.revision = ""  # For a hub id: the branch, tag or commit to load ("" = main); recorded in model/.
-  config.model.init = "pretrained"  # pretrained: model.name's weights; random: a fresh model.architecture (pretraining).
+  config.model.init = (
+    "pretrained"  # pretrained: model.name's weights; random: a fresh model.architecture (pretraining).
+  )
   config.model.tokenizer = ""  # With init=random: the tokenizer folder (its vocabulary sets the embedding size).
   config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
   config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, evaluate without it.

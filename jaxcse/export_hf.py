@@ -67,13 +67,13 @@ def torch_state_dict(backbone_params: Any, mlp_params: Any = None) -> dict[str, 
 
 
 _AUTOMODEL_POOLING = {
-    "cls": "embeddings = outputs.pooler_output  # [CLS] state through the MLP (Linear + tanh), stored as pooler.dense",
-    "cls_before_pooler": "embeddings = outputs.last_hidden_state[:, 0]",
-    "avg": "h = outputs.last_hidden_state",
-    "avg_top2": "h = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2",
-    "avg_first_last": "h = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2",
-    "avg_embeddings_last": "h = (outputs.hidden_states[0] + outputs.hidden_states[-1]) / 2",
-    "bert_pooler": "embeddings = outputs.pooler_output  # BERT's own pooler layer on [CLS]",
+  "cls": "embeddings = outputs.pooler_output  # [CLS] state through the MLP (Linear + tanh), stored as pooler.dense",
+  "cls_before_pooler": "embeddings = outputs.last_hidden_state[:, 0]",
+  "avg": "h = outputs.last_hidden_state",
+  "avg_top2": "h = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2",
+  "avg_first_last": "h = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2",
+  "avg_embeddings_last": "h = (outputs.hidden_states[0] + outputs.hidden_states[-1]) / 2",
+  "bert_pooler": "embeddings = outputs.pooler_output  # BERT's own pooler layer on [CLS]",
 }
 
 
@@ -81,8 +81,10 @@ def _pooling_lines(pooler: str) -> str:
   """The PyTorch lines that turn ``outputs`` (and ``batch``) into ``embeddings`` as jaxcse's ``pooler`` does."""
   lines = _AUTOMODEL_POOLING[pooler]
   if pooler.startswith("avg"):
-    lines += ("\nmask = batch['attention_mask'].unsqueeze(-1).float()"
-              "\nembeddings = (h * mask).sum(1) / mask.sum(1).clamp(min=1)")
+    lines += (
+      "\nmask = batch['attention_mask'].unsqueeze(-1).float()"
+      "\nembeddings = (h * mask).sum(1) / mask.sum(1).clamp(min=1)"
+    )
   return lines
 
 
@@ -119,13 +121,22 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
     # Exception. Each is the machine's state, not a defect: one line.
     if isinstance(e, (OSError, SafetensorError)) or type(e) is Exception:
       text = str(e).strip().splitlines()
-      raise ExportError(f"{out_dir}: could not write the export ({type(e).__name__}: {text[0] if text else ''}); "
-                        "nothing was left behind") from None
+      raise ExportError(
+        f"{out_dir}: could not write the export ({type(e).__name__}: {text[0] if text else ''}); "
+        "nothing was left behind"
+      ) from None
     raise
 
 
-def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None, *,
-           trained: dict | None = None, prompts: dict[str, str] | None = None) -> dict:
+def export(
+  spec: models.ModelSpec,
+  params: Any,
+  out_dir: str,
+  pooler: str | None = None,
+  *,
+  trained: dict | None = None,
+  prompts: dict[str, str] | None = None,
+) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
   The folder is built next to ``out_dir`` and renamed into place, so
@@ -152,13 +163,16 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   if pooler not in poolers.names():
     raise ExportError(f"unknown pooler {pooler!r}; choose one of {', '.join(poolers.names())}")
   if not poolers.exportable(pooler):
-    raise ExportError(f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export "
-                      "the model's test pooler")
+    raise ExportError(
+      f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export the model's test pooler"
+    )
   if pooler == "bert_pooler" and "pooler" not in params["backbone"]:
     raise ExportError("pooler 'bert_pooler' needs the backbone's pooler layer, and this model has none")
   if pooler == "cls" and "mlp" not in params:
-    raise ExportError("pooler 'cls' needs the model's MLP head, and this model has none "
-                      f"(it was trained with pooler {spec.pooling.pooler!r}); export another pooler")
+    raise ExportError(
+      "pooler 'cls' needs the model's MLP head, and this model has none "
+      f"(it was trained with pooler {spec.pooling.pooler!r}); export another pooler"
+    )
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
 
@@ -180,23 +194,41 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   modules = []
 
   def pooling_files(tmp: str) -> None:
-    modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
-                                           spec.max_positions, mlp, prompts))
+    modules.extend(
+      st_format.write_modules(
+        tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers, spec.max_positions, mlp, prompts
+      )
+    )
     base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
-    source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
-              f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
+    source = (
+      f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
+      f"{trained['checkpoint']} checkpoints), from the base model {base}"
+      if trained
+      else base
+    )
     run = None
     if trained and trained.get("path"):
       run = model_card.TrainingRun.read(trained["path"], trained["workdir"], trained["step"], trained["checkpoint"])
     with open(os.path.join(tmp, "README.md"), "w") as f:
-      f.write(model_card.model_card(pooler=pooler, pooling_lines=_pooling_lines(pooler), source=source,
-                                    architecture=architecture, modules=modules, dim=hf_config.hidden_size,
-                                    max_seq_len=spec.max_positions, base_model=_hub_id(spec.source),
-                                    prompts=prompts, run=run))
+      f.write(
+        model_card.model_card(
+          pooler=pooler,
+          pooling_lines=_pooling_lines(pooler),
+          source=source,
+          architecture=architecture,
+          modules=modules,
+          dim=hf_config.hidden_size,
+          max_seq_len=spec.max_positions,
+          base_model=_hub_id(spec.source),
+          prompts=prompts,
+          run=run,
+        )
+      )
     record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
     if trained:
-      record.update(workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"],
-                    base_model=spec.source)
+      record.update(
+        workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"], base_model=spec.source
+      )
     files.write_json(os.path.join(tmp, "jaxcse_export.json"), record)
 
   _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)
@@ -242,9 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
-  parser.add_argument("--masked_lm", action="store_true",
-                      help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
-                           "fine-tune), not a sentence-transformers model")
+  parser.add_argument(
+    "--masked_lm",
+    action="store_true",
+    help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
+    "fine-tune), not a sentence-transformers model",
+  )
   args = parser.parse_args(argv)
   platforms.use_compilation_cache()
   errors.check_output(args.out_dir, folder=True)  # Before the slow part; export checks again.
@@ -257,8 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {summary['out_dir']}: {summary['architecture']}, {summary['tensors']} tensors")
     return 0
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
-    print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
-          f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
+    print(
+      f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
+      f"{loaded.spec.pooling.test_pooler!r}",
+      file=sys.stderr,
+    )
   # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
   trained = None
   if loaded.step is not None:
@@ -266,11 +304,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workdir = checkpoints.find_workdir(args.model)
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
-    trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
-               "step": loaded.step, "path": workdir}
+    trained = {
+      "workdir": workdir if shown.startswith("..") else shown,
+      "checkpoint": loaded.checkpoints,
+      "step": loaded.step,
+      "path": workdir,
+    }
   summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained, prompts=loaded.prompts)
-  print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
-        f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
+  print(
+    f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
+    f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}"
+  )
   return 0
 
 

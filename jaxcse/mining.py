@@ -97,12 +97,15 @@ class Options:
 
   def _check_window(self, range_max: int) -> None:
     if self.range_min >= range_max:
-      raise MiningError(f"range_min must be smaller than range_max, got range_min={self.range_min} and "
-                        f"range_max={range_max}")
+      raise MiningError(
+        f"range_min must be smaller than range_max, got range_min={self.range_min} and range_max={range_max}"
+      )
     if self.num_negatives > range_max - self.range_min:
-      raise MiningError(f"cannot mine {self.num_negatives} negatives per query: only {range_max - self.range_min} "
-                        f"candidates remain after skipping the first range_min={self.range_min} of "
-                        f"range_max={range_max}; decrease num_negatives or range_min, or increase range_max")
+      raise MiningError(
+        f"cannot mine {self.num_negatives} negatives per query: only {range_max - self.range_min} "
+        f"candidates remain after skipping the first range_min={self.range_min} of "
+        f"range_max={range_max}; decrease num_negatives or range_min, or increase range_max"
+      )
 
   def resolved(self, max_positives: int) -> Options:
     """These options with ``range_max`` set (sentence-transformers' rule when None), checked.
@@ -160,8 +163,9 @@ def _search():
   return jax.jit(search, static_argnames="k")
 
 
-def top_k(queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | None = None,
-          progress: Progress | None = None) -> tuple[np.ndarray, np.ndarray]:
+def top_k(
+  queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | None = None, progress: Progress | None = None
+) -> tuple[np.ndarray, np.ndarray]:
   """Exact top ``k`` of ``queries @ corpus.T`` per query: ``(scores float32, indices int64)``, each ``[n, k]``.
 
   Best first; equal scores keep the lower corpus index first (``jax.lax.top_k``). Queries go ``block_rows`` at a
@@ -178,20 +182,26 @@ def top_k(queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | 
   scores, indices = np.empty((n, k), np.float32), np.empty((n, k), np.int64)
   block = np.zeros((rows, queries.shape[1]), np.float32)  # The last block padded: one compiled shape.
   for start in range(0, n, rows):
-    part = queries[start:start + rows]
-    block[:len(part)] = part
-    block[len(part):] = 0
+    part = queries[start : start + rows]
+    block[: len(part)] = part
+    block[len(part) :] = 0
     s, i = search(block, corpus_on_device)
-    scores[start:start + len(part)] = np.asarray(s)[:len(part)]
-    indices[start:start + len(part)] = np.asarray(i)[:len(part)]
+    scores[start : start + len(part)] = np.asarray(s)[: len(part)]
+    indices[start : start + len(part)] = np.asarray(i)[: len(part)]
     if progress is not None:
       progress.update(len(part))
   return scores, indices
 
 
-def select_negatives(query_embeddings, corpus_embeddings, positive_indices: Sequence[Sequence[int]],
-                     options: Options = Options(), *, max_positives: int | None = None,
-                     progress: Progress | None = None) -> Selection:
+def select_negatives(
+  query_embeddings,
+  corpus_embeddings,
+  positive_indices: Sequence[Sequence[int]],
+  options: Options = Options(),
+  *,
+  max_positives: int | None = None,
+  progress: Progress | None = None,
+) -> Selection:
   """Chooses hard negatives for each query among the corpus, as sentence-transformers 6.2 does (module docstring).
 
   Args:
@@ -217,8 +227,7 @@ def select_negatives(query_embeddings, corpus_embeddings, positive_indices: Sequ
     max_positives = int(n_positives.max())
   options = options.resolved(max_positives)
   width = options.range_max + max_positives  # The positives may take up to max_positives of the candidates.
-  scores, indices = top_k(queries, corpus, min(width, len(corpus)), block_rows=options.block_rows,
-                          progress=progress)
+  scores, indices = top_k(queries, corpus, min(width, len(corpus)), block_rows=options.block_rows, progress=progress)
   if scores.shape[1] < width:  # A corpus smaller than the window: the missing candidates are none (-1, -inf).
     missing = width - scores.shape[1]
     scores = np.concatenate([scores, np.full((n_queries, missing), -np.inf, np.float32)], axis=1)
@@ -253,7 +262,7 @@ def select_negatives(query_embeddings, corpus_embeddings, positive_indices: Sequ
     _remove(scores, scores < np.float32(options.min_score), "min_score", skipped, candidates)
 
   # The candidates left, best first (a stable order: the search's order among equal scores), then range_min's cut.
-  order = np.argsort(-scores, axis=1, kind="stable")[:, options.range_min:options.range_max]
+  order = np.argsort(-scores, axis=1, kind="stable")[:, options.range_min : options.range_max]
   scores = np.take_along_axis(scores, order, axis=1)
   indices = np.take_along_axis(indices, order, axis=1)
   if options.sampling_strategy == "top":
@@ -302,8 +311,9 @@ def group_pairs(anchors: Sequence[str], positives: Sequence[str], corpus: Sequen
   positive_indices = [{} for _ in queries]  # Ordered sets (dict keys).
   for anchor, positive in zip(anchors, positives):
     positive_indices[query_of[anchor]][row_of[positive]] = None
-  return Grouped(queries, texts, [list(p) for p in positive_indices],
-                 max(collections.Counter(anchors).values()), len(anchors))
+  return Grouped(
+    queries, texts, [list(p) for p in positive_indices], max(collections.Counter(anchors).values()), len(anchors)
+  )
 
 
 def output_columns(grouped: Grouped, selection: Selection, anchor_column: str, positive_column: str) -> dict:
@@ -321,15 +331,19 @@ def output_columns(grouped: Grouped, selection: Selection, anchor_column: str, p
   negatives, negative_scores = selection.negatives.tolist(), selection.scores.tolist()
   if options.output_format == "triplet":
     rows = [(q, p, s, t) for s, (q, p) in enumerate(pairs) for t in range(options.num_negatives) if found[q, t]]
-    columns = {anchor_column: [grouped.queries[q] for q, _, _, _ in rows],
-               positive_column: [corpus[p] for _, p, _, _ in rows],
-               "negative": [corpus[negatives[q][t]] for q, _, _, t in rows]}
+    columns = {
+      anchor_column: [grouped.queries[q] for q, _, _, _ in rows],
+      positive_column: [corpus[p] for _, p, _, _ in rows],
+      "negative": [corpus[negatives[q][t]] for q, _, _, t in rows],
+    }
     if options.output_scores:
       columns["scores"] = [[positive_scores[s], negative_scores[q][t]] for q, _, s, t in rows]
   elif options.output_format == "n-tuple":
     kept = [(s, q, p) for s, (q, p) in enumerate(pairs) if found[q].all()]
-    columns = {anchor_column: [grouped.queries[q] for _, q, _ in kept],
-               positive_column: [corpus[p] for _, _, p in kept]}
+    columns = {
+      anchor_column: [grouped.queries[q] for _, q, _ in kept],
+      positive_column: [corpus[p] for _, _, p in kept],
+    }
     for t in range(options.num_negatives):
       columns[f"negative_{t + 1}"] = [corpus[negatives[q][t]] for _, q, _ in kept]
     if options.output_scores:
@@ -344,16 +358,21 @@ def output_columns(grouped: Grouped, selection: Selection, anchor_column: str, p
       for t in np.flatnonzero(found[q]):
         texts.append((q, corpus[negatives[q][t]]))
         labels.append(negative_scores[q][t] if options.output_scores else 0)
-    columns = {anchor_column: [grouped.queries[q] for q, _ in texts], positive_column: [t for _, t in texts],
-               "score" if options.output_scores else "label": labels}
+    columns = {
+      anchor_column: [grouped.queries[q] for q, _ in texts],
+      positive_column: [t for _, t in texts],
+      "score" if options.output_scores else "label": labels,
+    }
   else:  # labeled-list
     kept = [(s, q, p) for s, (q, p) in enumerate(pairs) if found[q].any()]
-    columns = {anchor_column: [grouped.queries[q] for _, q, _ in kept],
-               positive_column: [[corpus[p]] + [corpus[negatives[q][t]] for t in np.flatnonzero(found[q])]
-                                 for _, q, p in kept]}
+    columns = {
+      anchor_column: [grouped.queries[q] for _, q, _ in kept],
+      positive_column: [[corpus[p]] + [corpus[negatives[q][t]] for t in np.flatnonzero(found[q])] for _, q, p in kept],
+    }
     if options.output_scores:
-      columns["scores"] = [[positive_scores[s]] + [negative_scores[q][t] for t in np.flatnonzero(found[q])]
-                           for s, q, _ in kept]
+      columns["scores"] = [
+        [positive_scores[s]] + [negative_scores[q][t] for t in np.flatnonzero(found[q])] for s, q, _ in kept
+      ]
     else:
       columns["labels"] = [[1] + [0] * int(found[q].sum()) for _, q, _ in kept]
   return columns
@@ -363,20 +382,29 @@ def summary(grouped: Grouped, selection: Selection, output_rows: int) -> list[st
   """What was mined, in lines: the rows, the candidates each filter skipped, the samples short of negatives."""
   options = selection.options
   found = int(np.isfinite(selection.scores).sum())
-  lines = [(f"{len(grouped.queries)} distinct queries of {grouped.rows} rows, a corpus of {len(grouped.corpus)} "
-            f"texts (range_max {options.range_max}): {found} negatives, {output_rows} {options.output_format} rows")]
+  lines = [
+    (
+      f"{len(grouped.queries)} distinct queries of {grouped.rows} rows, a corpus of {len(grouped.corpus)} "
+      f"texts (range_max {options.range_max}): {found} negatives, {output_rows} {options.output_format} rows"
+    )
+  ]
   for name in FILTERS:
     if name in selection.skipped:
       count, ratio = selection.skipped[name]
-      lines.append(f"skipped {count:,} potential negatives ({ratio:.2%}) due to the {name} of "
-                   f"{getattr(options, name)}")
+      lines.append(f"skipped {count:,} potential negatives ({ratio:.2%}) due to the {name} of {getattr(options, name)}")
   n_total = sum(len(p) for p in grouped.positive_indices)
-  possible = {"triplet": n_total * options.num_negatives, "n-tuple": n_total, "labeled-list": n_total,
-              "labeled-pair": len(grouped.queries) * options.num_negatives + grouped.rows}[options.output_format]
+  possible = {
+    "triplet": n_total * options.num_negatives,
+    "n-tuple": n_total,
+    "labeled-list": n_total,
+    "labeled-pair": len(grouped.queries) * options.num_negatives + grouped.rows,
+  }[options.output_format]
   missing = possible - output_rows
   if missing > 0:
-    lines.append(f"could not find enough negatives for {missing} samples ({missing / possible:.2%}); a larger "
-                 "range_max, or a smaller range_min, margin or max_score, finds more")
+    lines.append(
+      f"could not find enough negatives for {missing} samples ({missing / possible:.2%}); a larger "
+      "range_max, or a smaller range_min, margin or max_score, finds more"
+    )
   return lines
 
 
@@ -384,8 +412,9 @@ def summary(grouped: Grouped, selection: Selection, output_rows: int) -> list[st
 # From a dataset and an encoder.
 
 
-def _embed(encoder, texts: list[str], prompt: str | None, what: str, progress: bool,
-           batch_size: int | None) -> np.ndarray:
+def _embed(
+  encoder, texts: list[str], prompt: str | None, what: str, progress: bool, batch_size: int | None
+) -> np.ndarray:
   """Unit-length float32 embeddings of ``prompt + text`` for each text."""
   from jaxcse.encode import Encoder
   from jaxcse.inference import embedder as embedder_lib
@@ -420,14 +449,15 @@ def read_corpus(corpus, column: str | None = None, *, root: str | None = None) -
   pairs = data_lib.load_pairs(corpus, root=root)
   if column and column not in pairs.text_columns:
     raise MiningError(f"{pairs.path}: no text column {column!r} (its text columns: {', '.join(pairs.text_columns)})")
-  return pairs.dataset[0:len(pairs)].column(column or pairs.text_columns[0]).to_pylist()
+  return pairs.dataset[0 : len(pairs)].column(column or pairs.text_columns[0]).to_pylist()
 
 
 def _columns(pairs, anchor_column: str | None, positive_column: str | None) -> tuple[str, str]:
   names = pairs.text_columns
   if len(names) < 2:
-    raise MiningError(f"{pairs.path}: mining needs an anchor and a positive column; its only text column is "
-                      f"{names[0]!r}")
+    raise MiningError(
+      f"{pairs.path}: mining needs an anchor and a positive column; its only text column is {names[0]!r}"
+    )
   for given, what in ((anchor_column, "anchor_column"), (positive_column, "positive_column")):
     if given and given not in names:
       raise MiningError(f"{pairs.path}: no text column {given!r} ({what}); its text columns: {', '.join(names)}")
@@ -438,15 +468,33 @@ def _columns(pairs, anchor_column: str | None, positive_column: str | None) -> t
   return anchor, positive
 
 
-def mine_hard_negatives(dataset, encoder, *, anchor_column: str | None = None, positive_column: str | None = None,
-                        corpus=None, corpus_column: str | None = None, query_prompt: str | None = None,
-                        corpus_prompt: str | None = None, range_min: int = 0, range_max: int | None = None,
-                        max_score: float | None = None, min_score: float | None = None,
-                        absolute_margin: float | None = None, relative_margin: float | None = None,
-                        num_negatives: int = 3, sampling_strategy: str = "top", output_format: str = "triplet",
-                        output_scores: bool = False, seed: int = 0, batch_size: int | None = None,
-                        block_rows: int | None = None, root: str | None = None, verbose: bool = True,
-                        progress: bool = True):
+def mine_hard_negatives(
+  dataset,
+  encoder,
+  *,
+  anchor_column: str | None = None,
+  positive_column: str | None = None,
+  corpus=None,
+  corpus_column: str | None = None,
+  query_prompt: str | None = None,
+  corpus_prompt: str | None = None,
+  range_min: int = 0,
+  range_max: int | None = None,
+  max_score: float | None = None,
+  min_score: float | None = None,
+  absolute_margin: float | None = None,
+  relative_margin: float | None = None,
+  num_negatives: int = 3,
+  sampling_strategy: str = "top",
+  output_format: str = "triplet",
+  output_scores: bool = False,
+  seed: int = 0,
+  batch_size: int | None = None,
+  block_rows: int | None = None,
+  root: str | None = None,
+  verbose: bool = True,
+  progress: bool = True,
+):
   """Hard negatives for a dataset of (anchor, positive) pairs: a ``datasets.Dataset`` in ``output_format``.
 
   The options are sentence-transformers 6.2's (``Options``, the module's docstring); given the same embeddings,
@@ -472,18 +520,42 @@ def mine_hard_negatives(dataset, encoder, *, anchor_column: str | None = None, p
   Raises:
     MiningError, data.DataError: bad options or data, before the model is loaded.
   """
-  options = Options(range_min=range_min, range_max=range_max, max_score=max_score, min_score=min_score,
-                    absolute_margin=absolute_margin, relative_margin=relative_margin, num_negatives=num_negatives,
-                    sampling_strategy=sampling_strategy, output_format=output_format, output_scores=output_scores,
-                    seed=seed, block_rows=block_rows)
-  job = prepare(dataset, options, anchor_column=anchor_column, positive_column=positive_column, corpus=corpus,
-                corpus_column=corpus_column, root=root)
+  options = Options(
+    range_min=range_min,
+    range_max=range_max,
+    max_score=max_score,
+    min_score=min_score,
+    absolute_margin=absolute_margin,
+    relative_margin=relative_margin,
+    num_negatives=num_negatives,
+    sampling_strategy=sampling_strategy,
+    output_format=output_format,
+    output_scores=output_scores,
+    seed=seed,
+    block_rows=block_rows,
+  )
+  job = prepare(
+    dataset,
+    options,
+    anchor_column=anchor_column,
+    positive_column=positive_column,
+    corpus=corpus,
+    corpus_column=corpus_column,
+    root=root,
+  )
   if isinstance(encoder, str):
     from jaxcse.encode import Encoder
 
     encoder = Encoder.load(encoder)
-  return mine(job, encoder, query_prompt=query_prompt, corpus_prompt=corpus_prompt, batch_size=batch_size,
-              verbose=verbose, progress=progress)
+  return mine(
+    job,
+    encoder,
+    query_prompt=query_prompt,
+    corpus_prompt=corpus_prompt,
+    batch_size=batch_size,
+    verbose=verbose,
+    progress=progress,
+  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -496,22 +568,39 @@ class Job:
   positive_column: str
 
 
-def prepare(dataset, options: Options, *, anchor_column: str | None = None, positive_column: str | None = None,
-            corpus=None, corpus_column: str | None = None, root: str | None = None) -> Job:
+def prepare(
+  dataset,
+  options: Options,
+  *,
+  anchor_column: str | None = None,
+  positive_column: str | None = None,
+  corpus=None,
+  corpus_column: str | None = None,
+  root: str | None = None,
+) -> Job:
   """Reads and checks the data and the options (``mine_hard_negatives``' arguments), loading no model."""
   from jaxcse import data as data_lib
 
   options.check()
   pairs = data_lib.load_pairs(dataset, root=root)
   anchor, positive = _columns(pairs, anchor_column, positive_column)
-  table = pairs.dataset[0:len(pairs)]
-  grouped = group_pairs(table.column(anchor).to_pylist(), table.column(positive).to_pylist(),
-                        read_corpus(corpus, corpus_column, root=root))
+  table = pairs.dataset[0 : len(pairs)]
+  grouped = group_pairs(
+    table.column(anchor).to_pylist(), table.column(positive).to_pylist(), read_corpus(corpus, corpus_column, root=root)
+  )
   return Job(grouped, options.resolved(grouped.max_positives), anchor, positive)
 
 
-def mine(job: Job, encoder, *, query_prompt: str | None = None, corpus_prompt: str | None = None,
-         batch_size: int | None = None, verbose: bool = True, progress: bool = True):
+def mine(
+  job: Job,
+  encoder,
+  *,
+  query_prompt: str | None = None,
+  corpus_prompt: str | None = None,
+  batch_size: int | None = None,
+  verbose: bool = True,
+  progress: bool = True,
+):
   """Embeds the job's queries and corpus with ``encoder`` and mines: the ``datasets.Dataset`` of
   ``mine_hard_negatives``."""
   import datasets
@@ -520,8 +609,14 @@ def mine(job: Job, encoder, *, query_prompt: str | None = None, corpus_prompt: s
   corpus_embeddings = _embed(encoder, grouped.corpus, corpus_prompt, "corpus", progress, batch_size)
   query_embeddings = _embed(encoder, grouped.queries, query_prompt, "queries", progress, batch_size)
   with Progress(len(grouped.queries), unit="query", desc="searching", enabled=progress) as bar:
-    selection = select_negatives(query_embeddings, corpus_embeddings, grouped.positive_indices, job.options,
-                                 max_positives=grouped.max_positives, progress=bar)
+    selection = select_negatives(
+      query_embeddings,
+      corpus_embeddings,
+      grouped.positive_indices,
+      job.options,
+      max_positives=grouped.max_positives,
+      progress=bar,
+    )
   mined = datasets.Dataset.from_dict(output_columns(grouped, selection, job.anchor_column, job.positive_column))
   if verbose:
     print("\n".join(summary(grouped, selection, len(mined))))
@@ -559,29 +654,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.mining"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
-  parser.add_argument("--input", required=True,
-                      help="the (anchor, positive) pairs: .jsonl, .csv (with a header), .parquet, a save_to_disk "
-                           "folder or hf:NAME[:CONFIG[:SPLIT]]")
+  parser.add_argument(
+    "--input",
+    required=True,
+    help="the (anchor, positive) pairs: .jsonl, .csv (with a header), .parquet, a save_to_disk "
+    "folder or hf:NAME[:CONFIG[:SPLIT]]",
+  )
   parser.add_argument("--output", required=True, help="the mined dataset: .jsonl, .csv or .parquet")
-  parser.add_argument("--corpus", default=None,
-                      help="more candidate negatives besides the positives: a .txt file (a text a line) or any "
-                           "source --input takes (its --corpus_column)")
+  parser.add_argument(
+    "--corpus",
+    default=None,
+    help="more candidate negatives besides the positives: a .txt file (a text a line) or any "
+    "source --input takes (its --corpus_column)",
+  )
   parser.add_argument("--corpus_column", default=None, help="text column of --corpus (default: its first)")
   parser.add_argument("--anchor_column", default=None, help="default: the first text column")
   parser.add_argument("--positive_column", default=None, help="default: the second text column")
   parser.add_argument("--num_negatives", type=int, default=3, help="negatives per query (default 3)")
   parser.add_argument("--range_min", type=int, default=0, help="skip this many best candidates (default 0)")
-  parser.add_argument("--range_max", type=int, default=None,
-                      help="candidates considered per query (default: range_min + num_negatives + the most rows of "
-                           "an anchor, with 10 * num_negatives if a margin or --max_score is set)")
+  parser.add_argument(
+    "--range_max",
+    type=int,
+    default=None,
+    help="candidates considered per query (default: range_min + num_negatives + the most rows of "
+    "an anchor, with 10 * num_negatives if a margin or --max_score is set)",
+  )
   parser.add_argument("--max_score", type=float, default=None, help="drop candidates scoring above this")
   parser.add_argument("--min_score", type=float, default=None, help="drop candidates scoring below this")
-  parser.add_argument("--absolute_margin", type=float, default=None,
-                      help="drop candidates scoring above (lowest positive score - margin)")
-  parser.add_argument("--relative_margin", type=float, default=None,
-                      help="drop candidates scoring above (lowest positive score - |its score| * margin)")
-  parser.add_argument("--sampling_strategy", choices=SAMPLING_STRATEGIES, default="top",
-                      help="top: the best candidates left; random: drawn among them (--seed)")
+  parser.add_argument(
+    "--absolute_margin", type=float, default=None, help="drop candidates scoring above (lowest positive score - margin)"
+  )
+  parser.add_argument(
+    "--relative_margin",
+    type=float,
+    default=None,
+    help="drop candidates scoring above (lowest positive score - |its score| * margin)",
+  )
+  parser.add_argument(
+    "--sampling_strategy",
+    choices=SAMPLING_STRATEGIES,
+    default="top",
+    help="top: the best candidates left; random: drawn among them (--seed)",
+  )
   parser.add_argument("--seed", type=int, default=0, help="seed of --sampling_strategy random (default 0)")
   parser.add_argument("--output_format", choices=OUTPUT_FORMATS, default="triplet")
   parser.add_argument("--output_scores", action="store_true", help="add the similarities (see docs/own_data.md)")
@@ -592,8 +706,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument("--max_seq_len", type=int, default=None, help="cut texts to this many tokens (at least 3)")
-  parser.add_argument("--block_rows", type=int, default=None,
-                      help="queries searched at a time (default: as many as 256 MiB of scores hold)")
+  parser.add_argument(
+    "--block_rows",
+    type=int,
+    default=None,
+    help="queries searched at a time (default: as many as 256 MiB of scores hold)",
+  )
   parser.add_argument("--data_dir", default=None, help="data root for relative paths (default $JAXCSE_DATA_DIR)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
   args = parser.parse_args(argv)
@@ -603,23 +721,47 @@ def main(argv: Sequence[str] | None = None) -> int:
   if os.path.splitext(args.output)[1].lower() not in OUTPUT_SUFFIXES:
     raise MiningError(f"{args.output}: --output must end in {', '.join(OUTPUT_SUFFIXES)}")
   if args.output.lower().endswith(".csv") and has_list_columns(args.output_format, args.output_scores):
-    raise MiningError(f"{args.output}: --output_format {args.output_format}"
-                      f"{' with --output_scores' if args.output_scores else ''} has a column of lists, which a .csv "
-                      "cannot hold; write .jsonl or .parquet")
+    raise MiningError(
+      f"{args.output}: --output_format {args.output_format}"
+      f"{' with --output_scores' if args.output_scores else ''} has a column of lists, which a .csv "
+      "cannot hold; write .jsonl or .parquet"
+    )
   errors.check_output(args.output, folder=False)
   if os.path.exists(args.output) and not args.overwrite:
     raise MiningError(f"{args.output} exists; pass --overwrite to replace it, or choose another --output")
   embedder_lib.check_settings(args.batch_size, args.max_seq_len)
 
-  options = Options(range_min=args.range_min, range_max=args.range_max, max_score=args.max_score,
-                    min_score=args.min_score, absolute_margin=args.absolute_margin,
-                    relative_margin=args.relative_margin, num_negatives=args.num_negatives,
-                    sampling_strategy=args.sampling_strategy, output_format=args.output_format,
-                    output_scores=args.output_scores, seed=args.seed, block_rows=args.block_rows)
-  job = prepare(args.input, options, anchor_column=args.anchor_column, positive_column=args.positive_column,
-                corpus=args.corpus, corpus_column=args.corpus_column, root=args.data_dir)
-  encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
-                         batch_size=args.batch_size, max_seq_len=args.max_seq_len)
+  options = Options(
+    range_min=args.range_min,
+    range_max=args.range_max,
+    max_score=args.max_score,
+    min_score=args.min_score,
+    absolute_margin=args.absolute_margin,
+    relative_margin=args.relative_margin,
+    num_negatives=args.num_negatives,
+    sampling_strategy=args.sampling_strategy,
+    output_format=args.output_format,
+    output_scores=args.output_scores,
+    seed=args.seed,
+    block_rows=args.block_rows,
+  )
+  job = prepare(
+    args.input,
+    options,
+    anchor_column=args.anchor_column,
+    positive_column=args.positive_column,
+    corpus=args.corpus,
+    corpus_column=args.corpus_column,
+    root=args.data_dir,
+  )
+  encoder = Encoder.load(
+    args.model,
+    args.pooler,
+    checkpoint=args.checkpoint,
+    revision=args.revision,
+    batch_size=args.batch_size,
+    max_seq_len=args.max_seq_len,
+  )
   mined = mine(job, encoder, query_prompt=args.query_prompt, corpus_prompt=args.corpus_prompt)
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
   write_dataset(mined, args.output)

@@ -81,8 +81,10 @@ class _CtrlC:
     self._previous = None
 
   def __enter__(self) -> "_CtrlC":
-    if threading.current_thread() is threading.main_thread() and \
-        signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    if (
+      threading.current_thread() is threading.main_thread()
+      and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    ):
       self._previous = signal.signal(signal.SIGINT, self._note)
     return self
 
@@ -114,9 +116,11 @@ def _lock(workdir: str):
   try:
     lock.acquire(timeout=0)
   except filelock.Timeout:
-    raise WorkdirError(f"{workdir}: another process is training in this workdir (it holds "
-                       f"{os.path.join(workdir, checkpoints.LOCK_FILE)}); wait for it to finish or use another "
-                       "workdir") from None
+    raise WorkdirError(
+      f"{workdir}: another process is training in this workdir (it holds "
+      f"{os.path.join(workdir, checkpoints.LOCK_FILE)}); wait for it to finish or use another "
+      "workdir"
+    ) from None
   return lock
 
 
@@ -137,8 +141,12 @@ RUN_FILES = ("config.json", INPUTS_FILE, "metrics.jsonl", "summary.json")
 # A jaxcse run's markers: the model description's jaxcse.json (a fresh start writes it before anything else) or a
 # checkpoint folder. A Hugging Face model folder or another program's output also has config.json (or model/,
 # metrics.jsonl, ...), never these.
-RUN_MARKERS = (os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE), checkpoints.LATEST_DIR,
-               checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)
+RUN_MARKERS = (
+  os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE),
+  checkpoints.LATEST_DIR,
+  checkpoints.BEST_DIR,
+  checkpoints.SET_ASIDE_DIR,
+)
 
 
 def _holds_run(workdir: str) -> bool:
@@ -156,10 +164,12 @@ def _check_ours(workdir: str) -> None:
     return
   taken = [name for name in (*RUN_FOLDERS, *RUN_FILES) if os.path.exists(os.path.join(workdir, name))]
   if taken:
-    raise WorkdirError(f"{workdir} is not a jaxcse workdir (it has {', '.join(taken)}, but no "
-                       f"{os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE)} nor checkpoints), and a run "
-                       "would overwrite those files: jaxcse leaves this folder alone (--restart too); give --workdir "
-                       "a new or empty folder")
+    raise WorkdirError(
+      f"{workdir} is not a jaxcse workdir (it has {', '.join(taken)}, but no "
+      f"{os.path.join(checkpoints.MODEL_DIR, models.JAXCSE_MODEL_FILE)} nor checkpoints), and a run "
+      "would overwrite those files: jaxcse leaves this folder alone (--restart too); give --workdir "
+      "a new or empty folder"
+    )
 
 
 def _clear(workdir: str) -> None:
@@ -180,10 +190,10 @@ def _clear(workdir: str) -> None:
 # its model description says): a run may be resumed with other values for them. Every other field must equal the
 # workdir's config.json. A prefix ending in "." covers a whole section.
 RESUMABLE_CHANGES = (
-    "train.log_every",  # How often metrics.jsonl gets a line.
-    "eval.batch_size",  # Sentences per forward pass of an evaluation: the same sentences and embeddings.
-    "checkpoint.every",  # When the latest state is saved: a resumed run retraces the same steps.
-    "log.",  # Logging only (log.tensorboard).
+  "train.log_every",  # How often metrics.jsonl gets a line.
+  "eval.batch_size",  # Sentences per forward pass of an evaluation: the same sentences and embeddings.
+  "checkpoint.every",  # When the latest state is saved: a resumed run retraces the same steps.
+  "log.",  # Logging only (log.tensorboard).
 )
 
 
@@ -218,12 +228,18 @@ def _check_same_run(config, workdir: str) -> None:
   with open(saved_config) as f:
     changed, unknown = _result_changes(config, json.load(f))
   if changed:
-    raise WorkdirError(f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
-                       "change the result): rerun with its values to resume it, or pass --restart to start it over "
-                       "(deletes its checkpoints and metrics)")
+    raise WorkdirError(
+      f"{workdir} holds another run (its config.json differs in {', '.join(changed)}, which "
+      "change the result): rerun with its values to resume it, or pass --restart to start it over "
+      "(deletes its checkpoints and metrics)"
+    )
   if unknown:
-    log.warning("%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
-                "version wrote it; resuming", workdir, ", ".join(unknown))
+    log.warning(
+      "%s: config fields %s are on one side only (config.json there, this config here): another jaxcse "
+      "version wrote it; resuming",
+      workdir,
+      ", ".join(unknown),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,8 +268,10 @@ def _start_point(workdir: str, restart: bool) -> StartPoint:
   if restart or not os.path.isdir(latest):
     return StartPoint(None)
   # Listed, not through orbax's manager: it creates folders and removes temporary ones (a refused run must not).
-  steps = sorted((int(name) for name in os.listdir(latest)
-                  if name.isdigit() and os.path.isdir(os.path.join(latest, name))), reverse=True)
+  steps = sorted(
+    (int(name) for name in os.listdir(latest) if name.isdigit() and os.path.isdir(os.path.join(latest, name))),
+    reverse=True,
+  )
   bad = []
   for step in steps:
     problem = checkpoints.verify_folder(os.path.join(latest, str(step)))
@@ -278,9 +296,11 @@ def _check_workdir(config, workdir: str, restart: bool, start: StartPoint) -> No
     except (OSError, json.JSONDecodeError) as e:
       raise WorkdirError(f"{saved_config}: unreadable ({e}); pass --restart to start the workdir over") from None
     if not start.holds_checkpoints and saved != json.loads(json.dumps(config.to_dict(), default=str)):
-      raise WorkdirError(f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
-                         "to resume: use another workdir, or pass --restart to start it over (deletes its "
-                         "checkpoints and metrics)")
+      raise WorkdirError(
+        f"{workdir} holds another run (its config.json differs from this config) and no checkpoint "
+        "to resume: use another workdir, or pass --restart to start it over (deletes its "
+        "checkpoints and metrics)"
+      )
     _check_same_run(config, workdir)
 
 
@@ -327,14 +347,18 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   # .get: a config.json from before these fields (a resumed older workdir) has none.
   own_dev_sets = dataclasses.replace(
-      dev_sets_lib.OwnDevSets.load(config.eval.get("pairs", ""), config.eval.get("retrieval", ""),
-                                   config.data.data_dir or None),
-      query_prompt=config.data.get("query_prompt", ""), document_prompt=config.data.get("document_prompt", ""))
+    dev_sets_lib.OwnDevSets.load(
+      config.eval.get("pairs", ""), config.eval.get("retrieval", ""), config.data.data_dir or None
+    ),
+    query_prompt=config.data.get("query_prompt", ""),
+    document_prompt=config.data.get("document_prompt", ""),
+  )
   replicated = NamedSharding(mesh, PartitionSpec())
   complementary = _frozen(configured.complementary(config), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
-  return _Inputs(start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm,
-                 corpus_digests)
+  return _Inputs(
+    start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm, corpus_digests
+  )
 
 
 def _data_source(config: ml_collections.ConfigDict) -> str:
@@ -374,9 +398,11 @@ def _check_same_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> N
   path = os.path.join(workdir, INPUTS_FILE)
   if not os.path.isfile(path):
     if os.path.isfile(os.path.join(workdir, checkpoints.MODEL_DIR, models.DESCRIPTION_RECORD)):
-      raise WorkdirError(f"{path} is missing: this run recorded the sha256 of its training corpus there, and without "
-                         "it a resume cannot check that it reads the same corpus; put the file back, or pass "
-                         "--restart to start the run over (deletes its checkpoints and metrics)")
+      raise WorkdirError(
+        f"{path} is missing: this run recorded the sha256 of its training corpus there, and without "
+        "it a resume cannot check that it reads the same corpus; put the file back, or pass "
+        "--restart to start the run over (deletes its checkpoints and metrics)"
+      )
     return
   try:
     with open(path) as f:
@@ -384,20 +410,26 @@ def _check_same_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> N
     if recorded is not None and not isinstance(recorded, dict):
       raise TypeError(f"corpus_sha256 is a {type(recorded).__name__}")
   except (OSError, ValueError, KeyError, TypeError) as e:
-    raise WorkdirError(f"{path}: unreadable ({type(e).__name__}: {e}); pass --restart to start the workdir over"
-                       ) from None
+    raise WorkdirError(
+      f"{path}: unreadable ({type(e).__name__}: {e}); pass --restart to start the workdir over"
+    ) from None
   if corpus_digests is None:
     return  # A TFDS dataset (its name holds its version), or no corpus at that path (the reader says so).
   if recorded is None:
-    raise WorkdirError(f"{path} records no sha256 for the training corpus (null, as for a TFDS dataset), but "
-                       f"this run reads files ({', '.join(sorted(corpus_digests))}): a resume cannot check that they "
-                       "are the run's corpus; put the file back as it was, or pass --restart to start the run over")
+    raise WorkdirError(
+      f"{path} records no sha256 for the training corpus (null, as for a TFDS dataset), but "
+      f"this run reads files ({', '.join(sorted(corpus_digests))}): a resume cannot check that they "
+      "are the run's corpus; put the file back as it was, or pass --restart to start the run over"
+    )
   if recorded != corpus_digests:
-    changed = sorted(name for name in set(recorded) | set(corpus_digests)
-                     if recorded.get(name) != corpus_digests.get(name))
-    raise WorkdirError(f"{workdir} holds a run on another training corpus (the sha256 of {', '.join(changed)} differs "
-                       f"from the one in {path}: the resumed run would train on other batches): put the run's corpus "
-                       "back to resume it, or pass --restart to start it over (deletes its checkpoints and metrics)")
+    changed = sorted(
+      name for name in set(recorded) | set(corpus_digests) if recorded.get(name) != corpus_digests.get(name)
+    )
+    raise WorkdirError(
+      f"{workdir} holds a run on another training corpus (the sha256 of {', '.join(changed)} differs "
+      f"from the one in {path}: the resumed run would train on other batches): put the run's corpus "
+      "back to resume it, or pass --restart to start it over (deletes its checkpoints and metrics)"
+    )
 
 
 def _record_corpus(workdir: str, corpus_digests: dict[str, str] | None) -> None:
@@ -418,12 +450,14 @@ def _frozen(built: configured.Built | None, replicated) -> tuple[models.ModelSpe
 
 def _described_model(config: ml_collections.ConfigDict, workdir: str) -> models.ModelSpec:
   """The spec of the run a workdir holds, from its description (``_check_same_run``: the same config)."""
-  return checkpoints.description(workdir, dtype=models.DTYPES[config.model.dtype],
-                                 gradient_checkpointing=config.model.gradient_checkpointing)
+  return checkpoints.description(
+    workdir, dtype=models.DTYPES[config.model.dtype], gradient_checkpointing=config.model.gradient_checkpointing
+  )
 
 
-def _save_start(config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str,
-                corpus_digests: dict[str, str] | None) -> None:
+def _save_start(
+  config: ml_collections.ConfigDict, spec: models.ModelSpec, workdir: str, corpus_digests: dict[str, str] | None
+) -> None:
   """Writes a fresh start's model description, the sha256 of its corpus and its resolved config into the workdir.
 
   Each file whole or not at all (a full disk is one error naming it); config.json last.
@@ -441,10 +475,14 @@ def _csv_format(config: ml_collections.ConfigDict) -> str:
 def _corpus(config: ml_collections.ConfigDict, train_data=None):
   """The training corpus: ``train_data`` (a ``datasets.Dataset``) if given, else ``config.data.train``'s, checked
   against the method (``_check_labels``)."""
-  corpus = data_lib.load_corpus(config.data.train if train_data is None else train_data,
-                                root=config.data.data_dir or None, skip_empty_lines=config.data.skip_empty_lines,
-                                tfds_text_feature=config.data.tfds_text_feature,
-                                tfds_data_dir=config.data.tfds_data_dir or None, csv_format=_csv_format(config))
+  corpus = data_lib.load_corpus(
+    config.data.train if train_data is None else train_data,
+    root=config.data.data_dir or None,
+    skip_empty_lines=config.data.skip_empty_lines,
+    tfds_text_feature=config.data.tfds_text_feature,
+    tfds_data_dir=config.data.tfds_data_dir or None,
+    csv_format=_csv_format(config),
+  )
   _check_labels(config, corpus)
   return corpus
 
@@ -458,12 +496,16 @@ def _check_labels(config: ml_collections.ConfigDict, corpus) -> None:
   label = getattr(corpus, "label_column", None)
   uses_labels = objectives.get(config.method).labels
   if label and not uses_labels:
-    raise data_lib.DataError(f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
-                             f"{config.method} does not use: train scored pairs with a method for them (cosent), or "
-                             "drop the column to train the pairs as positives")
+    raise data_lib.DataError(
+      f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
+      f"{config.method} does not use: train scored pairs with a method for them (cosent), or "
+      "drop the column to train the pairs as positives"
+    )
   if uses_labels and not label:
-    raise data_lib.DataError(f"{corpus.path}: method {config.method} needs a label per row (a column named "
-                             f"{' or '.join(data_lib.LABEL_COLUMNS)})")
+    raise data_lib.DataError(
+      f"{corpus.path}: method {config.method} needs a label per row (a column named "
+      f"{' or '.join(data_lib.LABEL_COLUMNS)})"
+    )
 
 
 def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=None):
@@ -472,25 +514,40 @@ def _batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=N
     corpus = _corpus(config)
   heldout = None
   if isinstance(corpus, data_lib.PairCorpus) and (config.data.heldout_fraction > 0 or config.data.pack):
-    raise data_lib.DataError(f"{corpus.path}: data.heldout_fraction and data.pack are for one-sentence-a-line "
-                             "corpora (.txt, tfds:), not pair data")
+    raise data_lib.DataError(
+      f"{corpus.path}: data.heldout_fraction and data.pack are for one-sentence-a-line "
+      "corpora (.txt, tfds:), not pair data"
+    )
   if config.data.heldout_fraction > 0:
     corpus, heldout = data_lib.split_heldout(corpus, config.data.heldout_fraction)
   if config.data.pack:
-    batches = data_lib.PackedBatches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
-                                     max_seq_len=config.data.max_seq_len, seed=config.seed)
+    batches = data_lib.PackedBatches(
+      corpus, spec.tokenizer, batch_size=config.train.batch_size, max_seq_len=config.data.max_seq_len, seed=config.seed
+    )
   else:
-    batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
-                               max_seq_len=config.data.max_seq_len, seed=config.seed,
-                               no_duplicates=config.data.no_duplicates,
-                               query_prompt=config.data.get("query_prompt", ""),
-                               document_prompt=config.data.get("document_prompt", ""))
+    batches = data_lib.Batches(
+      corpus,
+      spec.tokenizer,
+      batch_size=config.train.batch_size,
+      max_seq_len=config.data.max_seq_len,
+      seed=config.seed,
+      no_duplicates=config.data.no_duplicates,
+      query_prompt=config.data.get("query_prompt", ""),
+      document_prompt=config.data.get("document_prompt", ""),
+    )
     if config.data.no_duplicates:
       report = batches.epoch_report(0)
-      log.info("%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
-               "%d); %d examples were deferred to a later batch and %d left out of the epoch (plain: %d)",
-               corpus.path, report.batches, config.train.batch_size, report.examples // config.train.batch_size,
-               report.deferred, report.left_out, report.examples % config.train.batch_size)
+      log.info(
+        "%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
+        "%d); %d examples were deferred to a later batch and %d left out of the epoch (plain: %d)",
+        corpus.path,
+        report.batches,
+        config.train.batch_size,
+        report.examples // config.train.batch_size,
+        report.deferred,
+        report.left_out,
+        report.examples % config.train.batch_size,
+      )
   return batches, heldout
 
 
@@ -508,16 +565,22 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
   """With several processes, fail fast unless they run the same config, data, checkpoint and initial weights."""
   if jax.process_count() == 1:
     return
-  paths = {("data", "data_dir"), ("data", "train"), ("model", "name"), ("dclr", "complementary_model"),
-           ("augment", "mlm_model")}
+  paths = {
+    ("data", "data_dir"),
+    ("data", "train"),
+    ("model", "name"),
+    ("dclr", "complementary_model"),
+    ("augment", "mlm_model"),
+  }
   # Paths may differ from host to host; what they point to is compared instead (corpus, initial params).
   portable = {k: v for k, v in flax.traverse_util.flatten_dict(config.to_dict()).items() if k not in paths}
   distributed.check_processes_agree(
-      config=zlib.crc32(json.dumps(sorted(portable.items()), default=str).encode()),
-      corpus=int(corpus.content_sha256[:8], 16) if isinstance(corpus, data_lib.PairCorpus) else
-      zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
-      resume_step=0 if resume_step is None else resume_step + 1,
-      initial_params=int(models.params_fingerprint(params)[:8], 16) if resume_step is None else 0,
+    config=zlib.crc32(json.dumps(sorted(portable.items()), default=str).encode()),
+    corpus=int(corpus.content_sha256[:8], 16)
+    if isinstance(corpus, data_lib.PairCorpus)
+    else zlib.crc32("\0".join(s for column in corpus.columns.values() for s in column).encode()),
+    resume_step=0 if resume_step is None else resume_step + 1,
+    initial_params=int(models.params_fingerprint(params)[:8], 16) if resume_step is None else 0,
   )
 
 
@@ -558,11 +621,16 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
   for bad_step, problem in inputs.start.bad:
     checkpoints.set_aside(latest, bad_step, problem)
   if step is None:
-    checkpoints.set_aside_after(best, None, "this run starts over (no latest checkpoint is usable to resume from), "
-                                "so its best checkpoints will be saved again under these step names")
+    checkpoints.set_aside_after(
+      best,
+      None,
+      "this run starts over (no latest checkpoint is usable to resume from), "
+      "so its best checkpoints will be saved again under these step names",
+    )
   else:
-    checkpoints.set_aside_after(best, step, f"was saved after the resume point, step {step}: the resumed run "
-                                "evaluates that step again")
+    checkpoints.set_aside_after(
+      best, step, f"was saved after the resume point, step {step}: the resumed run evaluates that step again"
+    )
   probe = checkpoints.output_probe(spec)  # Compiled on its first call: not at all for a fresh start.
   for best_step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
     if problem := checkpoints.verify(best, best_step) or _unservable(best, best_step, spec, probe, replicated):
@@ -578,26 +646,33 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
     # Loaded parameters may be committed to one local device (a jitted init of a fresh head): hand jit host
     # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
     state = jax.jit(functools.partial(_fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(inputs.params))
-    return Start(None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False,
-                 probe=probe)
+    return Start(
+      None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False, probe=probe
+    )
 
   abstract = jax.eval_shape(functools.partial(_fresh_state, tx=tx), checkpoints.abstract_params(spec, replicated))
   abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
   try:  # Unreadable although its files match their record: set aside, fall back to an older one.
     step, restored = checkpoints.newest_good(
-        latest, lambda mngr, s: checkpoints.restore(mngr, s, params=abstract.params, opt_state=abstract.opt_state),
-        set_aside_bad=True)
+      latest,
+      lambda mngr, s: checkpoints.restore(mngr, s, params=abstract.params, opt_state=abstract.opt_state),
+      set_aside_bad=True,
+    )
   except checkpoints.CheckpointError:  # A fresh start needs the configured weights, which this run did not load.
-    raise WorkdirError(f"{workdir}: no latest checkpoint could be read (each was set aside); run the same command "
-                       "again to start from the beginning") from None
-  state = step_lib.TrainState(step=jax.device_put(jnp.int32(step), replicated),
-                              params=restored["params"], opt_state=restored["opt_state"])
+    raise WorkdirError(
+      f"{workdir}: no latest checkpoint could be read (each was set aside); run the same command "
+      "again to start from the beginning"
+    ) from None
+  state = step_lib.TrainState(
+    step=jax.device_put(jnp.int32(step), replicated), params=restored["params"], opt_state=restored["opt_state"]
+  )
   log.info("resumed %s at step %d", workdir, step)
   if primary:  # An older jaxcse's description (no record): the checkpoint just restored fits it; vouch for it now.
     models.record_description(os.path.join(workdir, checkpoints.MODEL_DIR))
   # An unreadable latest checkpoint may have made the resume point older.
-  checkpoints.set_aside_after(best, step, f"was saved after the resume point, step {step}: the resumed run "
-                              "evaluates that step again")
+  checkpoints.set_aside_after(
+    best, step, f"was saved after the resume point, step {step}: the resumed run evaluates that step again"
+  )
   so_far = validation.BestSoFar.from_meta(restored["meta"])
   reevaluate = so_far.step is not None and so_far.step not in best.all_steps()
   if reevaluate:  # Set aside as damaged, or deleted: the best is now the newest good one left, or none.
@@ -605,9 +680,14 @@ def _resume(config, workdir: str, primary: bool, mesh, inputs: _Inputs, latest, 
       kept, meta = checkpoints.newest_good(best, checkpoints.restore_meta, set_aside_bad=True)
     except checkpoints.CheckpointError:
       kept, meta = None, {"metric": None}
-    log.warning("%s: the best checkpoint of this run, step %d, is gone (set aside or deleted); the best is now %s, "
-                "and the resume point, step %d, is evaluated again", workdir, so_far.step,
-                "none" if kept is None else f"step {kept}", step)
+    log.warning(
+      "%s: the best checkpoint of this run, step %d, is gone (set aside or deleted); the best is now %s, "
+      "and the resume point, step %d, is evaluated again",
+      workdir,
+      so_far.step,
+      "none" if kept is None else f"step {kept}",
+      step,
+    )
     so_far = dataclasses.replace(so_far, step=kept, metric=meta["metric"])
   return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate, probe)
 
@@ -680,8 +760,9 @@ class StepLog:
   host never waits for the device; ``flush`` writes one record (mean over the steps since the last line).
   """
 
-  def __init__(self, metrics_log: MetricsWriter, latest, workdir: str, steps_per_epoch: int, start_step: int,
-               schedule=None):
+  def __init__(
+    self, metrics_log: MetricsWriter, latest, workdir: str, steps_per_epoch: int, start_step: int, schedule=None
+  ):
     self.metrics_log, self.latest, self.workdir = metrics_log, latest, workdir
     self.steps_per_epoch = steps_per_epoch
     self.schedule = schedule
@@ -701,9 +782,12 @@ class StepLog:
 
   def flush(self, step: int) -> dict:
     self.settle()
-    record = {"step": step, **{k: float(np.mean([m[k] for m in self.values])) for k in self.values[0]},
-              "steps_per_sec": round((step - self.last_step) / (time.time() - self.t_last), 4),
-              "epoch": round(step / self.steps_per_epoch, 4)}  # Nominal with no_duplicates or packing.
+    record = {
+      "step": step,
+      **{k: float(np.mean([m[k] for m in self.values])) for k in self.values[0]},
+      "steps_per_sec": round((step - self.last_step) / (time.time() - self.t_last), 4),
+      "epoch": round(step / self.steps_per_epoch, 4),
+    }  # Nominal with no_duplicates or packing.
     if self.schedule is not None:  # The rate of the last update of the interval (step - 1: counts start at 0).
       record["learning_rate"] = float(self.schedule(step - 1))
     self.metrics_log.write(record)
@@ -748,8 +832,9 @@ def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog"
 def _interrupted(step: int, latest) -> str:
   """The one line of a run stopped by Ctrl-C: at which step, and where the same command resumes from."""
   good = _last_good(latest)
-  return (f"interrupted at step {step}; rerun the same command to resume (" +
-          ("from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})"))
+  return f"interrupted at step {step}; rerun the same command to resume (" + (
+    "from the start: no checkpoint yet)" if good is None else f"from its checkpoint at step {good})"
+  )
 
 
 def _last_good(latest) -> int | None:
@@ -763,16 +848,19 @@ def _last_good(latest) -> int | None:
 def _stopped(latest, workdir: str) -> str:
   """The end of the message of a run stopped by a non-finite loss or model: where it can be resumed from."""
   good = _last_good(latest)
-  return (f"stopped. The last good checkpoint is {'none' if good is None else f'step {good}'} in "
-          f"{os.path.join(workdir, checkpoints.LATEST_DIR)}")
+  return (
+    f"stopped. The last good checkpoint is {'none' if good is None else f'step {good}'} in "
+    f"{os.path.join(workdir, checkpoints.LATEST_DIR)}"
+  )
 
 
 # --------------------------------------------------------------------------
 # The loop.
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False,
-                       train_data=None) -> dict:
+def train_and_evaluate(
+  config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False, train_data=None
+) -> dict:
   """Trains per ``config`` in ``workdir``, resuming from its newest good checkpoint if there is one.
 
   ``train_data``, a ``datasets.Dataset`` built in Python, is trained on instead of a file (``config.data.train``
@@ -799,8 +887,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
     primary = jax.process_index() == 0
     mesh = distributed.make_mesh()
     if config.train.batch_size % mesh.size:
-      raise configuration.ConfigError(f"train.batch_size {config.train.batch_size} must be divisible by the "
-                                      f"{mesh.size} devices")
+      raise configuration.ConfigError(
+        f"train.batch_size {config.train.batch_size} must be divisible by the {mesh.size} devices"
+      )
     errors.check_output(workdir, folder=True)
     _check_ours(workdir)
     # The start point is read under the lock, so that no other run changes the workdir between the decision and
@@ -820,8 +909,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *, resta
         os.makedirs(workdir, exist_ok=True)
         lock = _lock(workdir) if primary else None
         if _holds_run(workdir):
-          raise WorkdirError(f"{workdir}: another process started a run in this workdir while this one read its "
-                             "inputs; run the command again")
+          raise WorkdirError(
+            f"{workdir}: another process started a run in this workdir while this one read its "
+            "inputs; run the command again"
+          )
       summary = _train(config, workdir, primary, mesh, restart, inputs, ctrl_c)
     finally:
       if lock is not None:
@@ -835,17 +926,22 @@ def _check_training_data(config: ml_collections.ConfigDict, train_data) -> None:
   """Exactly one source of training data: ``config.data.train``, or ``train_data``, a ``datasets.Dataset``."""
   if train_data is None:
     if not config.data.train:
-      raise configuration.ConfigError("data.train is empty: give the training data (a file, a save_to_disk folder, "
-                                      "hf:NAME[:CONFIG[:SPLIT]] or tfds:NAME), or pass train_data=a datasets.Dataset")
+      raise configuration.ConfigError(
+        "data.train is empty: give the training data (a file, a save_to_disk folder, "
+        "hf:NAME[:CONFIG[:SPLIT]] or tfds:NAME), or pass train_data=a datasets.Dataset"
+      )
     return
   import datasets
 
   if not isinstance(train_data, datasets.Dataset):
-    raise configuration.ConfigError(f"train_data must be a datasets.Dataset (one split), not a "
-                                    f"{type(train_data).__name__}")
+    raise configuration.ConfigError(
+      f"train_data must be a datasets.Dataset (one split), not a {type(train_data).__name__}"
+    )
   if config.data.train:
-    raise configuration.ConfigError(f"train_data is given, and data.train is {config.data.train!r} too: set "
-                                    "config.data.train = '' to train on train_data")
+    raise configuration.ConfigError(
+      f"train_data is given, and data.train is {config.data.train!r} too: set "
+      "config.data.train = '' to train on train_data"
+    )
 
 
 def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _Inputs, ctrl_c: _CtrlC) -> dict:
@@ -863,8 +959,9 @@ def _train(config, workdir: str, primary: bool, mesh, restart: bool, inputs: _In
         mngr.close()
 
 
-def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs,
-                ctrl_c: _CtrlC) -> dict:
+def _train_with(
+  config, workdir: str, primary: bool, mesh, latest, best, started: float, inputs: _Inputs, ctrl_c: _CtrlC
+) -> dict:
   """``_train`` with the checkpoint managers open: the loop."""
   start = _resume(config, workdir, primary, mesh, inputs, latest, best)
   if ctrl_c.requested:  # Pressed while the workdir was put in order for the run (_resume): stop before training.
@@ -878,29 +975,41 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
   complementary, complementary_params = inputs.complementary
   augment_mlm, augment_params = inputs.augment_mlm
   train_step = step_lib.jit_train_step(config, spec, start.tx, complementary, mesh, augment_mlm=augment_mlm)
-  metrics_log = MetricsWriter(os.path.join(workdir, "metrics.jsonl"), start.step, enabled=primary,
-                              tensorboard_dir=os.path.join(workdir, TENSORBOARD_DIR) if _tensorboard(config) else None)
-  evaluate = validation.Evaluator(config, spec, attend_padding=objectives.needs(config).attend_padding,
-                                  heldout=start.heldout, dev_sets=inputs.dev_sets, own=inputs.own_dev_sets,
-                                  best_manager=best,
-                                  write=metrics_log.write)
+  metrics_log = MetricsWriter(
+    os.path.join(workdir, "metrics.jsonl"),
+    start.step,
+    enabled=primary,
+    tensorboard_dir=os.path.join(workdir, TENSORBOARD_DIR) if _tensorboard(config) else None,
+  )
+  evaluate = validation.Evaluator(
+    config,
+    spec,
+    attend_padding=objectives.needs(config).attend_padding,
+    heldout=start.heldout,
+    dev_sets=inputs.dev_sets,
+    own=inputs.own_dev_sets,
+    best_manager=best,
+    write=metrics_log.write,
+  )
   if start.step is None and config.eval.at_start:
     best_so_far = evaluate(0, state.params, best_so_far)
   if start.reevaluate:
     best_so_far = evaluate(first_step, state.params, best_so_far, log_record=False)
   probe = start.probe
-  step_log = StepLog(metrics_log, latest, workdir, batches.steps_per_epoch, first_step,
-                     step_lib.make_schedule(config.train, total_steps))
+  step_log = StepLog(
+    metrics_log, latest, workdir, batches.steps_per_epoch, first_step, step_lib.make_schedule(config.train, total_steps)
+  )
   progress = Progress(total_steps, initial=first_step, unit="step", desc="train", enabled=primary)
   saved = (first_step, time.time())  # The newest latest checkpoint's step (or the start), and when.
   try:
-    for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows),
-                                      start=first_step):
+    for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows), start=first_step):
       if ctrl_c.requested and step > saved[0] and time.time() - saved[1] >= INTERRUPT_SAVE_AFTER_S:
         _save_interrupted(latest, step, state, best_so_far, step_log, probe)
       ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
-      batch = {k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
-               for k, v in host_batch.items()}  # The global batch, from this process's rows of it.
+      batch = {
+        k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
+        for k, v in host_batch.items()
+      }  # The global batch, from this process's rows of it.
       state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)
@@ -913,8 +1022,10 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
       if (evaluate_now or save_now) and not checkpoints.all_finite(state.params):
         raise NonFiniteLossError(f"non-finite parameters after step {done}; {_stopped(latest, workdir)}")
       if (evaluate_now or save_now) and (problem := probe(state.params)):  # Finite weights may still overflow.
-        raise NonFiniteLossError(f"after step {done} the model's {problem.removeprefix('its ')} (its parameters "
-                                 f"overflow); {_stopped(latest, workdir)}")
+        raise NonFiniteLossError(
+          f"after step {done} the model's {problem.removeprefix('its ')} (its parameters "
+          f"overflow); {_stopped(latest, workdir)}"
+        )
       if evaluate_now:
         best_so_far = evaluate(done, state.params, best_so_far)
       if save_now:
@@ -930,8 +1041,13 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
     progress.close()
     metrics_log.close()
 
-  summary = {"steps": total_steps, "best_step": best_so_far.step, "best_metric": best_so_far.metric,
-             "first_eval": best_so_far.first_eval, "workdir": workdir}
+  summary = {
+    "steps": total_steps,
+    "best_step": best_so_far.step,
+    "best_metric": best_so_far.metric,
+    "first_eval": best_so_far.first_eval,
+    "workdir": workdir,
+  }
   # A finished run run again trains and evaluates nothing: its summary.json, the record of the run that did the
   # work (its wall time, when it was made), stays as it is.
   finished_before = first_step == total_steps and not start.reevaluate
@@ -939,16 +1055,27 @@ def _train_with(config, workdir: str, primary: bool, mesh, latest, best, started
     if isinstance(batches.corpus, data_lib.PairCorpus):
       digests = inputs.corpus_digests
     else:
-      corpus = data_lib.resolve(config.data.train, config.data.data_dir or None) \
-          if not config.data.train.startswith(data_lib.TFDS_PREFIX) else None
+      corpus = (
+        data_lib.resolve(config.data.train, config.data.data_dir or None)
+        if not config.data.train.startswith(data_lib.TFDS_PREFIX)
+        else None
+      )
       digests = provenance.data_digests([corpus]) if corpus else None
     # What the model card reports of the data (model_card.py): its size, and for pair data its columns in order.
     data_shape = {"train_examples": len(batches.corpus)}
     if isinstance(batches.corpus, data_lib.PairCorpus):
       data_shape["train_columns"] = list(batches.corpus.text_columns)
-    record = {**summary, **data_shape, "provenance": provenance.provenance(
-        config=config.to_dict(), model=config.model.name or spec.source, revision=spec.revision,
-        data=digests, wall_seconds=time.time() - started)}
+    record = {
+      **summary,
+      **data_shape,
+      "provenance": provenance.provenance(
+        config=config.to_dict(),
+        model=config.model.name or spec.source,
+        revision=spec.revision,
+        data=digests,
+        wall_seconds=time.time() - started,
+      ),
+    }
     files.write_json(os.path.join(workdir, "summary.json"), record)
   return summary
 
@@ -984,8 +1111,10 @@ def prune_set_aside(workdir: str) -> str:
   folder = os.path.join(workdir, checkpoints.SET_ASIDE_DIR)
   if not count:
     return f"{folder}: no set-aside checkpoint; nothing removed"
-  return (f"removed {count} set-aside checkpoint{'s' * (count != 1)} ({size / 1e6:.1f} MB) from {folder}; the run's "
-          "checkpoints, description and logs are untouched")
+  return (
+    f"removed {count} set-aside checkpoint{'s' * (count != 1)} ({size / 1e6:.1f} MB) from {folder}; the run's "
+    "checkpoints, description and logs are untouched"
+  )
 
 
 def main(argv: list[str]) -> None:

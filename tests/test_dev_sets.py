@@ -56,8 +56,9 @@ def _write(path: str, rows: list[dict]) -> str:
 def _pairs(n: int = 40, seed: int = 0) -> list[dict]:
   rng = np.random.default_rng(seed)
   # Some repeated sentences and tied scores, as real STS data has.
-  return [{"sentence1": f"first {i % 30}", "sentence2": f"second {i}", "score": float(rng.integers(0, 6))}
-          for i in range(n)]
+  return [
+    {"sentence1": f"first {i % 30}", "sentence2": f"second {i}", "score": float(rng.integers(0, 6))} for i in range(n)
+  ]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv", ".parquet"])
@@ -81,8 +82,11 @@ def _retrieval_folder(folder: str, suffix: str = ".jsonl", seed: int = 0) -> str
   # 150 documents (more than MAP's 100), ids that sort otherwise as strings than as numbers; two identical texts,
   # so tied scores meet the tie-break by corpus id.
   corpus = [{"id": str(j), "text": f"document {j if j != 7 else 8}"} for j in range(150)]
-  qrels = [{"query_id": f"q{i}", "corpus_id": str(j), "score": 1}
-           for i in range(25) for j in rng.choice(150, size=rng.integers(1, 4), replace=False)]
+  qrels = [
+    {"query_id": f"q{i}", "corpus_id": str(j), "score": 1}
+    for i in range(25)
+    for j in rng.choice(150, size=rng.integers(1, 4), replace=False)
+  ]
   qrels.append({"query_id": "q0", "corpus_id": "149", "score": 0})  # Not relevant.
   for name, rows in (("queries", queries), ("corpus", corpus), ("qrels", qrels)):
     _write(os.path.join(folder, name + suffix), rows)
@@ -95,8 +99,9 @@ def test_retrieval_equals_information_retrieval_evaluator(tmp_path, suffix):
   retrieval = dev_sets.load_retrieval(_retrieval_folder(str(tmp_path / "ir"), suffix))
   table = _table([*retrieval.queries.values(), *retrieval.corpus.values()], seed=1)
   ours = dev_sets.OwnDevSets(retrieval=retrieval).scores(table)
-  theirs = st_eval.InformationRetrievalEvaluator(retrieval.queries, retrieval.corpus, retrieval.relevant,
-                                                 name="dev")(_Vectors(table))
+  theirs = st_eval.InformationRetrievalEvaluator(retrieval.queries, retrieval.corpus, retrieval.relevant, name="dev")(
+    _Vectors(table)
+  )
   assert set(ours) == {f"retrieval_{m}" for m in sts_metrics.OWN_RETRIEVAL_METRICS}
   for name in sts_metrics.OWN_RETRIEVAL_METRICS:
     # Means of the same per-query numbers over the same rankings: equal to float64 rounding.
@@ -106,18 +111,26 @@ def test_retrieval_equals_information_retrieval_evaluator(tmp_path, suffix):
 
 def test_retrieval_ties_break_by_corpus_id():
   # Two documents with one vector: the one whose id sorts first (as a string) ranks first, as in s-t.
-  found = dev_sets.retrieval_metrics(np.array([[1.0, 0.0]]), np.array([[1.0, 0.0], [1.0, 0.0]]), ["q"], ["b", "a"],
-                                     {"q": {"b"}})
+  found = dev_sets.retrieval_metrics(
+    np.array([[1.0, 0.0]]), np.array([[1.0, 0.0], [1.0, 0.0]]), ["q"], ["b", "a"], {"q": {"b"}}
+  )
   assert found["mrr@10"] == 0.5 and found["accuracy@1"] == 0.0
 
 
-@pytest.mark.parametrize("rows,message", [
+@pytest.mark.parametrize(
+  "rows,message",
+  [
     ([{"sentence1": "a", "sentence2": "b"}], "no column score or label"),
-    ([{"sentence1": "a", "sentence2": "b", "score": "high"}, {"sentence1": "c", "sentence2": "d", "score": 1}],
-     "row 1, column score: 'high' is not a number"),
-    ([{"sentence1": "a", "sentence2": "", "score": 1}, {"sentence1": "c", "sentence2": "d", "score": 1}],
-     "row 1, column sentence2: empty is not a text"),
-])
+    (
+      [{"sentence1": "a", "sentence2": "b", "score": "high"}, {"sentence1": "c", "sentence2": "d", "score": 1}],
+      "row 1, column score: 'high' is not a number",
+    ),
+    (
+      [{"sentence1": "a", "sentence2": "", "score": 1}, {"sentence1": "c", "sentence2": "d", "score": 1}],
+      "row 1, column sentence2: empty is not a text",
+    ),
+  ],
+)
 def test_a_bad_pairs_file_names_the_row_and_column(tmp_path, rows, message):
   path = str(tmp_path / "dev.jsonl")
   helpers.write_jsonl(path, rows)
@@ -145,15 +158,20 @@ def test_evaluate_tasks_take_own_dev_sets(tmp_path, tiny_model_dir, capsys):
   pairs = _write(str(tmp_path / "pairs.csv"), _pairs())
   folder = _retrieval_folder(str(tmp_path / "ir"))
   out = str(tmp_path / "results.json")
-  assert evaluate.main(["--model", tiny_model_dir, "--pooler", "avg", "--tasks", f"pairs={pairs},retrieval={folder}",
-                        "--output", out]) == 0
+  assert (
+    evaluate.main(
+      ["--model", tiny_model_dir, "--pooler", "avg", "--tasks", f"pairs={pairs},retrieval={folder}", "--output", out]
+    )
+    == 0
+  )
   with open(out) as f:
     record = json.load(f)
   assert set(record["tasks"]["pairs"]) == {"spearman", "pearson", "path", "nsamples"}
   assert set(sts_metrics.OWN_RETRIEVAL_METRICS) <= set(record["tasks"]["retrieval"])
   assert "pairs_spearman" in record["summary"] and "retrieval_ndcg@10" in record["summary"]
-  assert {pairs, *(f"{folder}/{name}.jsonl" for name in ("queries", "corpus", "qrels"))} <= \
-      set(record["provenance"]["data_sha256"])
+  assert {pairs, *(f"{folder}/{name}.jsonl" for name in ("queries", "corpus", "qrels"))} <= set(
+    record["provenance"]["data_sha256"]
+  )
   assert "retrieval_ndcg@10" in capsys.readouterr().out
 
 
@@ -172,9 +190,17 @@ def test_evaluate_refuses_an_own_task_without_a_path():
 def test_training_scores_own_dev_sets_and_selects_by_them(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):
   pairs = _write(str(tmp_path / "pairs.parquet"), _pairs())
   folder = _retrieval_folder(str(tmp_path / "ir"), ".csv")
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.max_steps": 4, "eval.every": 2, "eval.pairs": pairs, "eval.retrieval": folder,
-      "eval.metric": "retrieval_ndcg@10"})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{
+      "train.max_steps": 4,
+      "eval.every": 2,
+      "eval.pairs": pairs,
+      "eval.retrieval": folder,
+      "eval.metric": "retrieval_ndcg@10",
+    },
+  )
   summary = train.train_and_evaluate(config, fresh_workdir)
   evaluations = [r for r in helpers.metrics_records(fresh_workdir) if "eval/metric" in r]
   assert [r["step"] for r in evaluations] == [2, 4]
@@ -187,8 +213,9 @@ def test_training_scores_own_dev_sets_and_selects_by_them(tiny_model_dir, small_
 
 def test_a_bad_own_dev_set_stops_training_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
   bad = str(tmp_path / "pairs.jsonl")
-  helpers.write_jsonl(bad, [{"sentence1": "a", "sentence2": "b", "score": "n/a"}, {"sentence1": "c",
-                                                                                   "sentence2": "d", "score": 1}])
+  helpers.write_jsonl(
+    bad, [{"sentence1": "a", "sentence2": "b", "score": "n/a"}, {"sentence1": "c", "sentence2": "d", "score": 1}]
+  )
   workdir = str(tmp_path / "run")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"eval.pairs": bad})
   with pytest.raises(data_lib.DataError, match="row 1, column score: 'n/a' is not a number"):
@@ -213,8 +240,13 @@ def test_retrieval_with_the_models_prompts_equals_the_evaluator_given_them(tmp_p
   own = dev_sets.OwnDevSets(retrieval=retrieval, query_prompt="query: ", document_prompt="passage: ")
   assert set(own.sentences()) == set(texts)
   ours = own.scores(table)
-  theirs = st_eval.InformationRetrievalEvaluator(retrieval.queries, retrieval.corpus, retrieval.relevant, name="dev",
-                                                 query_prompt="query: ", corpus_prompt="passage: "
-                                                 )(_PromptedVectors(table))
+  theirs = st_eval.InformationRetrievalEvaluator(
+    retrieval.queries,
+    retrieval.corpus,
+    retrieval.relevant,
+    name="dev",
+    query_prompt="query: ",
+    corpus_prompt="passage: ",
+  )(_PromptedVectors(table))
   for name in sts_metrics.OWN_RETRIEVAL_METRICS:
     np.testing.assert_allclose(ours[f"retrieval_{name}"], theirs[f"dev_cosine_{name}"], rtol=1e-12, err_msg=name)

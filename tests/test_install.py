@@ -24,8 +24,9 @@ def test_every_pin_is_exact_and_has_no_local_version_label():
   for pin in pins:
     (specifier,) = pin.specifier
     assert specifier.operator == "==", f"{pin}: pin an exact version"
-    assert "+" not in specifier.version, f"{pin}: a local version label is on no package index; pin {pin.name}==" \
-                                         f"{specifier.version.split('+')[0]}"
+    assert "+" not in specifier.version, (
+      f"{pin}: a local version label is on no package index; pin {pin.name}=={specifier.version.split('+')[0]}"
+    )
   torch = next(p for p in pins if p.name == "torch")
   assert torch.specifier.contains("2.13.0+cpu") and torch.specifier.contains("2.13.0")
 

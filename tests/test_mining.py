@@ -35,7 +35,7 @@ def _sick_pairs(root: str, n: int = 200) -> tuple[list[str], list[str]]:
 
 def _mrpc_sentences(root: str, n: int = 150) -> list[str]:
   with open(os.path.join(root, "senteval/downstream/MRPC/msr_paraphrase_train.txt"), encoding="utf-8-sig") as f:
-    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1:n + 1]
+    rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))[1 : n + 1]
   return [r[3] for r in rows]
 
 
@@ -52,14 +52,27 @@ def data(real_data_dir, tmp_path_factory):
   anchors.append(anchors[5])  # The same row twice: counted twice for range_max, one positive.
   positives.append(positives[5])
   extra = _mrpc_sentences(real_data_dir) + positives[:10]  # Some positives are in the corpus too.
-  model = MINILM if hub.resolve_model_path(MINILM) != MINILM else \
-      helpers.make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny")))
+  model = (
+    MINILM
+    if hub.resolve_model_path(MINILM) != MINILM
+    else helpers.make_tiny_model_dir(str(tmp_path_factory.mktemp("tiny")))
+  )
   encoder = Encoder.load(model, batch_size=64)
-  texts = sorted(set(anchors) | set(positives) | set(extra) | {PROMPT + a for a in anchors}
-                 | {DOC_PROMPT + t for t in positives + extra})
+  texts = sorted(
+    set(anchors)
+    | set(positives)
+    | set(extra)
+    | {PROMPT + a for a in anchors}
+    | {DOC_PROMPT + t for t in positives + extra}
+  )
   vectors = encoder.encode(texts, normalize_embeddings=True)
-  return {"anchors": anchors, "positives": positives, "corpus": extra, "vectors": dict(zip(texts, vectors)),
-          "model": model}
+  return {
+    "anchors": anchors,
+    "positives": positives,
+    "corpus": extra,
+    "vectors": dict(zip(texts, vectors)),
+    "model": model,
+  }
 
 
 class LookUp:
@@ -91,13 +104,15 @@ class StandIn:
   encode_document = encode_query
 
 
-def _cache(folder: str, vectors: dict, queries: list[str], corpus: list[str], query_prompt: str | None,
-           corpus_prompt: str | None) -> None:
+def _cache(
+  folder: str, vectors: dict, queries: list[str], corpus: list[str], query_prompt: str | None, corpus_prompt: str | None
+) -> None:
   """The embeddings files sentence-transformers 6.2 would have saved (its names: sha256 of model, prompts, texts)."""
   for kind, texts, prompt in (("query", queries, query_prompt), ("corpus", corpus, corpus_prompt)):
     digest = hashlib.sha256(repr(("stand-in", prompt, None, texts)).encode()).hexdigest()
-    np.save(os.path.join(folder, f"{kind}_embeddings_{digest}.npy"),
-            np.stack([vectors[(prompt or "") + t] for t in texts]))
+    np.save(
+      os.path.join(folder, f"{kind}_embeddings_{digest}.npy"), np.stack([vectors[(prompt or "") + t] for t in texts])
+    )
 
 
 def _st_mine(tmp_path, data, dataset, corpus, options, query_prompt=None, corpus_prompt=None):
@@ -106,12 +121,26 @@ def _st_mine(tmp_path, data, dataset, corpus, options, query_prompt=None, corpus
   anchors, positives = list(dataset["anchor"]), list(dataset["positive"])
   folder = str(tmp_path / "st_cache")
   os.makedirs(folder, exist_ok=True)
-  _cache(folder, data["vectors"], list(dict.fromkeys(anchors)), list(dict.fromkeys((corpus or positives) + positives)),
-         query_prompt, corpus_prompt)
+  _cache(
+    folder,
+    data["vectors"],
+    list(dict.fromkeys(anchors)),
+    list(dict.fromkeys((corpus or positives) + positives)),
+    query_prompt,
+    corpus_prompt,
+  )
   random.seed(options.get("seed", 0))
   st_options = {k: v for k, v in options.items() if k != "seed"}
-  return mine_hard_negatives(dataset, StandIn(), corpus=corpus, query_prompt=query_prompt,
-                             corpus_prompt=corpus_prompt, cache_folder=folder, verbose=False, **st_options)
+  return mine_hard_negatives(
+    dataset,
+    StandIn(),
+    corpus=corpus,
+    query_prompt=query_prompt,
+    corpus_prompt=corpus_prompt,
+    cache_folder=folder,
+    verbose=False,
+    **st_options,
+  )
 
 
 def _assert_same(ours, theirs):
@@ -126,15 +155,22 @@ def _assert_same(ours, theirs):
 
 
 GRID = {
-    "top": {},
-    "top, the issue's options": {"num_negatives": 3, "range_max": 20, "relative_margin": 0.05},
-    "top, every filter": {"absolute_margin": 0.02, "relative_margin": 0.1, "max_score": 0.75, "min_score": 0.3},
-    "top, range_min, default range_max with a margin": {"range_min": 3, "absolute_margin": 0.0, "num_negatives": 4},
-    "top, scores": {"output_scores": True, "relative_margin": 0.05},
-    "random": {"sampling_strategy": "random", "seed": 7, "range_max": 30},
-    "random, filters, range_min": {"sampling_strategy": "random", "seed": 3, "range_min": 2, "range_max": 25,
-                                   "relative_margin": 0.05, "max_score": 0.8, "num_negatives": 5},
-    "random, min_score leaves few": {"sampling_strategy": "random", "seed": 11, "min_score": 0.6, "range_max": 12},
+  "top": {},
+  "top, the issue's options": {"num_negatives": 3, "range_max": 20, "relative_margin": 0.05},
+  "top, every filter": {"absolute_margin": 0.02, "relative_margin": 0.1, "max_score": 0.75, "min_score": 0.3},
+  "top, range_min, default range_max with a margin": {"range_min": 3, "absolute_margin": 0.0, "num_negatives": 4},
+  "top, scores": {"output_scores": True, "relative_margin": 0.05},
+  "random": {"sampling_strategy": "random", "seed": 7, "range_max": 30},
+  "random, filters, range_min": {
+    "sampling_strategy": "random",
+    "seed": 3,
+    "range_min": 2,
+    "range_max": 25,
+    "relative_margin": 0.05,
+    "max_score": 0.8,
+    "num_negatives": 5,
+  },
+  "random, min_score leaves few": {"sampling_strategy": "random", "seed": 11, "min_score": 0.6, "range_max": 12},
 }
 
 
@@ -149,29 +185,50 @@ def test_selection_equals_sentence_transformers(data, tmp_path, case, output_for
   assert len(ours) > 0
 
 
-@pytest.mark.parametrize("options", [
+@pytest.mark.parametrize(
+  "options",
+  [
     {"range_max": 15, "relative_margin": 0.05, "output_format": "triplet", "output_scores": True},
     {"sampling_strategy": "random", "seed": 5, "range_min": 1, "output_format": "n-tuple"},
     {"max_score": 0.7, "output_format": "labeled-pair", "output_scores": True},
-], ids=["triplet", "n-tuple random", "labeled-pair"])
+  ],
+  ids=["triplet", "n-tuple random", "labeled-pair"],
+)
 def test_with_a_separate_corpus_and_prompts(data, tmp_path, options):
   pytest.importorskip("sentence_transformers")
   dataset = datasets.Dataset.from_dict({"anchor": data["anchors"], "positive": data["positives"]})
-  ours = mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), corpus=data["corpus"], query_prompt=PROMPT,
-                                    corpus_prompt=DOC_PROMPT, verbose=False, progress=False, **options)
+  ours = mining.mine_hard_negatives(
+    dataset,
+    LookUp(data["vectors"]),
+    corpus=data["corpus"],
+    query_prompt=PROMPT,
+    corpus_prompt=DOC_PROMPT,
+    verbose=False,
+    progress=False,
+    **options,
+  )
   theirs = _st_mine(tmp_path, data, dataset, data["corpus"], options, query_prompt=PROMPT, corpus_prompt=DOC_PROMPT)
   _assert_same(ours, theirs)
   extra = set(data["corpus"]) - set(data["positives"])
-  negatives = ours["positive" if options["output_format"] == "labeled-pair" else
-                   "negative" if options["output_format"] == "triplet" else "negative_1"]
+  negatives = ours[
+    "positive"
+    if options["output_format"] == "labeled-pair"
+    else "negative"
+    if options["output_format"] == "triplet"
+    else "negative_1"
+  ]
   assert extra & set(negatives)  # The extra corpus is mined from.
 
 
-@pytest.mark.parametrize("options", [
+@pytest.mark.parametrize(
+  "options",
+  [
     {"range_max": 10, "num_negatives": 8, "output_format": "n-tuple"},
     {"range_max": 10, "num_negatives": 8, "output_format": "triplet", "output_scores": True},
     {"range_max": 10, "num_negatives": 6, "sampling_strategy": "random", "seed": 2, "output_format": "labeled-list"},
-], ids=["n-tuple", "triplet", "labeled-list random"])
+  ],
+  ids=["n-tuple", "triplet", "labeled-list random"],
+)
 def test_a_corpus_smaller_than_the_window(data, tmp_path, options):
   """7 pairs, 6 distinct positives: fewer candidates than range_max + max_positives (padded, never chosen)."""
   pytest.importorskip("sentence_transformers")
@@ -180,13 +237,16 @@ def test_a_corpus_smaller_than_the_window(data, tmp_path, options):
   _assert_same(ours, _st_mine(tmp_path, data, dataset, None, options))
 
 
-@pytest.mark.parametrize("options", [
+@pytest.mark.parametrize(
+  "options",
+  [
     {"num_negatives": 0},
     {"range_min": -1},
     {"range_min": 5, "range_max": 5},
     {"num_negatives": 4, "range_min": 2, "range_max": 5},
     {"output_format": "quadruplet"},
-])
+  ],
+)
 def test_bad_options_fail_as_in_sentence_transformers(data, tmp_path, options):
   st = pytest.importorskip("sentence_transformers.util")
   dataset = datasets.Dataset.from_dict({"anchor": data["anchors"][:20], "positive": data["positives"][:20]})
@@ -200,8 +260,18 @@ def test_bad_options_fail_as_in_sentence_transformers(data, tmp_path, options):
 
 def test_seeded_random_is_deterministic_and_the_seed_matters(data):
   dataset = datasets.Dataset.from_dict({"anchor": data["anchors"], "positive": data["positives"]})
-  mined = [mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), sampling_strategy="random", seed=seed,
-                                      range_max=30, verbose=False, progress=False)["negative"] for seed in (1, 1, 2)]
+  mined = [
+    mining.mine_hard_negatives(
+      dataset,
+      LookUp(data["vectors"]),
+      sampling_strategy="random",
+      seed=seed,
+      range_max=30,
+      verbose=False,
+      progress=False,
+    )["negative"]
+    for seed in (1, 1, 2)
+  ]
   assert mined[0] == mined[1] and mined[0] != mined[2]
 
 
@@ -237,16 +307,39 @@ def test_command_writes_what_the_function_mines(tiny_model_dir, real_data_dir, t
   anchors, positives = _sick_pairs(real_data_dir, 40)
   pairs = _pairs_file(str(tmp_path / "pairs.jsonl"), anchors, positives)
   out = str(tmp_path / "out" / "mined.jsonl")
-  argv = ["--model", tiny_model_dir, "--input", pairs, "--output", out, "--num_negatives", "3", "--range_max", "20",
-          "--sampling_strategy", "random", "--seed", "1", "--output_scores"]
+  argv = [
+    "--model",
+    tiny_model_dir,
+    "--input",
+    pairs,
+    "--output",
+    out,
+    "--num_negatives",
+    "3",
+    "--range_max",
+    "20",
+    "--sampling_strategy",
+    "random",
+    "--seed",
+    "1",
+    "--output_scores",
+  ]
   assert mining.main(argv) == 0
   printed = capsys.readouterr().out
   assert "distinct queries of 40 rows" in printed and f"wrote {out}" in printed
   with open(out, encoding="utf-8") as f:
     rows = [json.loads(line) for line in f]
-  expected = mining.mine_hard_negatives(pairs, Encoder.load(tiny_model_dir), num_negatives=3, range_max=20,
-                                        sampling_strategy="random", seed=1, output_scores=True, verbose=False,
-                                        progress=False)
+  expected = mining.mine_hard_negatives(
+    pairs,
+    Encoder.load(tiny_model_dir),
+    num_negatives=3,
+    range_max=20,
+    sampling_strategy="random",
+    seed=1,
+    output_scores=True,
+    verbose=False,
+    progress=False,
+  )
   assert len(rows) == len(expected) == 40 * 3  # The random tiny model's cosines: every candidate close.
   assert [list(r) for r in rows[:1]] == [["anchor", "positive", "negative", "scores"]]
   assert [r["negative"] for r in rows] == expected["negative"]
@@ -255,30 +348,48 @@ def test_command_writes_what_the_function_mines(tiny_model_dir, real_data_dir, t
   assert sorted(os.listdir(os.path.dirname(out))) == ["mined.jsonl"]
   # An existing output is refused, one line, before anything runs; --overwrite replaces it.
   assert mining.main(argv) == 1
-  assert capsys.readouterr().err.strip() == (f"error: {out} exists; pass --overwrite to replace it, or choose "
-                                             "another --output")
+  assert capsys.readouterr().err.strip() == (
+    f"error: {out} exists; pass --overwrite to replace it, or choose another --output"
+  )
   # A separate corpus from a text file, n-tuples to parquet: as the function mines them.
   extra = _mrpc_sentences(real_data_dir, 30)
   helpers.write_text(str(tmp_path / "corpus.txt"), "".join(t + "\n" for t in extra))
   parquet = str(tmp_path / "mined.parquet")
-  assert mining.main(argv[:5] + [parquet] + argv[6:] + ["--output_format", "n-tuple", "--corpus",
-                                                        str(tmp_path / "corpus.txt")]) == 0
+  assert (
+    mining.main(
+      argv[:5] + [parquet] + argv[6:] + ["--output_format", "n-tuple", "--corpus", str(tmp_path / "corpus.txt")]
+    )
+    == 0
+  )
   written = datasets.Dataset.from_parquet(parquet)
-  expected = mining.mine_hard_negatives(pairs, Encoder.load(tiny_model_dir), corpus=extra, num_negatives=3,
-                                        range_max=20, sampling_strategy="random", seed=1, output_scores=True,
-                                        output_format="n-tuple", verbose=False, progress=False)
+  expected = mining.mine_hard_negatives(
+    pairs,
+    Encoder.load(tiny_model_dir),
+    corpus=extra,
+    num_negatives=3,
+    range_max=20,
+    sampling_strategy="random",
+    seed=1,
+    output_scores=True,
+    output_format="n-tuple",
+    verbose=False,
+    progress=False,
+  )
   assert written.column_names == ["anchor", "positive", "negative_1", "negative_2", "negative_3", "scores"]
   assert written["negative_1"] == expected["negative_1"] and written["negative_3"] == expected["negative_3"]
 
 
-@pytest.mark.parametrize("extra, message", [
+@pytest.mark.parametrize(
+  "extra, message",
+  [
     (["--output", "{tmp}/mined.txt"], "--output must end in .jsonl, .csv, .parquet"),
     (["--output", "{tmp}/mined.csv", "--output_scores"], "a column of lists, which a .csv cannot hold"),
     (["--range_min", "5", "--range_max", "4"], "range_min must be smaller than range_max"),
     (["--num_negatives", "30", "--range_max", "20"], "cannot mine 30 negatives per query"),
     (["--anchor_column", "query"], "no text column 'query' (anchor_column)"),
     (["--corpus", "{tmp}/missing.txt"], "missing.txt"),
-])
+  ],
+)
 def test_command_mistakes_are_one_line_before_the_model_loads(real_data_dir, tmp_path, capsys, extra, message):
   anchors, positives = _sick_pairs(real_data_dir, 10)
   pairs = _pairs_file(str(tmp_path / "pairs.jsonl"), anchors, positives)

@@ -48,8 +48,14 @@ def _lines(n: int, start: int = 0) -> list[str]:
 def _triplets(n: int = 48, distinct_anchors: int = 0) -> list[dict]:
   """``n`` rows (question, answer, wrong): distinct texts, or anchors repeating every ``distinct_anchors`` rows."""
   lines = _lines(3 * n)
-  return [{"question": lines[i % distinct_anchors if distinct_anchors else i], "answer": lines[n + i],
-           "wrong": lines[2 * n + i]} for i in range(n)]
+  return [
+    {
+      "question": lines[i % distinct_anchors if distinct_anchors else i],
+      "answer": lines[n + i],
+      "wrong": lines[2 * n + i],
+    }
+    for i in range(n)
+  ]
 
 
 def _write_jsonl(path, rows) -> str:
@@ -70,8 +76,9 @@ def lay_out_hub_cache(cache: str, repo_id: str, config: str, splits: dict) -> No
     with ArrowWriter(path=os.path.join(folder, f"{name}-{split}.arrow")) as writer:
       writer.write_table(dataset.data.table)
     infos.add(datasets.SplitInfo(name=split, num_examples=len(dataset), dataset_name=name))
-  datasets.DatasetInfo(config_name=config, dataset_name=name, features=next(iter(splits.values())).features,
-                       splits=infos).write_to_directory(folder)
+  datasets.DatasetInfo(
+    config_name=config, dataset_name=name, features=next(iter(splits.values())).features, splits=infos
+  ).write_to_directory(folder)
 
 
 # --------------------------------------------------------------------------
@@ -81,8 +88,12 @@ def lay_out_hub_cache(cache: str, repo_id: str, config: str, splits: dict) -> No
 def test_every_source_reads_the_same_rows(tmp_path, datasets_cache):
   rows = [{"score": 0.25 * (i % 5), **{k: v for k, v in r.items()}} for i, r in enumerate(_triplets(20))]
   dataset = datasets.Dataset.from_list(rows)
-  sources = {"jsonl": _write_jsonl(tmp_path / "t.jsonl", rows), "parquet": str(tmp_path / "t.parquet"),
-             "csv": str(tmp_path / "t.csv"), "folder": str(tmp_path / "saved")}
+  sources = {
+    "jsonl": _write_jsonl(tmp_path / "t.jsonl", rows),
+    "parquet": str(tmp_path / "t.parquet"),
+    "csv": str(tmp_path / "t.csv"),
+    "folder": str(tmp_path / "saved"),
+  }
   dataset.to_parquet(sources["parquet"])
   dataset.to_csv(sources["csv"], index=False)
   dataset.save_to_disk(sources["folder"])
@@ -93,8 +104,11 @@ def test_every_source_reads_the_same_rows(tmp_path, datasets_cache):
   for name, corpus in corpora.items():
     assert isinstance(corpus, pairs.PairCorpus), name
     assert corpus.text_columns == ("question", "answer", "wrong") and corpus.label_column == "score", name
-    assert corpus.texts([3, 0]) == [[rows[3]["question"], rows[0]["question"]], [rows[3]["answer"], rows[0]["answer"]],
-                                    [rows[3]["wrong"], rows[0]["wrong"]]], name
+    assert corpus.texts([3, 0]) == [
+      [rows[3]["question"], rows[0]["question"]],
+      [rows[3]["answer"], rows[0]["answer"]],
+      [rows[3]["wrong"], rows[0]["wrong"]],
+    ], name
     np.testing.assert_array_equal(corpus.labels, [r["score"] for r in rows])
     assert corpus.content_sha256 == corpora["jsonl"].content_sha256, name
   assert len(data_lib.load_corpus("hf:someone/pairs:triplet:dev")) == 5
@@ -105,8 +119,10 @@ def test_every_source_reads_the_same_rows(tmp_path, datasets_cache):
 
 
 def test_columns_in_order_whatever_their_names_and_the_label_wherever_it_is():
-  corpus = pairs.validate(datasets.Dataset.from_dict(
-      {"zeta": ["a"], "labels": [1], "alpha": ["b"], "dataset_name": ["mine"], "mid": ["c"]}), "d")
+  corpus = pairs.validate(
+    datasets.Dataset.from_dict({"zeta": ["a"], "labels": [1], "alpha": ["b"], "dataset_name": ["mine"], "mid": ["c"]}),
+    "d",
+  )
   assert corpus.text_columns == ("zeta", "alpha", "mid") and corpus.label_column == "labels"
   assert corpus.labels.dtype == np.float64 and corpus.labels.tolist() == [1.0]
   single = pairs.validate(datasets.Dataset.from_dict({"text": ["a", "b"]}), "d")
@@ -115,13 +131,22 @@ def test_columns_in_order_whatever_their_names_and_the_label_wherever_it_is():
     pairs.validate(datasets.Dataset.from_dict({"a": ["x"], "score": [1.0], "label": [1]}), "d")
 
 
-@pytest.mark.parametrize("name,content,message", [
+@pytest.mark.parametrize(
+  "name,content,message",
+  [
     ("e.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": ""}\n', r"e.jsonl: row 1, column 'b': empty text$"),
     ("w.jsonl", '{"a": "x", "b": " \\t "}\n', r"w.jsonl: row 0, column 'b': empty text$"),
-    ("n.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": "y"}\n{"a": null, "b": "y"}\n',
-     r"n.jsonl: row 2, column 'a': missing value \(null\)$"),
+    (
+      "n.jsonl",
+      '{"a": "x", "b": "y"}\n{"a": "x", "b": "y"}\n{"a": null, "b": "y"}\n',
+      r"n.jsonl: row 2, column 'a': missing value \(null\)$",
+    ),
     ("k.jsonl", '{"a": "x", "b": "y"}\n{"a": "x"}\n', r"k.jsonl: row 1, column 'b': missing value \(null\)$"),
-    ("s.jsonl", '{"a": "x", "score": 1}\n{"a": "x", "score": "high"}\n', r"s.jsonl: row 1, column 'score': not a number$"),
+    (
+      "s.jsonl",
+      '{"a": "x", "score": 1}\n{"a": "x", "score": "high"}\n',
+      r"s.jsonl: row 1, column 'score': not a number$",
+    ),
     ("t.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": 3}\n', r"t.jsonl: row 1, column 'b': not text$"),
     ("f.jsonl", '{"a": "x", "score": NaN}\n', r"f.jsonl: row 0, column 'score': not a finite number$"),
     ("i.jsonl", '{"a": "x", "b": 3}\n', r"i.jsonl: column 'b' holds int64, not text"),
@@ -130,7 +155,8 @@ def test_columns_in_order_whatever_their_names_and_the_label_wherever_it_is():
     ("d.csv", "a,a\nx,y\n", r"d.csv:1: header a,a names a column twice$"),
     ("bad.jsonl", "not json\n", r"bad.jsonl: cannot read as json: "),
     ("empty.jsonl", "", r"empty.jsonl: "),
-])
+  ],
+)
 def test_a_bad_row_is_one_error_naming_the_file_row_and_column(tmp_path, name, content, message):
   path = tmp_path / name
   path.write_text(content, encoding="utf-8")
@@ -150,8 +176,11 @@ def test_csv_reads_as_simcse_unless_asked_and_text_stays_text(tmp_path):
 
 def test_hub_sources_that_cannot_be_read_are_one_error(datasets_cache):
   lay_out_hub_cache(datasets_cache, "someone/pairs", "triplet", {"train": datasets.Dataset.from_dict({"a": ["x"]})})
-  with pytest.raises(DataError, match=r"^hf:someone/pairs:pair:train: datasets.load_dataset\('someone/pairs', 'pair', "
-                     r"split='train'\) failed: .*Available configs in the cache: \['triplet'\]"):
+  with pytest.raises(
+    DataError,
+    match=r"^hf:someone/pairs:pair:train: datasets.load_dataset\('someone/pairs', 'pair', "
+    r"split='train'\) failed: .*Available configs in the cache: \['triplet'\]",
+  ):
     data_lib.load_corpus("hf:someone/pairs:pair:train")
   with pytest.raises(DataError, match=r"^hf:someone/pairs:triplet:test: .*Unknown split \"test\""):
     data_lib.load_corpus("hf:someone/pairs:triplet:test")
@@ -161,7 +190,9 @@ def test_hub_sources_that_cannot_be_read_are_one_error(datasets_cache):
 
 def test_a_folder_of_splits_or_of_something_else_is_one_error(tmp_path):
   datasets.DatasetDict({"train": datasets.Dataset.from_dict({"a": ["x"]})}).save_to_disk(str(tmp_path / "dict"))
-  with pytest.raises(DataError, match=r"dict: a DatasetDict \(splits train\): give one split's folder, e.g. .*dict/train"):
+  with pytest.raises(
+    DataError, match=r"dict: a DatasetDict \(splits train\): give one split's folder, e.g. .*dict/train"
+  ):
     data_lib.load_corpus(str(tmp_path / "dict"))
   (tmp_path / "other").mkdir()
   with pytest.raises(DataError, match=r"other: not a folder written by Dataset.save_to_disk"):
@@ -188,8 +219,14 @@ def test_labels_reach_the_batch_row_for_row(tokenizer):
 
 def _duplicates(n: int = 96) -> list[dict]:
   """Rows full of repeats: 7 distinct anchors, positives repeating every 11 rows, some positive = another anchor."""
-  return [{"anchor": f"anchor {i % 7}", "positive": f"anchor {(i + 1) % 7}" if i % 5 == 0 else f"positive {i % 11}",
-           "negative": f"negative {i}"} for i in range(n)]
+  return [
+    {
+      "anchor": f"anchor {i % 7}",
+      "positive": f"anchor {(i + 1) % 7}" if i % 5 == 0 else f"positive {i % 11}",
+      "negative": f"negative {i}",
+    }
+    for i in range(n)
+  ]
 
 
 @pytest.mark.parametrize("batch_size,seed", [(4, 0), (5, 1), (3, 7)])
@@ -199,8 +236,14 @@ def test_no_duplicates_is_sentence_transformers_no_duplicates_sampler(batch_size
 
   dataset = datasets.Dataset.from_list([{**r, "score": 1.0} for r in _duplicates()])
   corpus = pairs.validate(dataset, "d")
-  sampler = NoDuplicatesBatchSampler(dataset, batch_size=batch_size, drop_last=True, valid_label_columns=["score"],
-                                     generator=torch.Generator(), seed=seed)
+  sampler = NoDuplicatesBatchSampler(
+    dataset,
+    batch_size=batch_size,
+    drop_last=True,
+    valid_label_columns=["score"],
+    generator=torch.Generator(),
+    seed=seed,
+  )
   sampler.generator.manual_seed(seed)
   values = lambda i: {str(v) for k, v in sampler.dataset[i].items()}  # noqa: E731  (its own duplicate key)
   theirs = list(sampler._iter_one_pass(values, lambda a, b: not a.isdisjoint(b)))
@@ -261,10 +304,22 @@ json.dump({"devices": jax.device_count(), "steps": summary["steps"], "shards": s
 def test_no_batch_holds_a_duplicate_on_any_of_two_devices(tiny_model_dir, small_data_dir, tmp_path):
   rows = _duplicates(60)
   path = _write_jsonl(tmp_path / "dups.jsonl", rows)
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-         "PYTHONPATH": REPO, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
-  result = subprocess.run([sys.executable, "-c", TWO_DEVICES, tiny_model_dir, small_data_dir, path,
-                           str(tmp_path / "w")], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+  env = {
+    **os.environ,
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONPATH": REPO,
+    "HF_DATASETS_CACHE": str(tmp_path / "hf"),
+    "HF_HUB_OFFLINE": "1",
+  }
+  result = subprocess.run(
+    [sys.executable, "-c", TWO_DEVICES, tiny_model_dir, small_data_dir, path, str(tmp_path / "w")],
+    env=env,
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   out = json.loads(result.stdout.strip().splitlines()[-1])
   assert out["devices"] == 2 and out["steps"] == 4
@@ -281,16 +336,37 @@ def test_no_batch_holds_a_duplicate_on_any_of_two_devices(tiny_model_dir, small_
 
 
 def _pairs_args(workdir, model_dir, data_dir, train_path, **overrides) -> list[str]:
-  values = {"model.name": model_dir, "data.data_dir": data_dir, "data.train": train_path, "data.max_seq_len": 16,
-            "train.batch_size": 8, "train.max_steps": 6, "train.learning_rate": 3e-3, "train.log_every": 1,
-            "eval.every": 3, "eval.batch_size": 32, "checkpoint.every": 1, **overrides}
+  values = {
+    "model.name": model_dir,
+    "data.data_dir": data_dir,
+    "data.train": train_path,
+    "data.max_seq_len": 16,
+    "train.batch_size": 8,
+    "train.max_steps": 6,
+    "train.learning_rate": 3e-3,
+    "train.log_every": 1,
+    "eval.every": 3,
+    "eval.batch_size": 32,
+    "checkpoint.every": 1,
+    **overrides,
+  }
   return ["--config", "pairs", "--workdir", workdir, *(f"--config.{k}={v}" for k, v in values.items())]
 
 
 def _pairs_config(model_dir, data_dir, train_path, **overrides):
-  config = helpers.tiny_config(model_dir, data_dir, "pairs", **{"data.train": train_path, "train.max_steps": 6,
-                                                                "train.learning_rate": 3e-3, "train.log_every": 1,
-                                                                "checkpoint.every": 1, **overrides})
+  config = helpers.tiny_config(
+    model_dir,
+    data_dir,
+    "pairs",
+    **{
+      "data.train": train_path,
+      "train.max_steps": 6,
+      "train.learning_rate": 3e-3,
+      "train.log_every": 1,
+      "checkpoint.every": 1,
+      **overrides,
+    },
+  )
   return config
 
 
@@ -338,8 +414,9 @@ def test_parquet_folders_and_the_hub_cache_train(tiny_model_dir, small_data_dir,
     lay_out_hub_cache(datasets_cache, "someone/triplets", "default", {"train": dataset})
     path = "hf:someone/triplets"
   workdir = str(tmp_path / "w")
-  summary = train.train_and_evaluate(_pairs_config(tiny_model_dir, small_data_dir, path, **{"train.max_steps": 2}),
-                                     workdir)
+  summary = train.train_and_evaluate(
+    _pairs_config(tiny_model_dir, small_data_dir, path, **{"train.max_steps": 2}), workdir
+  )
   assert summary["steps"] == 2
   with open(os.path.join(workdir, train.INPUTS_FILE)) as f:
     recorded = json.load(f)["corpus_sha256"]
@@ -349,14 +426,15 @@ def test_parquet_folders_and_the_hub_cache_train(tiny_model_dir, small_data_dir,
     assert recorded and all(name.startswith(os.path.basename(path)) for name in recorded)
 
 
-def test_a_dataset_built_in_python_trains_and_resumes_only_on_the_same_rows(tiny_model_dir, small_data_dir,
-                                                                              tmp_path):
+def test_a_dataset_built_in_python_trains_and_resumes_only_on_the_same_rows(tiny_model_dir, small_data_dir, tmp_path):
   dataset = datasets.Dataset.from_list(_triplets(32))
   config = _pairs_config(tiny_model_dir, small_data_dir, "", **{"train.max_steps": 2})
   workdir = str(tmp_path / "w")
   assert train.train_and_evaluate(config, workdir, train_data=dataset)["steps"] == 2
   with open(os.path.join(workdir, train.INPUTS_FILE)) as f:
-    assert json.load(f)["corpus_sha256"] == {"train_data (a datasets.Dataset)": pairs.validate(dataset, "d").content_sha256}
+    assert json.load(f)["corpus_sha256"] == {
+      "train_data (a datasets.Dataset)": pairs.validate(dataset, "d").content_sha256
+    }
   assert train.train_and_evaluate(config, workdir, train_data=dataset)["steps"] == 2  # Done already: the same run.
   other = dataset.select(range(1, 32))
   with pytest.raises(train.WorkdirError, match="another training corpus"):
@@ -371,13 +449,17 @@ def test_a_dataset_built_in_python_trains_and_resumes_only_on_the_same_rows(tiny
   assert not os.path.exists(tmp_path / "x")
 
 
-def test_scored_pairs_for_a_method_without_labels_are_refused_before_anything_is_written(tiny_model_dir,
-                                                                                         small_data_dir, tmp_path):
+def test_scored_pairs_for_a_method_without_labels_are_refused_before_anything_is_written(
+  tiny_model_dir, small_data_dir, tmp_path
+):
   path = tmp_path / "scored.csv"
   path.write_text("s1,s2,score\n" + "".join(f"first {i},second {i},{i / 10}\n" for i in range(20)), encoding="utf-8")
   workdir = tmp_path / "w"
-  with pytest.raises(DataError, match=r"scored.csv: column 'score' holds a label per row \(scored pairs\), which "
-                     "method mnrl does not use"):
+  with pytest.raises(
+    DataError,
+    match=r"scored.csv: column 'score' holds a label per row \(scored pairs\), which "
+    "method mnrl does not use",
+  ):
     train.train_and_evaluate(_pairs_config(tiny_model_dir, small_data_dir, str(path)), str(workdir))
   assert not workdir.exists()
 
@@ -408,8 +490,11 @@ def test_labels_pass_through_the_jitted_step_sharded_and_chunked(tiny_model_dir)
   mesh = distributed.make_mesh()
   step = train_step.jit_train_step(config, spec, tx, None, mesh)
   state = train_step.TrainState(step=jax.numpy.zeros((), jax.numpy.int32), params=params, opt_state=tx.init(params))
-  batch = {"input_ids": np.full((8, 2, 16), 1000, np.int32), "attention_mask": np.ones((8, 2, 16), np.int32),
-           "labels": np.linspace(0, 1, 8, dtype=np.float32)}
+  batch = {
+    "input_ids": np.full((8, 2, 16), 1000, np.int32),
+    "attention_mask": np.ones((8, 2, 16), np.int32),
+    "labels": np.linspace(0, 1, 8, dtype=np.float32),
+  }
   state, metrics = step(state, batch, None, None)
   assert np.isfinite(float(metrics["loss"]))
 
@@ -439,10 +524,20 @@ def test_scored_pairs_csv_trains_with_cosent_from_the_command(tiny_model_dir, sm
     writer.writerow(["sentence1", "sentence2", "score"])
     writer.writerows([lines[i], lines[40 + i], f"{rng.uniform(0, 5):.2f}"] for i in range(40))
   workdir = str(tmp_path / "cosent")
-  args = _pairs_args(workdir, tiny_model_dir, small_data_dir, path, **{"method": "cosent", "train.max_steps": 8,
-                                                                       "checkpoint.every": 8, "eval.every": 8})
-  result = subprocess.run([sys.executable, "-m", "jaxcse.train", *args], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+  args = _pairs_args(
+    workdir,
+    tiny_model_dir,
+    small_data_dir,
+    path,
+    **{"method": "cosent", "train.max_steps": 8, "checkpoint.every": 8, "eval.every": 8},
+  )
+  result = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", *args],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"},
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   losses = [r["loss"] for r in helpers.metrics_records(workdir) if "loss" in r]
   assert len(losses) == 8 and all(np.isfinite(losses))
@@ -451,9 +546,17 @@ def test_scored_pairs_csv_trains_with_cosent_from_the_command(tiny_model_dir, sm
   bare = str(tmp_path / "bare.csv")
   with open(bare, "w", newline="", encoding="utf-8") as f:
     csv.writer(f).writerows([["sentence1", "sentence2"], *([lines[i], lines[40 + i]] for i in range(40))])
-  refused = subprocess.run([sys.executable, "-m", "jaxcse.train", *_pairs_args(str(tmp_path / "w2"), tiny_model_dir,
-                                                                               small_data_dir, bare, method="cosent")],
-                           cwd=REPO, capture_output=True, text=True,
-                           env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+  refused = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.train",
+      *_pairs_args(str(tmp_path / "w2"), tiny_model_dir, small_data_dir, bare, method="cosent"),
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env={**os.environ, "HF_DATASETS_CACHE": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"},
+  )
   assert refused.returncode == 1 and "method cosent needs a label per row" in refused.stderr
   assert not os.path.exists(str(tmp_path / "w2"))

@@ -37,8 +37,9 @@ def test_the_users_choice_is_kept_even_when_empty(tmp_path):
 def _platforms_after(code: str) -> str:
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   env["PYTHONPATH"] = REPO
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
-                        cwd=REPO).stdout.strip()
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=REPO
+  ).stdout.strip()
 
 
 def test_importing_jaxcse_applies_it_before_jax_starts():
@@ -63,10 +64,13 @@ class _Libc:
     return 1
 
 
-@pytest.mark.parametrize("environ", [
+@pytest.mark.parametrize(
+  "environ",
+  [
     {"JAX_PLATFORMS": "cpu"},
     {},  # No choice and no accelerator (a program that imported jax first): jax ends up on the CPU.
-])
+  ],
+)
 def test_mallopt_is_set_when_jax_runs_on_the_cpu_only(environ, tmp_path):
   libc = _Libc()
   assert platforms.keep_xla_cpu_buffers(environ, libc=libc, patterns=(str(tmp_path / "accel*"),))
@@ -80,12 +84,15 @@ def test_mallopt_is_left_alone_where_jax_may_find_an_accelerator(tmp_path):
   assert libc.calls == []
 
 
-@pytest.mark.parametrize("environ", [
+@pytest.mark.parametrize(
+  "environ",
+  [
     {"JAX_PLATFORMS": "cuda"},
     {"JAX_PLATFORMS": ""},  # jax's own discovery, asked for: it may use an accelerator.
     {"JAX_PLATFORMS": "cpu", "JAXCSE_MALLOPT": "0"},  # The opt-out.
     {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},  # The user's own malloc settings.
-])
+  ],
+)
 def test_mallopt_is_left_alone(environ):
   libc = _Libc()
   assert not platforms.keep_xla_cpu_buffers(environ, libc=libc)
@@ -123,8 +130,9 @@ def test_xlas_cpu_buffers_are_not_mapped_afresh_every_call(opt_out, order):
     env["JAX_PLATFORMS"] = "cpu"
   elif platforms.has_accelerator():
     pytest.skip("jax would choose an accelerator here")
-  out = subprocess.run([sys.executable, "-c", _FAULTS_PER_CALL, order], capture_output=True, text=True, env=env,
-                       check=True, cwd=REPO).stdout.split()
+  out = subprocess.run(
+    [sys.executable, "-c", _FAULTS_PER_CALL, order], capture_output=True, text=True, env=env, check=True, cwd=REPO
+  ).stdout.split()
   pages, faults = int(out[0]) / 4096, float(out[1])
   assert pages >= 2**15  # Over glibc's 64 MiB arena heap: mapped afresh on a worker thread's arena.
   # Measured on one core: 0 faults per call with jaxcse's mallopt, one per page of the buffer (32,769) without. The
@@ -141,8 +149,13 @@ _CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE", "JAXC
 def _cache_env(tmp_path, **extra) -> dict[str, str]:
   """This environment without any compilation-cache choice, the user's cache home in ``tmp_path``, plus ``extra``."""
   env = {k: v for k, v in os.environ.items() if k not in _CACHE_ENV}
-  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", XDG_CACHE_HOME=str(tmp_path / "home_cache"),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **extra)
+  env.update(
+    PYTHONPATH=REPO,
+    JAX_PLATFORMS="cpu",
+    XDG_CACHE_HOME=str(tmp_path / "home_cache"),
+    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    **extra,
+  )
   return env
 
 
@@ -154,15 +167,25 @@ jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()
 """
 
 
-@pytest.mark.parametrize("choice", ["default", "JAX_COMPILATION_CACHE_DIR", "JAXCSE_COMPILATION_CACHE=0",
-                                    "JAX_ENABLE_COMPILATION_CACHE=false"])
+@pytest.mark.parametrize(
+  "choice", ["default", "JAX_COMPILATION_CACHE_DIR", "JAXCSE_COMPILATION_CACHE=0", "JAX_ENABLE_COMPILATION_CACHE=false"]
+)
 def test_the_compilation_cache_is_on_in_jaxcses_folder_unless_chosen_otherwise(tmp_path, choice):
   jaxcse_folder, own = tmp_path / "home_cache" / "jaxcse" / "jax", tmp_path / "own"
-  extra = {"default": {}, "JAX_COMPILATION_CACHE_DIR": {"JAX_COMPILATION_CACHE_DIR": str(own)},
-           "JAXCSE_COMPILATION_CACHE=0": {"JAXCSE_COMPILATION_CACHE": "0"},
-           "JAX_ENABLE_COMPILATION_CACHE=false": {"JAX_ENABLE_COMPILATION_CACHE": "false"}}[choice]
-  printed = subprocess.run([sys.executable, "-c", _USE_CACHE_THEN_COMPILE], capture_output=True, text=True, check=True,
-                           env=_cache_env(tmp_path, **extra), cwd=REPO).stdout.strip()
+  extra = {
+    "default": {},
+    "JAX_COMPILATION_CACHE_DIR": {"JAX_COMPILATION_CACHE_DIR": str(own)},
+    "JAXCSE_COMPILATION_CACHE=0": {"JAXCSE_COMPILATION_CACHE": "0"},
+    "JAX_ENABLE_COMPILATION_CACHE=false": {"JAX_ENABLE_COMPILATION_CACHE": "false"},
+  }[choice]
+  printed = subprocess.run(
+    [sys.executable, "-c", _USE_CACHE_THEN_COMPILE],
+    capture_output=True,
+    text=True,
+    check=True,
+    env=_cache_env(tmp_path, **extra),
+    cwd=REPO,
+  ).stdout.strip()
   expected = {"default": jaxcse_folder, "JAX_COMPILATION_CACHE_DIR": own}.get(choice)
   assert printed == str(expected)
   for folder in (jaxcse_folder, own):
@@ -172,7 +195,21 @@ def test_the_compilation_cache_is_on_in_jaxcses_folder_unless_chosen_otherwise(t
 
 def test_a_command_compiles_into_the_cache(tmp_path, tiny_model_dir):
   (tmp_path / "in.txt").write_text("a sentence\nanother one\n")
-  subprocess.run([sys.executable, "-m", "jaxcse.encode", "--model", tiny_model_dir, "--input", str(tmp_path / "in.txt"),
-                  "--output", str(tmp_path / "out.npy")], capture_output=True, check=True, env=_cache_env(tmp_path),
-                 cwd=REPO)
+  subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.encode",
+      "--model",
+      tiny_model_dir,
+      "--input",
+      str(tmp_path / "in.txt"),
+      "--output",
+      str(tmp_path / "out.npy"),
+    ],
+    capture_output=True,
+    check=True,
+    env=_cache_env(tmp_path),
+    cwd=REPO,
+  )
   assert any((tmp_path / "home_cache" / "jaxcse" / "jax").iterdir())

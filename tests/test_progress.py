@@ -53,8 +53,11 @@ def test_training_records_provenance_learning_rate_and_tensorboard(tiny_model_di
   summary = json.load(open(os.path.join(fresh_workdir, "summary.json")))
   record = summary["provenance"]
   assert record["config"]["train"]["max_steps"] == 4 and record["libraries"]["jax"] and record["devices"]["count"]
-  assert record["data_sha256"] == {os.path.join(small_data_dir, "corpora", "small.txt"):
-                                   files.file_sha256(os.path.join(small_data_dir, "corpora", "small.txt"))}
+  assert record["data_sha256"] == {
+    os.path.join(small_data_dir, "corpora", "small.txt"): files.file_sha256(
+      os.path.join(small_data_dir, "corpora", "small.txt")
+    )
+  }
   lrs = [r["learning_rate"] for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   assert lrs == sorted(lrs, reverse=True) and lrs[0] <= config.train.learning_rate  # Linear decay.
   events = os.listdir(os.path.join(fresh_workdir, "tensorboard"))

@@ -41,11 +41,17 @@ from tests import helpers  # noqa: E402
 RTOL = 1e-10
 
 # Every direction set s-t accepts (query_to_doc and any of the other three) with each partition mode it allows.
-DIRECTION_SETS = [("query_to_doc", *rest) for n in range(4)
-                  for rest in itertools.combinations(("query_to_query", "doc_to_query", "doc_to_doc"), n)]
-SETTINGS = [(directions, partition)
-            for directions in DIRECTION_SETS for partition in ranking_losses.PARTITION_MODES
-            if partition == "joint" or not {"query_to_query", "doc_to_doc"} & set(directions)]
+DIRECTION_SETS = [
+  ("query_to_doc", *rest)
+  for n in range(4)
+  for rest in itertools.combinations(("query_to_query", "doc_to_query", "doc_to_doc"), n)
+]
+SETTINGS = [
+  (directions, partition)
+  for directions in DIRECTION_SETS
+  for partition in ranking_losses.PARTITION_MODES
+  if partition == "joint" or not {"query_to_query", "doc_to_doc"} & set(directions)
+]
 HARDNESS = [("none", 0.0)] + [(mode, strength) for mode in ranking_losses.HARDNESS_MODES[1:] for strength in (0.0, 5.0)]
 
 
@@ -81,10 +87,10 @@ def _assert_close(ours: tuple[float, np.ndarray], theirs: tuple[float, np.ndarra
 @pytest.mark.parametrize("directions,partition_mode", SETTINGS)
 def test_mnrl_equals_sentence_transformers(directions, partition_mode, hardness_mode, hardness_strength, k):
   st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
-  settings = dict(scale=20.0, directions=directions, partition_mode=partition_mode,
-                  hardness_strength=hardness_strength)
+  settings = dict(scale=20.0, directions=directions, partition_mode=partition_mode, hardness_strength=hardness_strength)
   theirs = st_losses.MultipleNegativesRankingLoss(
-      None, hardness_mode=None if hardness_mode == "none" else hardness_mode, **settings)
+    None, hardness_mode=None if hardness_mode == "none" else hardness_mode, **settings
+  )
   z = _embeddings(6, 2 + k, seed=k)
   ours = _ours_value_and_grad(functools.partial(ranking_losses.mnrl_loss, hardness_mode=hardness_mode, **settings), z)
   _assert_close(ours, _st_value_and_grad(theirs, z))
@@ -96,12 +102,14 @@ def test_hardness_changes_the_loss_where_it_applies():
   with compat.enable_x64(True):
     plain = float(ranking_losses.mnrl_loss(jnp.asarray(z)))
     for mode in ranking_losses.HARDNESS_MODES[1:]:
-      assert abs(float(ranking_losses.mnrl_loss(jnp.asarray(z), hardness_mode=mode, hardness_strength=5.0))
-                 - plain) > 1e-3, mode
+      assert (
+        abs(float(ranking_losses.mnrl_loss(jnp.asarray(z), hardness_mode=mode, hardness_strength=5.0)) - plain) > 1e-3
+      ), mode
     # Without hard negatives there is nothing for hard_negatives to weight.
     pairs = jnp.asarray(z[:, :2])
-    assert float(ranking_losses.mnrl_loss(pairs, hardness_mode="hard_negatives", hardness_strength=5.0)) == \
-        float(ranking_losses.mnrl_loss(pairs))
+    assert float(ranking_losses.mnrl_loss(pairs, hardness_mode="hard_negatives", hardness_strength=5.0)) == float(
+      ranking_losses.mnrl_loss(pairs)
+    )
 
 
 @pytest.mark.parametrize("scale", [20.0, 1.0])
@@ -114,7 +122,8 @@ def test_cosent_equals_sentence_transformers(scale, ties):
   labels = rng.integers(0, 4, 12).astype(np.float64) if ties else rng.uniform(0, 5, 12)
   theirs = _st_value_and_grad(st_losses.CoSENTLoss(None, scale=scale), z, labels)
   ours = _ours_value_and_grad(
-      lambda e: ranking_losses.cosent_loss(e[:, 0], e[:, 1], jnp.asarray(labels), scale=scale), z)
+    lambda e: ranking_losses.cosent_loss(e[:, 0], e[:, 1], jnp.asarray(labels), scale=scale), z
+  )
   _assert_close(ours, theirs)
 
 
@@ -133,7 +142,9 @@ def test_k1_is_supervised_simcse_bit_for_bit():
     np.testing.assert_array_equal(ours_grad, ref_grad)
 
 
-@pytest.mark.parametrize("field,value,message", [
+@pytest.mark.parametrize(
+  "field,value,message",
+  [
     ("scale", 0.0, "mnrl.scale must be positive"),
     ("directions", "doc_to_query", "lack query_to_doc"),
     ("directions", "query_to_doc,doc_to_dok", "unknown directions 'doc_to_dok'"),
@@ -141,7 +152,8 @@ def test_k1_is_supervised_simcse_bit_for_bit():
     ("partition_mode", "per_query", "mnrl.partition_mode must be one of joint, per_direction"),
     ("hardness_mode", "hard", "mnrl.hardness_mode must be one of none"),
     ("hardness_strength", -1.0, "mnrl.hardness_strength must be >= 0"),
-])
+  ],
+)
 def test_mnrl_config_errors_name_the_field(field, value, message):
   config = helpers.tiny_config("model", "data", "simcse_sup", method="mnrl", **{f"mnrl.{field}": value})
   with pytest.raises(configuration.ConfigError, match=message) as raised:
@@ -150,8 +162,13 @@ def test_mnrl_config_errors_name_the_field(field, value, message):
 
 
 def test_mnrl_per_direction_with_same_type_directions_is_refused():
-  config = helpers.tiny_config("model", "data", "simcse_sup", method="mnrl",
-                               **{"mnrl.directions": "query_to_doc,doc_to_doc", "mnrl.partition_mode": "per_direction"})
+  config = helpers.tiny_config(
+    "model",
+    "data",
+    "simcse_sup",
+    method="mnrl",
+    **{"mnrl.directions": "query_to_doc,doc_to_doc", "mnrl.partition_mode": "per_direction"},
+  )
   with pytest.raises(configuration.ConfigError, match="mnrl.partition_mode per_direction cannot take doc_to_doc"):
     configuration.validate(config)
 
@@ -174,13 +191,22 @@ CHUNK = 2  # 4 chunks of the 8-example batch.
 # (method, batch columns, overrides). The tiny NLI csv has 3 columns; k = 3 stacks its columns again as extra
 # hard negatives, pairs keep the first 2 columns; cosent's pairs get a gold score per row.
 STEP_VARIANTS = {
-    "mnrl_k1": ("mnrl", (0, 1, 2), {}),
-    "mnrl_k0_symmetric": ("mnrl", (0, 1), {"mnrl.directions": "query_to_doc,doc_to_query",
-                                           "mnrl.partition_mode": "per_direction"}),
-    "mnrl_k3_gte_hardness": ("mnrl", (0, 1, 2, 2, 0), {
-        "mnrl.directions": "query_to_doc,query_to_query,doc_to_query,doc_to_doc",
-        "mnrl.hardness_mode": "all_negatives", "mnrl.hardness_strength": 5.0}),
-    "cosent": ("cosent", (0, 1), {}),
+  "mnrl_k1": ("mnrl", (0, 1, 2), {}),
+  "mnrl_k0_symmetric": (
+    "mnrl",
+    (0, 1),
+    {"mnrl.directions": "query_to_doc,doc_to_query", "mnrl.partition_mode": "per_direction"},
+  ),
+  "mnrl_k3_gte_hardness": (
+    "mnrl",
+    (0, 1, 2, 2, 0),
+    {
+      "mnrl.directions": "query_to_doc,query_to_query,doc_to_query,doc_to_doc",
+      "mnrl.hardness_mode": "all_negatives",
+      "mnrl.hardness_strength": 5.0,
+    },
+  ),
+  "cosent": ("cosent", (0, 1), {}),
 }
 
 
@@ -189,8 +215,10 @@ def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: b
   batch = data_lib.Batches(corpus, tokenizer, batch_size=BATCH, max_seq_len=16, seed=seed).batch(0)
   # k = 3: the third column rolled by one row, then the first rolled by two: hard negatives that are other rows'.
   shifts = [0, 0, 0, 1, 2]
-  out = {key: np.stack([np.roll(value[:, c], shifts[i], axis=0) for i, c in enumerate(columns)], axis=1)
-         for key, value in batch.items()}
+  out = {
+    key: np.stack([np.roll(value[:, c], shifts[i], axis=0) for i, c in enumerate(columns)], axis=1)
+    for key, value in batch.items()
+  }
   if labels:
     out["labels"] = np.random.default_rng(0).uniform(0, 5, BATCH)
   return out
@@ -199,16 +227,23 @@ def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: b
 def _variant_step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropout: float) -> tuple[dict, dict]:
   """One SGD step at lr 1 of variant ``name`` on all visible devices, in float64 (call under enable_x64)."""
   method, columns, overrides = STEP_VARIANTS[name]
-  config = helpers.tiny_config(model_dir, data_dir, "simcse_sup", method=method, **{
-      "train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides})
+  config = helpers.tiny_config(
+    model_dir,
+    data_dir,
+    "simcse_sup",
+    method=method,
+    **{"train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides},
+  )
   configuration.validate(config)
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
   spec, params = helpers.in_float64(*models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed))
   batch = _variant_batch(spec.tokenizer, data_dir, columns, method == "cosent", config.seed)
   mesh = distributed.make_mesh()
   tx = optax.sgd(1.0)
-  state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
-                         NamedSharding(mesh, PartitionSpec()))
+  state = jax.device_put(
+    train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
+    NamedSharding(mesh, PartitionSpec()),
+  )
   step = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
   state, metrics = step(state, jax.device_put(batch, NamedSharding(mesh, PartitionSpec("data"))))
   return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
@@ -269,10 +304,15 @@ def test_two_devices_equal_one_device(tiny_model_dir, small_data_dir, tmp_path):
   results = {}
   for n in (1, 2):
     out = str(tmp_path / f"step_{n}.npz")
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu",
-           "JAX_ENABLE_X64": "1"}
-    subprocess.run([sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out], env=env,
-                   check=True, cwd=REPO)
+    env = {
+      **os.environ,
+      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}",
+      "JAX_PLATFORMS": "cpu",
+      "JAX_ENABLE_X64": "1",
+    }
+    subprocess.run(
+      [sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out], env=env, check=True, cwd=REPO
+    )
     results[n] = dict(np.load(out))
   assert int(results[1]["devices"]) == 1 and int(results[2]["devices"]) == 2
   assert results[1].keys() == results[2].keys()
@@ -290,9 +330,9 @@ def test_mnrl_k1_step_is_the_simcse_step_bit_for_bit(tiny_model_dir, small_data_
   results = {}
   for method in ("simcse", "mnrl"):
     config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method=method)
-    spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec(config.model.pooler,
-                                                                            config.model.mlp_only_train),
-                                          dropout=0.1, seed=config.seed)
+    spec, params = models.load_pretrained(
+      tiny_model_dir, models.PoolerSpec(config.model.pooler, config.model.mlp_only_train), dropout=0.1, seed=config.seed
+    )
     corpus = data_lib.load_corpus(config.data.train, root=small_data_dir)
     batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=8, max_seq_len=16, seed=config.seed).batch(0)
     tx = train_step.make_optimizer(config.train, 10)
@@ -328,13 +368,22 @@ def test_jaxcse_compile_lowers_cosent_with_its_labels(tiny_model_dir, small_data
   assert lowered.args_info[0][1]["labels"].shape == (8,)
 
 
-@pytest.mark.parametrize("overrides", [{}, {"mnrl.directions": "query_to_doc,doc_to_query",
-                                            "mnrl.hardness_mode": "in_batch_negatives",
-                                            "mnrl.hardness_strength": 9.0}])
+@pytest.mark.parametrize(
+  "overrides",
+  [
+    {},
+    {
+      "mnrl.directions": "query_to_doc,doc_to_query",
+      "mnrl.hardness_mode": "in_batch_negatives",
+      "mnrl.hardness_strength": 9.0,
+    },
+  ],
+)
 def test_mnrl_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_workdir, overrides):
   # A sent0,sent1,hard_neg csv: k = 1 (the data side's pair readers give any k).
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="mnrl",
-                               **{"train.max_steps": 3, **overrides})
+  config = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, "simcse_sup", method="mnrl", **{"train.max_steps": 3, **overrides}
+  )
   summary = train.train_and_evaluate(config, fresh_workdir)
   assert summary["steps"] == 3
   records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
@@ -355,9 +404,9 @@ def test_cosent_labels_survive_the_second_view_augmentation(tiny_model_dir, smal
 def test_cosent_trains_on_the_tiny_model(tiny_model_dir, small_data_dir):
   # A few AdamW steps on one labelled batch: the loss falls (the model learns the gold order of the pairs).
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, "simcse_sup", method="cosent")
-  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec(config.model.pooler,
-                                                                          config.model.mlp_only_train),
-                                        dropout=0.0, seed=config.seed)
+  spec, params = models.load_pretrained(
+    tiny_model_dir, models.PoolerSpec(config.model.pooler, config.model.mlp_only_train), dropout=0.0, seed=config.seed
+  )
   batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), True, config.seed)
   tx = optax.adam(1e-3)
   state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))

@@ -37,8 +37,11 @@ def _copy(ref_dir: str, tmp_path, name: str = "w") -> str:
 
 def _tree(folder: str) -> dict[str, bytes]:
   """Every file under ``folder`` and its bytes: what "untouched" compares."""
-  return {os.path.relpath(os.path.join(root, name), folder): open(os.path.join(root, name), "rb").read()
-          for root, _, names in os.walk(folder) for name in names}
+  return {
+    os.path.relpath(os.path.join(root, name), folder): open(os.path.join(root, name), "rb").read()
+    for root, _, names in os.walk(folder)
+    for name in names
+  }
 
 
 def _write_record(folder: str, record: dict) -> None:
@@ -60,8 +63,12 @@ def model_folder(tiny_model_dir, tmp_path) -> str:
   """A user's folder that is not a jaxcse workdir: a Hugging Face model with the names a run would write."""
   folder = str(tmp_path / "my_model")
   shutil.copytree(tiny_model_dir, folder)
-  for name in ("metrics.jsonl", "summary.json", os.path.join("model", "weights.bin"),
-               os.path.join("tensorboard", "events.out.tfevents.1")):
+  for name in (
+    "metrics.jsonl",
+    "summary.json",
+    os.path.join("model", "weights.bin"),
+    os.path.join("tensorboard", "events.out.tfevents.1"),
+  ):
     os.makedirs(os.path.dirname(os.path.join(folder, name)), exist_ok=True)
     with open(os.path.join(folder, name), "w") as f:
       f.write("the user's\n")
@@ -70,8 +77,9 @@ def model_folder(tiny_model_dir, tmp_path) -> str:
 
 
 @pytest.mark.parametrize("restart", [True, False])
-def test_a_folder_that_is_not_a_jaxcse_workdir_is_never_touched(model_folder, tiny_model_dir, small_data_dir,
-                                                                 restart, capsys):
+def test_a_folder_that_is_not_a_jaxcse_workdir_is_never_touched(
+  model_folder, tiny_model_dir, small_data_dir, restart, capsys
+):
   before = _tree(model_folder)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   with pytest.raises(train.WorkdirError, match=f"^{model_folder} is not a jaxcse workdir") as raised:
@@ -80,8 +88,9 @@ def test_a_folder_that_is_not_a_jaxcse_workdir_is_never_touched(model_folder, ti
   assert _tree(model_folder) == before  # Before: --restart deleted config.json, model/, metrics.jsonl, ...
   # The command: one line, exit 1, nothing touched.
   args = helpers.train_cli_args(model_folder, tiny_model_dir, small_data_dir, **SCHEDULE) + ["--restart"] * restart
-  run = subprocess.run([sys.executable, "-m", "jaxcse.train", *args], cwd=helpers.REPO, capture_output=True,
-                       text=True, timeout=600)
+  run = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", *args], cwd=helpers.REPO, capture_output=True, text=True, timeout=600
+  )
   said = lines_said(run.stderr)
   assert run.returncode == 1 and len(said) == 1 and said[0].startswith(f"error: {model_folder} is not a jaxcse"), said
   assert _tree(model_folder) == before
@@ -207,9 +216,11 @@ def test_a_set_aside_checkpoint_or_another_folder_is_refused(reference, tmp_path
   workdir = _copy(ref_dir, tmp_path)
   aside = os.path.join(workdir, checkpoints.SET_ASIDE_DIR, "best-6-20260101T000000")
   shutil.copytree(os.path.join(workdir, checkpoints.BEST_DIR, "6"), aside)
-  for path, expected in [(aside, "a set-aside checkpoint"),
-                         (os.path.join(workdir, checkpoints.MODEL_DIR), "not a checkpoint of the workdir"),
-                         (os.path.join(workdir, "checkpoints"), "not a checkpoint of the workdir")]:
+  for path, expected in [
+    (aside, "a set-aside checkpoint"),
+    (os.path.join(workdir, checkpoints.MODEL_DIR), "not a checkpoint of the workdir"),
+    (os.path.join(workdir, "checkpoints"), "not a checkpoint of the workdir"),
+  ]:
     with pytest.raises(checkpoints.CheckpointError, match=f"^{path}: {expected}"):  # Before: served best/9.
       loading.load_model(path)
   lines = tmp_path / "in.txt"
@@ -237,6 +248,7 @@ def test_a_non_finite_metric_never_becomes_best_and_never_blocks_a_finite_one():
 
 def collapsed_params(params):
   """Params whose every LayerNorm scale is 0: each token's output is the last LayerNorm's bias, for any sentence."""
+
   def collapse(path, x):
     x = np.asarray(x)
     return np.zeros_like(x) if jax.tree_util.keystr(path).endswith("['scale']") else x
@@ -249,9 +261,15 @@ def test_a_collapsed_evaluation_is_not_saved_as_best(reference, config, small_da
   loaded = loading.load_model(ref_dir)
   mngr = checkpoints.manager(str(tmp_path / "best"))
   written = []
-  evaluator = validation.Evaluator(config, loaded.spec, attend_padding=False, heldout=None,
-                                   dev_sets=sts_data.load_dev_sets(small_data_dir, sickr=config.eval.sickr_dev),
-                                   best_manager=mngr, write=written.append)
+  evaluator = validation.Evaluator(
+    config,
+    loaded.spec,
+    attend_padding=False,
+    heldout=None,
+    dev_sets=sts_data.load_dev_sets(small_data_dir, sickr=config.eval.sickr_dev),
+    best_manager=mngr,
+    write=written.append,
+  )
   after = evaluator(3, collapsed_params(loaded.params), validation.BestSoFar())
   assert np.isnan(written[0]["eval/metric"])
   assert after.step is None and after.metric is None and mngr.all_steps() == []  # Before: best/3 with NaN.
@@ -268,14 +286,17 @@ def test_a_collapsed_encoder_is_refused_at_export_and_encode(reference, tmp_path
   good = loading.load_model(workdir)
   shutil.rmtree(os.path.join(best_dir, "9"))
   mngr = checkpoints.manager(best_dir)
-  checkpoints.save(mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]},
-                   params=collapsed_params(good.params))
+  checkpoints.save(
+    mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]}, params=collapsed_params(good.params)
+  )
   mngr.close()
   named = os.path.join(best_dir, "9")
   lines = tmp_path / "in.txt"
   lines.write_text("a sentence\nanother one\n")
-  for main, argv in [(export_hf.main, [named, str(tmp_path / "export")]),
-                     (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")])]:
+  for main, argv in [
+    (export_hf.main, [named, str(tmp_path / "export")]),
+    (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
+  ]:
     capsys.readouterr()
     assert main(argv) == 1, argv  # Before: exit 0, every sentence the same vector.
     err = capsys.readouterr().err.strip().splitlines()
@@ -389,18 +410,30 @@ def test_prune_set_aside_removes_them_and_nothing_else(reference, tmp_path):
     shutil.copytree(os.path.join(workdir, checkpoints.BEST_DIR, "6"), os.path.join(aside, f"best-6-2026010{n}"))
   run_files = {k: v for k, v in _tree(workdir).items() if not k.startswith(checkpoints.SET_ASIDE_DIR)}
   size = sum(len(v) for k, v in _tree(workdir).items() if k.startswith(checkpoints.SET_ASIDE_DIR))
-  run = subprocess.run([sys.executable, "-m", "jaxcse.train", "--workdir", workdir, "--prune_set_aside"],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  run = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", "--workdir", workdir, "--prune_set_aside"],
+    cwd=helpers.REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert run.returncode == 0, run.stderr
-  assert run.stdout.strip() == (f"removed 3 set-aside checkpoints ({size / 1e6:.1f} MB) from {aside}; the run's "
-                                "checkpoints, description and logs are untouched")
+  assert run.stdout.strip() == (
+    f"removed 3 set-aside checkpoints ({size / 1e6:.1f} MB) from {aside}; the run's "
+    "checkpoints, description and logs are untouched"
+  )
   assert _tree(workdir) == run_files and not os.path.exists(aside)
   assert train.prune_set_aside(workdir) == f"{aside}: no set-aside checkpoint; nothing removed"
   # Not a workdir: one line, nothing removed.
   other = str(tmp_path / "other")
   os.makedirs(os.path.join(other, checkpoints.SET_ASIDE_DIR.replace("set_aside", "x")))
-  run = subprocess.run([sys.executable, "-m", "jaxcse.train", "--workdir", other, "--prune_set_aside"],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  run = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", "--workdir", other, "--prune_set_aside"],
+    cwd=helpers.REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   said = lines_said(run.stderr)
   assert run.returncode == 1 and len(said) == 1 and said[0].startswith(f"error: {other}: not a jaxcse workdir"), said
   assert os.path.isdir(os.path.join(other, "checkpoints", "x"))
@@ -410,8 +443,9 @@ def test_prune_set_aside_removes_them_and_nothing_else(reference, tmp_path):
 # Damaged inputs and full disks: one line, before anything is written, and nothing half-written left.
 
 
-def test_evaluate_with_a_damaged_workdir_config_is_one_line_before_it_evaluates(reference, tmp_path, capsys,
-                                                                                 monkeypatch):
+def test_evaluate_with_a_damaged_workdir_config_is_one_line_before_it_evaluates(
+  reference, tmp_path, capsys, monkeypatch
+):
   from jaxcse import evaluate
 
   ref_dir, _ = reference
@@ -438,8 +472,11 @@ def test_a_truncated_base_model_is_one_line_in_train_and_encode(tiny_model_dir, 
   shutil.copytree(tiny_model_dir, base)
   helpers.damage(os.path.join(base, "model.safetensors"), "truncate")
   workdir = str(tmp_path / "w")
-  with pytest.raises(models.weights.WeightsError, match=f"^{os.path.join(base, 'model.safetensors')}: unreadable "
-                                                        r"weights \(SafetensorError"):
+  with pytest.raises(
+    models.weights.WeightsError,
+    match=f"^{os.path.join(base, 'model.safetensors')}: unreadable "
+    r"weights \(SafetensorError",
+  ):
     train.train_and_evaluate(helpers.tiny_config(base, small_data_dir, **SCHEDULE), workdir)
   assert not os.path.exists(workdir)
   lines = tmp_path / "in.txt"
@@ -457,12 +494,15 @@ def test_export_to_a_full_disk_is_one_line_and_leaves_nothing(reference, tmp_pat
 
   ref_dir, _ = reference
   if writer == "safetensors":  # What each writer raises when the disk is full.
+
     def full_disk(*args, **kwargs):
-      raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: \"No "
-                            "space left on device\" })")
+      raise SafetensorError(
+        'Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })'
+      )
 
     monkeypatch.setattr(export_hf, "save_file", full_disk)
   else:
+
     def full_disk(self, *args, **kwargs):
       raise Exception("No space left on device (os error 28)")
 
@@ -514,21 +554,25 @@ def test_encode_to_a_full_tmpfs_is_one_line(reference, tmp_path, small_disk, cap
   assert sorted(os.listdir(disk)) == ["filler"]
 
 
-def test_a_config_file_missing_a_field_is_one_line_before_anything_is_written(tiny_model_dir, small_data_dir,
-                                                                              tmp_path):
+def test_a_config_file_missing_a_field_is_one_line_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
   config_file = tmp_path / "lacking.py"
-  config_file.write_text("from jaxcse.configs import base\n\n\ndef get_config():\n  config = base.get_config()\n"
-                         "  del config.eval['sickr_dev']\n  return config\n")
+  config_file.write_text(
+    "from jaxcse.configs import base\n\n\ndef get_config():\n  config = base.get_config()\n"
+    "  del config.eval['sickr_dev']\n  return config\n"
+  )
   workdir = str(tmp_path / "w")
   args = helpers.train_cli_args(workdir, tiny_model_dir, small_data_dir, **SCHEDULE)
   args[args.index("--config") + 1] = str(config_file)
-  run = subprocess.run([sys.executable, "-m", "jaxcse.train", *args], cwd=helpers.REPO, capture_output=True,
-                       text=True, timeout=600)
+  run = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", *args], cwd=helpers.REPO, capture_output=True, text=True, timeout=600
+  )
   said = lines_said(run.stderr)
   # Before: a traceback (AttributeError), after the workdir was written.
-  assert run.returncode == 1 and said == [f"error: {config_file}: the config lacks eval.sickr_dev (every config has "
-                                          "the fields of configs/base.py: start from base.get_config(), as the "
-                                          "shipped configs do)"], said
+  assert run.returncode == 1 and said == [
+    f"error: {config_file}: the config lacks eval.sickr_dev (every config has "
+    "the fields of configs/base.py: start from base.get_config(), as the "
+    "shipped configs do)"
+  ], said
   assert not os.path.exists(workdir)
 
 
@@ -592,11 +636,18 @@ def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path, monkeypatch, capsys
 
 
 def test_ctrl_c_while_the_flags_load_is_one_line(tmp_path):
-  script = ("import sys\nfrom jaxcse import cli, train\n\ndef ctrl_c():\n  raise KeyboardInterrupt\n\n"
-            "cli.train_flags = ctrl_c\nsys.argv[0] = 'jaxcse.train'\ntrain.run()\n")
+  script = (
+    "import sys\nfrom jaxcse import cli, train\n\ndef ctrl_c():\n  raise KeyboardInterrupt\n\n"
+    "cli.train_flags = ctrl_c\nsys.argv[0] = 'jaxcse.train'\ntrain.run()\n"
+  )
   workdir = str(tmp_path / "w")
-  run = subprocess.run([sys.executable, "-c", script, "--config", "quickstart", "--workdir", workdir],
-                       cwd=helpers.REPO, capture_output=True, text=True, timeout=600)
+  run = subprocess.run(
+    [sys.executable, "-c", script, "--config", "quickstart", "--workdir", workdir],
+    cwd=helpers.REPO,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   said = lines_said(run.stderr)
   assert run.returncode == 130 and said == ["interrupted before the run started; nothing was written"], said
   assert not os.path.exists(workdir)

@@ -151,11 +151,12 @@ def without_transformers_torch_notice() -> None:
 # file descriptor 2, before and outside Python's logging and absl-py's: neither TF_CPP_MIN_LOG_LEVEL nor a Python
 # logging level reaches them, so only a filter on the descriptor itself keeps them off a command's stderr.
 HARMLESS_NATIVE_LINES = re.compile(
-    r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
-    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
-    r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
-    r"|libtpu_init_utils\.cc|^=== Source Location Trace: ===")
+  r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
+  r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+  r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
+  r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
+  r"|libtpu_init_utils\.cc|^=== Source Location Trace: ==="
+)
 
 
 @contextlib.contextmanager

@@ -162,7 +162,7 @@ def append_line(path: str, line: str) -> None:
     try:
       view = memoryview(data)
       while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     except OSError as e:
       os.ftruncate(fd, start)
       raise OSError(e.errno, e.strerror, path) from None
@@ -193,10 +193,16 @@ def read_jsonl(path: str) -> list[dict]:
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
       if i == last:
         text = raw.decode("utf-8", "replace")
-        log.warning("%s:%d: dropped a torn last line (a write was cut short): %s", path, i + 1,
-                    text if len(text) <= 80 else text[:77] + "...")
+        log.warning(
+          "%s:%d: dropped a torn last line (a write was cut short): %s",
+          path,
+          i + 1,
+          text if len(text) <= 80 else text[:77] + "...",
+        )
         continue
-      raise JaxcseError(f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
-                        "was changed by something else") from None
+      raise JaxcseError(
+        f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
+        "was changed by something else"
+      ) from None
     records.append(record)
   return records

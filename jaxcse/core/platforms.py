@@ -35,8 +35,14 @@ import sys
 
 # Device nodes of the accelerators jax has platforms for: TPU VMs (v2-v4 /dev/accel*, v5e/v6e VFIO groups),
 # NVIDIA GPUs (Linux and WSL), AMD GPUs (ROCm's kernel driver).
-ACCELERATOR_DEVICE_NODES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*", "/dev/nvidiactl", "/dev/dxg",
-                            "/dev/kfd")
+ACCELERATOR_DEVICE_NODES = (
+  "/dev/accel*",
+  "/dev/vfio/[0-9]*",
+  "/dev/nvidia[0-9]*",
+  "/dev/nvidiactl",
+  "/dev/dxg",
+  "/dev/kfd",
+)
 
 
 def has_accelerator(patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> bool:
@@ -44,8 +50,9 @@ def has_accelerator(patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> boo
   return any(glob.glob(pattern) for pattern in patterns)
 
 
-def cpu_only_without_accelerators(environ=os.environ, patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES,
-                                  modules=sys.modules) -> bool:
+def cpu_only_without_accelerators(
+  environ=os.environ, patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES, modules=sys.modules
+) -> bool:
   """Sets ``JAX_PLATFORMS=cpu`` when no accelerator is present and the choice is still open; returns whether it did."""
   if "JAX_PLATFORMS" in environ or "jax" in modules or has_accelerator(patterns):
     return False
@@ -71,8 +78,7 @@ def glibc():
   return ctypes.CDLL(None)
 
 
-def keep_xla_cpu_buffers(environ=os.environ, libc=None,
-                         patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> bool:
+def keep_xla_cpu_buffers(environ=os.environ, libc=None, patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> bool:
   """Sets ``MALLOPT_SETTINGS`` with glibc's ``mallopt`` when jax runs on the CPU only; returns whether it did.
 
   jax runs on the CPU only where ``JAX_PLATFORMS=cpu``, or where ``JAX_PLATFORMS`` is unset and no accelerator

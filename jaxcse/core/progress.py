@@ -29,8 +29,17 @@ class Progress:
     interval: seconds between lines when stderr is not a terminal.
   """
 
-  def __init__(self, total: int, *, initial: int = 0, unit: str = "step", desc: str = "", enabled: bool = True,
-               interval: float = 30.0, stream=None):
+  def __init__(
+    self,
+    total: int,
+    *,
+    initial: int = 0,
+    unit: str = "step",
+    desc: str = "",
+    enabled: bool = True,
+    interval: float = 30.0,
+    stream=None,
+  ):
     self.total, self.done, self.unit, self.desc = total, initial, unit, desc
     self.enabled, self.interval = enabled, interval
     self.stream = stream or sys.stdout

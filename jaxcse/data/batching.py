@@ -31,8 +31,9 @@ def text_ids(corpus: Corpus | PairCorpus) -> np.ndarray:
     columns = corpus.text_columns_arrow()
   else:
     columns = [pa.chunked_array([pa.array(column, pa.large_string())]) for column in corpus.columns.values()]
-  everything = pa.chunked_array([chunk.cast(pa.large_string()) for column in columns for chunk in column.chunks],
-                                pa.large_string())
+  everything = pa.chunked_array(
+    [chunk.cast(pa.large_string()) for column in columns for chunk in column.chunks], pa.large_string()
+  )
   ids = pc.index_in(everything, value_set=pc.unique(everything)).to_numpy().astype(np.int64)
   return ids.reshape(len(columns), len(corpus)).T
 
@@ -90,8 +91,9 @@ def distinct_batches(order: np.ndarray, ids: np.ndarray, batch_size: int) -> tup
   return layout, DistinctReport(n, len(batches), deferred, left_out)
 
 
-def prefetched(make_batch, start_step: int, end_step: int, prefetch: int, positions: np.ndarray | None
-               ) -> Iterator[dict[str, np.ndarray]]:
+def prefetched(
+  make_batch, start_step: int, end_step: int, prefetch: int, positions: np.ndarray | None
+) -> Iterator[dict[str, np.ndarray]]:
   """``make_batch(step, positions)`` for each step, made ``prefetch`` steps ahead in a thread (off the host's path)."""
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     ahead = [pool.submit(make_batch, s, positions) for s in range(start_step, min(start_step + prefetch, end_step))]
@@ -130,8 +132,18 @@ class Batches:
   column's texts and ``document_prompt`` before every other column's.
   """
 
-  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
-               no_duplicates: bool = False, query_prompt: str = "", document_prompt: str = ""):
+  def __init__(
+    self,
+    corpus: Corpus,
+    tokenizer,
+    *,
+    batch_size: int,
+    max_seq_len: int,
+    seed: int,
+    no_duplicates: bool = False,
+    query_prompt: str = "",
+    document_prompt: str = "",
+  ):
     if batch_size > len(corpus):
       raise DataError(f"{corpus.path}: {len(corpus)} examples, fewer than one batch of {batch_size}")
     self.corpus = corpus
@@ -231,8 +243,9 @@ class Batches:
       batch["labels"] = labels[rows].astype(np.float32)
     return batch
 
-  def iterate(self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
-              ) -> Iterator[dict[str, np.ndarray]]:
+  def iterate(
+    self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches (or their rows ``positions``) for steps ``start_step .. end_step - 1``, made ahead in a thread."""
     return prefetched(self.batch, start_step, end_step, prefetch, positions)
 
@@ -254,8 +267,9 @@ class PackedBatches:
   A batch is ``{"input_ids", "attention_mask"}``, int32 ``[batch, 1, max_seq_len]``.
   """
 
-  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
-               keep_last: bool = False):
+  def __init__(
+    self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int, keep_last: bool = False
+  ):
     if list(corpus.columns) != ["sent0"]:
       raise DataError(f"{corpus.path}: packing is for one-column (text) corpora, not {list(corpus.columns)}")
     self.corpus = corpus
@@ -272,8 +286,10 @@ class PackedBatches:
     self._layouts: dict[int, list[np.ndarray]] = {}
     self._epoch_steps: list[int] = []
     if self.steps_in_epoch(0) == 0:
-      raise DataError(f"{corpus.path}: {len(self._layout(0))} packed sequences of {max_seq_len} tokens, fewer "
-                      f"than one batch of {batch_size}")
+      raise DataError(
+        f"{corpus.path}: {len(self._layout(0))} packed sequences of {max_seq_len} tokens, fewer "
+        f"than one batch of {batch_size}"
+      )
 
   def _layout(self, epoch: int) -> list[np.ndarray]:
     """The sentence indices of each packed sequence of ``epoch``, in order."""
@@ -340,7 +356,8 @@ class PackedBatches:
         mask[i, 0, : len(tokens)] = 1
     return {"input_ids": ids, "attention_mask": mask}
 
-  def iterate(self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
-              ) -> Iterator[dict[str, np.ndarray]]:
+  def iterate(
+    self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches (or their rows ``positions``) for steps ``start_step .. end_step - 1``, made ahead in a thread."""
     return prefetched(self.batch, start_step, end_step, prefetch, positions)

@@ -80,7 +80,7 @@ class PairCorpus:
 
   def text_columns_arrow(self):
     """Each text column as a ``pyarrow.ChunkedArray`` of all rows, in the dataset's order."""
-    table = self.dataset[0:len(self)]
+    table = self.dataset[0 : len(self)]
     return [table.column(name) for name in self.text_columns]
 
   @functools.cached_property
@@ -92,7 +92,7 @@ class PairCorpus:
 def _chunks(dataset):
   """``(start, pyarrow.Table)`` slices of ``dataset`` (Arrow format) in row order, ``CHUNK_ROWS`` rows each."""
   for start in range(0, len(dataset), CHUNK_ROWS):
-    yield start, dataset[start:start + CHUNK_ROWS]
+    yield start, dataset[start : start + CHUNK_ROWS]
 
 
 def content_sha256(dataset, text_columns, label_column) -> str:
@@ -108,9 +108,9 @@ def content_sha256(dataset, text_columns, label_column) -> str:
       if not len(column):
         continue
       _, offsets, data = column.buffers()
-      offsets = np.frombuffer(offsets, np.int64)[column.offset:column.offset + len(column) + 1]
+      offsets = np.frombuffer(offsets, np.int64)[column.offset : column.offset + len(column) + 1]
       lengths[name].update(np.diff(offsets).astype("<i8").tobytes())
-      values[name].update(memoryview(data)[offsets[0]:offsets[-1]])
+      values[name].update(memoryview(data)[offsets[0] : offsets[-1]])
     if label_column:
       values[label_column].update(table.column(label_column).cast(pa.float64()).to_numpy().astype("<f8").tobytes())
   whole = hashlib.sha256()
@@ -132,14 +132,17 @@ def _load_hub(spec: str):
 
   match = _HF_SPEC.fullmatch(spec)
   if not match:
-    raise DataError(f"{spec}: expected hf:NAME[:CONFIG[:SPLIT]] (e.g. hf:sentence-transformers/all-nli:triplet:train, "
-                    "or hf:NAME::SPLIT for the default config)")
+    raise DataError(
+      f"{spec}: expected hf:NAME[:CONFIG[:SPLIT]] (e.g. hf:sentence-transformers/all-nli:triplet:train, "
+      "or hf:NAME::SPLIT for the default config)"
+    )
   name, config, split = match["name"], match["config"] or None, match["split"] or "train"
   try:
     return datasets.load_dataset(name, config, split=split)
   except Exception as e:  # The hub client and datasets raise many types; all mean "cannot load this".
-    raise DataError(f"{spec}: datasets.load_dataset({name!r}, {config!r}, split={split!r}) failed: "
-                    f"{_describe(e)}") from None
+    raise DataError(
+      f"{spec}: datasets.load_dataset({name!r}, {config!r}, split={split!r}) failed: {_describe(e)}"
+    ) from None
 
 
 def _csv_header(path: str) -> list[str]:
@@ -162,8 +165,10 @@ def _load_file(path: str, kind: str):
     header = _csv_header(path)
     if len(set(header)) != len(header):
       raise DataError(f"{path}:1: header {','.join(header)} names a column twice")
-    kwargs = {"features": datasets.Features({name: datasets.Value("string") for name in header}),
-              "keep_default_na": False}
+    kwargs = {
+      "features": datasets.Features({name: datasets.Value("string") for name in header}),
+      "keep_default_na": False,
+    }
   try:
     return datasets.load_dataset(kind, data_files=path, split="train", **kwargs)
   except Exception as e:  # pyarrow's and pandas' parse errors come in many types; each names what is wrong.
@@ -176,12 +181,12 @@ def _load_folder(path: str):
   try:
     loaded = datasets.load_from_disk(path)
   except Exception as e:  # FileNotFoundError for a folder of something else; others for damaged files.
-    raise DataError(f"{path}: not a folder written by Dataset.save_to_disk ("
-                    f"{_describe(e)})") from None
+    raise DataError(f"{path}: not a folder written by Dataset.save_to_disk ({_describe(e)})") from None
   if isinstance(loaded, datasets.DatasetDict):
     splits = ", ".join(loaded)
-    raise DataError(f"{path}: a DatasetDict (splits {splits}): give one split's folder, e.g. "
-                    f"{os.path.join(path, next(iter(loaded)))}")
+    raise DataError(
+      f"{path}: a DatasetDict (splits {splits}): give one split's folder, e.g. {os.path.join(path, next(iter(loaded)))}"
+    )
   return loaded
 
 
@@ -232,8 +237,10 @@ def validate(dataset, name: str) -> PairCorpus:
 
   texts, label, extra = split_columns(list(dataset.column_names))
   if extra:
-    raise DataError(f"{name}: columns {label!r} and {extra[0]!r} are both label columns (sentence-transformers "
-                    f"reads the first of {', '.join(LABEL_COLUMNS)} as the label): keep one")
+    raise DataError(
+      f"{name}: columns {label!r} and {extra[0]!r} are both label columns (sentence-transformers "
+      f"reads the first of {', '.join(LABEL_COLUMNS)} as the label): keep one"
+    )
   if not texts:
     raise DataError(f"{name}: no text column (columns: {', '.join(dataset.column_names) or 'none'})")
   if len(dataset) == 0:
@@ -246,14 +253,21 @@ def validate(dataset, name: str) -> PairCorpus:
     if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
       _first_bad(name, 0, column, _not_json_text(dataset, column), "not text")
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
-      raise DataError(f"{name}: column {column!r} holds {kind}, not text (every column but a label "
-                      f"({'/'.join(LABEL_COLUMNS)}) and dataset_name is a text column: anchor, positive, negatives)")
+      raise DataError(
+        f"{name}: column {column!r} holds {kind}, not text (every column but a label "
+        f"({'/'.join(LABEL_COLUMNS)}) and dataset_name is a text column: anchor, positive, negatives)"
+      )
   if label:
     kind = types.field(label).type
     if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
       _first_bad(name, 0, label, _not_json_number(dataset, label), "not a number")
-    if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
-            or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)):
+    if not (
+      pa.types.is_integer(kind)
+      or pa.types.is_floating(kind)
+      or pa.types.is_string(kind)
+      or pa.types.is_large_string(kind)
+      or pa.types.is_boolean(kind)
+    ):
       raise DataError(f"{name}: label column {label!r} holds {kind}, not numbers")
   arrow = dataset.select_columns(list(texts) + ([label] if label else [])).with_format("arrow")
   labels = []
@@ -280,7 +294,7 @@ def _json_values(dataset, column: str):
   """The JSON text of each value of a column that ``datasets`` read as JSON (its values of mixed types)."""
   import pyarrow as pa
 
-  values = dataset.with_format("arrow")[0:len(dataset)].column(column)
+  values = dataset.with_format("arrow")[0 : len(dataset)].column(column)
   return pa.chunked_array([chunk.storage for chunk in values.chunks], pa.string())
 
 

@@ -50,8 +50,9 @@ def data_dir(explicit: str | None = None) -> str:
   root = given_root(explicit)
   if root is None:
     raise DataError(
-        f"{_NO_ROOT}: fetch the benchmarks with `jaxcse-data download senteval --data_dir DIR`, then pass "
-        f"--data_dir DIR or set ${DATA_DIR_ENV}=DIR (a folder laid out as senteval/downstream/... and corpora/...)")
+      f"{_NO_ROOT}: fetch the benchmarks with `jaxcse-data download senteval --data_dir DIR`, then pass "
+      f"--data_dir DIR or set ${DATA_DIR_ENV}=DIR (a folder laid out as senteval/downstream/... and corpora/...)"
+    )
   return root
 
 
@@ -69,8 +70,10 @@ def embedded_file(relpath: str) -> str | None:
       raise DataError(f"{path}: missing from jaxcse's installed quickstart data; reinstall jaxcse")
     actual, expected = files.file_sha256(path), manifest.EMBEDDED_SHA256[key]
     if actual != expected:
-      raise DataError(f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
-                      "installed quickstart data is damaged: reinstall jaxcse")
+      raise DataError(
+        f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
+        "installed quickstart data is damaged: reinstall jaxcse"
+      )
     _embedded_checked.add(key)
   return path
 
@@ -86,11 +89,17 @@ def _announce(relpath: str, given: str | None) -> None:
     return
   _announced.add(key)
   if given:
-    line = ("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)", relpath,
-            given, EMBEDDED_ROOT)
+    line = (
+      "%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
+      relpath,
+      given,
+      EMBEDDED_ROOT,
+    )
   else:
-    line = ("%s: reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)",
-            _NO_ROOT)
+    line = (
+      "%s: reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)",
+      _NO_ROOT,
+    )
   if _held is None:
     log.warning(*line)
   else:
@@ -159,12 +168,16 @@ def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = Fa
     fetch = f"; `jaxcse-data download {download} --data_dir {given}` fetches it" if download else ""
     raise DataError(f"{relpath}: no such file (looked in {looked}){fetch}")
   looked = f" (looked in {cwd})" if cwd else ""
-  fetch = (f"`jaxcse-data download {download} --data_dir DIR` fetches it; then pass --data_dir DIR or set "
-           f"${DATA_DIR_ENV}=DIR" if download else
-           f"no jaxcse-data download provides it, so put it under a folder DIR and pass --data_dir DIR or set "
-           f"${DATA_DIR_ENV}=DIR")
-  raise DataError(f"{relpath}: no such file{looked}, {_NO_ROOT}, and the quickstart data shipped with jaxcse does "
-                  f"not have it: {fetch}")
+  fetch = (
+    f"`jaxcse-data download {download} --data_dir DIR` fetches it; then pass --data_dir DIR or set ${DATA_DIR_ENV}=DIR"
+    if download
+    else f"no jaxcse-data download provides it, so put it under a folder DIR and pass --data_dir DIR or set "
+    f"${DATA_DIR_ENV}=DIR"
+  )
+  raise DataError(
+    f"{relpath}: no such file{looked}, {_NO_ROOT}, and the quickstart data shipped with jaxcse does "
+    f"not have it: {fetch}"
+  )
 
 
 def resolve(path: str, root: str | None = None) -> str:

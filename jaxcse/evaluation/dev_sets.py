@@ -61,8 +61,9 @@ def read_table(path: str) -> dict[str, list]:
     else:
       frame = pd.read_parquet(path)
   except Exception as e:  # pandas' parsers raise many types; each is the file's problem.
-    raise data_lib.DataError(f"{path}: cannot be read as {suffix[1:]} ({type(e).__name__}: "
-                             f"{str(e).splitlines()[0] if str(e) else ''})") from None
+    raise data_lib.DataError(
+      f"{path}: cannot be read as {suffix[1:]} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    ) from None
   return {str(name): frame[name].tolist() for name in frame.columns}
 
 
@@ -76,8 +77,9 @@ def _column(table: dict[str, list], path: str, names: Sequence[str]) -> tuple[st
 def _texts(values: list, path: str, column: str) -> list[str]:
   for row, value in enumerate(values, start=1):
     if not isinstance(value, str) or not value.strip():
-      raise data_lib.DataError(f"{path}: row {row}, column {column}: {'empty' if value == '' else repr(value)} is "
-                               "not a text")
+      raise data_lib.DataError(
+        f"{path}: row {row}, column {column}: {'empty' if value == '' else repr(value)} is not a text"
+      )
   return list(values)
 
 
@@ -121,8 +123,10 @@ class RetrievalSet:
 def _table_in(folder: str, name: str) -> str:
   found = [os.path.join(folder, name + s) for s in TABLE_SUFFIXES if os.path.isfile(os.path.join(folder, name + s))]
   if len(found) != 1:
-    raise data_lib.DataError(f"{folder}: {'no' if not found else 'more than one'} {name} file (one of "
-                             f"{', '.join(name + s for s in TABLE_SUFFIXES)})")
+    raise data_lib.DataError(
+      f"{folder}: {'no' if not found else 'more than one'} {name} file (one of "
+      f"{', '.join(name + s for s in TABLE_SUFFIXES)})"
+    )
   return found[0]
 
 
@@ -144,8 +148,9 @@ def load_retrieval(folder: str) -> RetrievalSet:
   unknown query or document is an error.
   """
   if not os.path.isdir(folder):
-    raise data_lib.DataError(f"{folder}: not a folder (a retrieval dev set is a folder with queries, corpus and "
-                             "qrels files)")
+    raise data_lib.DataError(
+      f"{folder}: not a folder (a retrieval dev set is a folder with queries, corpus and qrels files)"
+    )
   queries, corpus = _id_texts(_table_in(folder, "queries")), _id_texts(_table_in(folder, "corpus"))
   path = _table_in(folder, "qrels")
   table = read_table(path)
@@ -179,8 +184,13 @@ def _dcg(relevances: Sequence[int], k: int) -> float:
   return sum(r / np.log2(i + 2) for i, r in enumerate(relevances[:k]))
 
 
-def retrieval_metrics(query_embeddings: np.ndarray, corpus_embeddings: np.ndarray, query_ids: Sequence[str],
-                      corpus_ids: Sequence[str], relevant: dict[str, set[str]]) -> dict[str, float]:
+def retrieval_metrics(
+  query_embeddings: np.ndarray,
+  corpus_embeddings: np.ndarray,
+  query_ids: Sequence[str],
+  corpus_ids: Sequence[str],
+  relevant: dict[str, set[str]],
+) -> dict[str, float]:
   """s-t's ``InformationRetrievalEvaluator.compute_metrics`` (cosine; its default ks) on given embeddings.
 
   Each query's ranking is the corpus by descending cosine, ties by ascending corpus id, cut at the largest k (100).
@@ -196,16 +206,25 @@ def retrieval_metrics(query_embeddings: np.ndarray, corpus_embeddings: np.ndarra
     ``RETRIEVAL_METRICS`` -> value, each the mean over the queries.
   """
   # s-t's cos_sim (torch's F.normalize, then the dot products), in float64.
-  scores = (embedder_lib.normalize_rows(np.asarray(query_embeddings, np.float64))
-            @ embedder_lib.normalize_rows(np.asarray(corpus_embeddings, np.float64)).T)
+  scores = (
+    embedder_lib.normalize_rows(np.asarray(query_embeddings, np.float64))
+    @ embedder_lib.normalize_rows(np.asarray(corpus_embeddings, np.float64)).T
+  )
   top = min(max(MAP_AT, MRR_AT, NDCG_AT, *ACCURACY_AT, *PRECISION_RECALL_AT), len(corpus_ids))
   ids = np.asarray(corpus_ids, dtype=object)
   id_rank = np.empty(len(corpus_ids), np.int64)
   id_rank[sorted(range(len(corpus_ids)), key=lambda i: corpus_ids[i])] = np.arange(len(corpus_ids))
-  sums = {name: 0.0 for name in (f"ndcg@{NDCG_AT}", f"mrr@{MRR_AT}", f"map@{MAP_AT}",
-                                  *(f"accuracy@{k}" for k in ACCURACY_AT),
-                                  *(f"precision@{k}" for k in PRECISION_RECALL_AT),
-                                  *(f"recall@{k}" for k in PRECISION_RECALL_AT))}
+  sums = {
+    name: 0.0
+    for name in (
+      f"ndcg@{NDCG_AT}",
+      f"mrr@{MRR_AT}",
+      f"map@{MAP_AT}",
+      *(f"accuracy@{k}" for k in ACCURACY_AT),
+      *(f"precision@{k}" for k in PRECISION_RECALL_AT),
+      *(f"recall@{k}" for k in PRECISION_RECALL_AT),
+    )
+  }
   for row, query in enumerate(query_ids):
     order = np.lexsort((id_rank, -scores[row]))[:top]  # Descending score, then ascending corpus id.
     hits = [int(doc in relevant[query]) for doc in ids[order]]
@@ -245,8 +264,10 @@ class OwnDevSets:
   @classmethod
   def load(cls, pairs: str = "", retrieval: str = "", root: str | None = None) -> OwnDevSets:
     """Reads the files (paths resolved by ``data.resolve``: as given, else under the data root); "" = none."""
-    return cls(load_pairs(data_lib.resolve(pairs, root)) if pairs else None,
-               load_retrieval(data_lib.resolve(retrieval, root)) if retrieval else None)
+    return cls(
+      load_pairs(data_lib.resolve(pairs, root)) if pairs else None,
+      load_retrieval(data_lib.resolve(retrieval, root)) if retrieval else None,
+    )
 
   def sentences(self) -> list[str]:
     """Every text to embed, each once."""
@@ -268,8 +289,13 @@ class OwnDevSets:
     if self.retrieval is not None:
       r = self.retrieval
       queries, documents = self._retrieval_texts()
-      found = retrieval_metrics(np.stack([table[t] for t in queries]), np.stack([table[t] for t in documents]),
-                                list(r.queries), list(r.corpus), r.relevant)
+      found = retrieval_metrics(
+        np.stack([table[t] for t in queries]),
+        np.stack([table[t] for t in documents]),
+        list(r.queries),
+        list(r.corpus),
+        r.relevant,
+      )
       out.update({f"retrieval_{k}": v for k, v in found.items()})
     return out
 

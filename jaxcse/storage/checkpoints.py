@@ -72,9 +72,10 @@ class CheckpointError(JaxcseError, RuntimeError):
 def manager(directory: str, *, max_to_keep: int = KEEP, create: bool = True) -> ocp.CheckpointManager:
   """A checkpoint manager keeping the newest ``max_to_keep`` steps; synchronous, atomic (tmp dir + rename)."""
   return ocp.CheckpointManager(
-      os.path.abspath(directory),
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create, enable_async_checkpointing=False,
-                                           cleanup_tmp_directories=create),
+    os.path.abspath(directory),
+    options=ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, create=create, enable_async_checkpointing=False, cleanup_tmp_directories=create
+    ),
   )
 
 
@@ -220,8 +221,10 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
 def verify_folder(path: str) -> str | None:
   """``verify`` of a checkpoint's folder, without a manager (which would create folders and remove temporary ones)."""
   if not os.path.isfile(os.path.join(path, CHECKSUMS)):
-    return (f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
-            "an older jaxcse wrote it)")
+    return (
+      f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
+      "an older jaxcse wrote it)"
+    )
   return files.digest_mismatch(path, CHECKSUMS, _file_digests(path))
 
 
@@ -248,8 +251,12 @@ def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str, *, intact: bo
     if jax.process_index() == 0:
       shutil.rmtree(src)
     why = f"is intact but {reason}" if intact else f"is not usable ({reason})"
-    log.warning("checkpoint %s %s; the same arrays and metadata are already set aside in %s, so this copy was "
-                "removed", src, why, copy)
+    log.warning(
+      "checkpoint %s %s; the same arrays and metadata are already set aside in %s, so this copy was removed",
+      src,
+      why,
+      copy,
+    )
     mngr.reload()
     return copy
   dest = os.path.join(set_aside_dir, f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}")
@@ -282,8 +289,7 @@ def _same_content(src: str, set_aside_dir: str, prefix: str) -> str | None:
     return None
   for name in sorted(os.listdir(set_aside_dir)):
     other = os.path.join(set_aside_dir, name)
-    if name.startswith(prefix) and os.path.isdir(other) and _read_meta(other) == meta and \
-        verify_folder(other) is None:
+    if name.startswith(prefix) and os.path.isdir(other) and _read_meta(other) == meta and verify_folder(other) is None:
       return other
   return None
 
@@ -342,8 +348,13 @@ def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
 
 
-def newest_good(mngr: ocp.CheckpointManager, read: Callable[[ocp.CheckpointManager, int], Any] | None = None, *,
-                steps: list[int] | None = None, set_aside_bad: bool) -> tuple[int, Any]:
+def newest_good(
+  mngr: ocp.CheckpointManager,
+  read: Callable[[ocp.CheckpointManager, int], Any] | None = None,
+  *,
+  steps: list[int] | None = None,
+  set_aside_bad: bool,
+) -> tuple[int, Any]:
   """The newest good checkpoint: ``(step, read(mngr, step))`` for the newest of ``steps`` that ``read`` reads.
 
   The one search for the newest good checkpoint, for the trainer (resume, the best checkpoint it keeps, the step
@@ -404,8 +415,11 @@ def _all_finite(leaves):
 # The probe batch: a short, an empty and a long sentence, cut to PROBE_LENGTH tokens. Finite parameters can still
 # overflow in the forward pass (weights near 1e30 after an exploding update); any such model gives non-finite
 # outputs on these, since every token goes through the same weights.
-PROBE_SENTENCES = ("A man is playing a guitar.", "", "The quick brown fox jumps over the lazy dog, twice, near "
-                   "the old river bank at dawn.")
+PROBE_SENTENCES = (
+  "A man is playing a guitar.",
+  "",
+  "The quick brown fox jumps over the lazy dog, twice, near the old river bank at dawn.",
+)
 PROBE_LENGTH = 32
 
 
@@ -451,8 +465,10 @@ def output_probe(spec: models.ModelSpec) -> Callable[..., str | None]:
     if bad:
       return f"its outputs ({', '.join(bad)}) are not finite on a probe batch"
     if distinct and spread is not None and spread <= COLLAPSE_TOLERANCE:
-      return (f"it embeds every sentence of a probe batch as the same vector (pooler {spec.pooling.test_pooler}: "
-              f"distances {float(spread):.1e} of the norm; a collapsed model)")
+      return (
+        f"it embeds every sentence of a probe batch as the same vector (pooler {spec.pooling.test_pooler}: "
+        f"distances {float(spread):.1e} of the norm; a collapsed model)"
+      )
     return None
 
   return probe
@@ -464,16 +480,20 @@ def description(workdir: str, **kwargs) -> models.ModelSpec:
   A workdir with ``INPUTS_FILE`` was written by a jaxcse that records its description too: a missing record there is
   refused, never read unverified.
   """
-  return models.from_description(os.path.join(workdir, MODEL_DIR),
-                                 expect_record=os.path.isfile(os.path.join(workdir, INPUTS_FILE)), **kwargs)
+  return models.from_description(
+    os.path.join(workdir, MODEL_DIR), expect_record=os.path.isfile(os.path.join(workdir, INPUTS_FILE)), **kwargs
+  )
 
 
 def find_workdir(path: str) -> str | None:
   """The training workdir that ``path`` is, or lies inside; None if it is not one."""
   path = os.path.abspath(path)
   while True:
-    if os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE)) or \
-        os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(os.path.join(path, "checkpoints")):
+    if (
+      os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE))
+      or os.path.isfile(os.path.join(path, "config.json"))
+      and os.path.isdir(os.path.join(path, "checkpoints"))
+    ):
       return path
     parent = os.path.dirname(path)
     if parent == path:
@@ -498,8 +518,10 @@ def checkpoint_choice(workdir: str, path: str, checkpoint: str) -> tuple[str, li
         raise FileNotFoundError(f"{path}: no checkpoint at step {checkpoint}")
       return path, [int(checkpoint)]
     if checkpoint not in ("best", os.path.basename(path)):  # "best" is the default: not a choice.
-      raise CheckpointError(f"{path} names the {os.path.basename(path)} checkpoints; --checkpoint {checkpoint} "
-                            "names others: give the workdir, or leave --checkpoint out")
+      raise CheckpointError(
+        f"{path} names the {os.path.basename(path)} checkpoints; --checkpoint {checkpoint} "
+        "names others: give the workdir, or leave --checkpoint out"
+      )
     steps = ocp.utils.checkpoint_steps(path) if os.path.isdir(path) else []
     if not steps:
       raise FileNotFoundError(f"{path}: no checkpoint there")
@@ -510,11 +532,15 @@ def checkpoint_choice(workdir: str, path: str, checkpoint: str) -> tuple[str, li
     return os.path.dirname(path), [int(os.path.basename(rel))]
   if rel != ".":
     if os.path.dirname(rel) == SET_ASIDE_DIR or rel.startswith(SET_ASIDE_DIR + os.sep):
-      raise CheckpointError(f"{path}: a set-aside checkpoint (moved out of the run {workdir}, damaged or no longer "
-                            "fitting it) is not served; give the workdir, or one of its checkpoints/best or "
-                            "checkpoints/latest folders")
-    raise CheckpointError(f"{path}: not a checkpoint of the workdir {workdir}; give the workdir, its "
-                          "checkpoints/best or checkpoints/latest folder, or one of their step folders")
+      raise CheckpointError(
+        f"{path}: a set-aside checkpoint (moved out of the run {workdir}, damaged or no longer "
+        "fitting it) is not served; give the workdir, or one of its checkpoints/best or "
+        "checkpoints/latest folders"
+      )
+    raise CheckpointError(
+      f"{path}: not a checkpoint of the workdir {workdir}; give the workdir, its "
+      "checkpoints/best or checkpoints/latest folder, or one of their step folders"
+    )
   if checkpoint.isdigit():
     for sub in (BEST_DIR, LATEST_DIR):
       if os.path.isdir(os.path.join(workdir, sub, checkpoint)):

@@ -53,8 +53,9 @@ def workdir_prompts(workdir: str) -> dict[str, str]:
   return {name: text for name, text in named.items() if text}
 
 
-def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
-               ) -> Loaded:
+def load_model(
+  path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
+) -> Loaded:
   """Loads a model for inference from a jaxcse workdir/checkpoint or a HF folder/hub id.
 
   Args:
@@ -74,8 +75,11 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
       chosen = pooler or st_format.read_pooler(folder)
       if chosen is None:
         chosen = "cls"
-        log.warning("%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
-                    "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose", path)
+        log.warning(
+          "%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
+          "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose",
+          path,
+        )
       spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
     except hub.NoSuchModelFolder:  # A path that does not exist: its own message (and suggestion) says it all.
       raise
@@ -85,8 +89,12 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     problem = _not_finite(spec, params)
     if problem:
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
-    return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False,
-                  prompts=st_format.read_prompts(folder))
+    return Loaded(
+      dataclasses.replace(spec, source=path, revision=commit),
+      params,
+      described=False,
+      prompts=st_format.read_prompts(folder),
+    )
   spec = checkpoints.description(workdir)
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
@@ -98,8 +106,9 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     params = checkpoints.restore(mngr, step, params=abstract)["params"]
     problem = _not_finite(spec, params, probe)
     if problem:
-      raise checkpoints.CheckpointError(f"checkpoint {os.path.join(directory, str(step))}: {problem}; it cannot "
-                                        "embed anything")
+      raise checkpoints.CheckpointError(
+        f"checkpoint {os.path.join(directory, str(step))}: {problem}; it cannot embed anything"
+      )
     return params
 
   mngr = checkpoints.manager(directory, create=False)
@@ -108,13 +117,20 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
   except checkpoints.CheckpointError as e:
     if os.path.basename(directory) != os.path.basename(checkpoints.BEST_DIR):
       raise
-    raise checkpoints.CheckpointError(f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
-                                      "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
-                                      ) from None
+    raise checkpoints.CheckpointError(
+      f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
+      "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
+    ) from None
   finally:
     mngr.close()
-  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)),
-                prompts=workdir_prompts(workdir))
+  return Loaded(
+    spec,
+    params,
+    described=True,
+    step=step,
+    checkpoints=os.path.basename(os.path.normpath(directory)),
+    prompts=workdir_prompts(workdir),
+  )
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:

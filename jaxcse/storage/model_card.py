@@ -19,28 +19,51 @@ from typing import Any
 from jaxcse.core import files
 
 # The config sections that hold a method's loss settings, by method ("loss" is every contrastive method's).
-LOSS_SECTIONS = {"simcse": ("loss",), "mixcse": ("loss", "mixcse"), "dclr": ("loss", "dclr"), "mlm": ("mlm",),
-                 "mnrl": ("mnrl",), "cosent": ("cosent",)}
+LOSS_SECTIONS = {
+  "simcse": ("loss",),
+  "mixcse": ("loss", "mixcse"),
+  "dclr": ("loss", "dclr"),
+  "mlm": ("mlm",),
+  "mnrl": ("mnrl",),
+  "cosent": ("cosent",),
+}
 # Hyperparameters that change the result, by config path, in the order the card lists them.
-HYPERPARAMETERS = ("train.batch_size", "train.learning_rate", "train.warmup_steps", "train.max_steps",
-                   "train.num_epochs", "train.weight_decay", "train.adam_b1", "train.adam_b2", "train.adam_eps",
-                   "train.max_grad_norm", "train.grad_cache_chunk", "data.max_seq_len", "data.no_duplicates",
-                   "model.pooler", "model.dropout", "model.attention_dropout_per_element", "model.dtype", "seed")
+HYPERPARAMETERS = (
+  "train.batch_size",
+  "train.learning_rate",
+  "train.warmup_steps",
+  "train.max_steps",
+  "train.num_epochs",
+  "train.weight_decay",
+  "train.adam_b1",
+  "train.adam_b2",
+  "train.adam_eps",
+  "train.max_grad_norm",
+  "train.grad_cache_chunk",
+  "data.max_seq_len",
+  "data.no_duplicates",
+  "model.pooler",
+  "model.dropout",
+  "model.attention_dropout_per_element",
+  "model.dtype",
+  "seed",
+)
 # Papers whose method a card names, for its citation section.
 REFERENCES = {
-    "simcse": "Gao, Yao and Chen. SimCSE: Simple Contrastive Learning of Sentence Embeddings. EMNLP 2021.",
-    "mixcse": "Zhang et al. Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives. "
-              "AAAI 2022.",
-    "dclr": "Zhou et al. Debiased Contrastive Learning of Unsupervised Sentence Representations. ACL 2022.",
-    "mnrl": "Henderson et al. Efficient Natural Language Response Suggestion for Smart Reply. 2017 (the "
-            "MultipleNegativesRankingLoss of sentence-transformers).",
-    "cosent": "Su. CoSENT: a more efficient sentence vector scheme than Sentence-BERT. 2022.",
+  "simcse": "Gao, Yao and Chen. SimCSE: Simple Contrastive Learning of Sentence Embeddings. EMNLP 2021.",
+  "mixcse": "Zhang et al. Unsupervised Sentence Representation via Contrastive Learning with Mixing Negatives. "
+  "AAAI 2022.",
+  "dclr": "Zhou et al. Debiased Contrastive Learning of Unsupervised Sentence Representations. ACL 2022.",
+  "mnrl": "Henderson et al. Efficient Natural Language Response Suggestion for Smart Reply. 2017 (the "
+  "MultipleNegativesRankingLoss of sentence-transformers).",
+  "cosent": "Su. CoSENT: a more efficient sentence vector scheme than Sentence-BERT. 2022.",
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainingRun:
   """What a jaxcse workdir recorded about its run, as the card reports it."""
+
   workdir: str  # As the user named it.
   step: int  # The exported checkpoint's step.
   checkpoints: str  # "best" or "latest": which of the workdir's checkpoints it is.
@@ -75,20 +98,32 @@ class TrainingRun:
     found = [r for r in self.evals if r["step"] == step]
     if not found:
       return {}
-    return {k.removeprefix("eval/"): v for k, v in found[-1].items()
-            if k.startswith("eval/") and k not in ("eval/seconds", "eval/metric")}
+    return {
+      k.removeprefix("eval/"): v
+      for k, v in found[-1].items()
+      if k.startswith("eval/") and k not in ("eval/seconds", "eval/metric")
+    }
 
 
 def _front_matter(tags: list[str], base_model: str | None, run: TrainingRun | None, metrics: dict[str, float]) -> str:
-  lines = ["---", "library_name: sentence-transformers", "pipeline_tag: sentence-similarity",
-           "tags: [" + ", ".join(tags) + "]"]
+  lines = [
+    "---",
+    "library_name: sentence-transformers",
+    "pipeline_tag: sentence-similarity",
+    "tags: [" + ", ".join(tags) + "]",
+  ]
   if base_model:
     lines.append(f"base_model: {base_model}")
   if run and metrics:
     # The hub's evaluation results: the dev metrics at the exported step (jaxcse's names, x1 as recorded).
-    lines += ["model-index:", "- name: " + os.path.basename(os.path.normpath(run.workdir)), "  results:",
-              "  - task: {type: sentence-similarity, name: Semantic Similarity}",
-              "    dataset: {name: dev, type: dev}", "    metrics:"]
+    lines += [
+      "model-index:",
+      "- name: " + os.path.basename(os.path.normpath(run.workdir)),
+      "  results:",
+      "  - task: {type: sentence-similarity, name: Semantic Similarity}",
+      "    dataset: {name: dev, type: dev}",
+      "    metrics:",
+    ]
     lines += [f"    - {{type: {name}, value: {value:.6g}, name: {name}}}" for name, value in sorted(metrics.items())]
   lines.append("---")
   return "\n".join(lines)
@@ -98,8 +133,10 @@ def _usage(pooling_lines: str, prompts: dict[str, str]) -> str:
   prompt_note = ""
   if prompts:
     first = next(iter(prompts))
-    prompt_note = (f"\n# Its prompts are applied by name (see Model details), e.g.:\n"
-                   f"query_embeddings = model.encode([\"How do I play a guitar?\"], prompt_name={first!r})")
+    prompt_note = (
+      f"\n# Its prompts are applied by name (see Model details), e.g.:\n"
+      f'query_embeddings = model.encode(["How do I play a guitar?"], prompt_name={first!r})'
+    )
   return f"""## Usage
 
 ### sentence-transformers
@@ -143,11 +180,12 @@ def _training(run: TrainingRun) -> str:
   method = run.value("method") or "?"
   out = ["## Training details", "", "### Training data", ""]
   source = run.value("data.train")
-  out.append(f"- Source: {_format(source)}" + (f" (data root {_format(run.value('data.data_dir'))})"
-                                                 if run.value("data.data_dir") else ""))
+  out.append(
+    f"- Source: {_format(source)}"
+    + (f" (data root {_format(run.value('data.data_dir'))})" if run.value("data.data_dir") else "")
+  )
   examples = run.summary.get("train_examples")
-  out.append(f"- Examples: {examples:,}" if isinstance(examples, int) else
-             "- Examples: not recorded by this run")
+  out.append(f"- Examples: {examples:,}" if isinstance(examples, int) else "- Examples: not recorded by this run")
   columns = run.summary.get("train_columns")
   if columns:
     out.append("- Columns, in order: " + ", ".join(f"`{c}`" for c in columns))
@@ -169,8 +207,10 @@ def _training(run: TrainingRun) -> str:
       out.append(f"| `{path}` | {_format(value)} |")
   devices = (run.summary.get("provenance") or {}).get("devices") or {}
   if devices:
-    out.append(f"| devices | {devices.get('count', '?')} x {devices.get('kind', '?')} "
-               f"({devices.get('processes', 1)} process(es)) |")
+    out.append(
+      f"| devices | {devices.get('count', '?')} x {devices.get('kind', '?')} "
+      f"({devices.get('processes', 1)} process(es)) |"
+    )
   steps, seconds = run.summary.get("steps"), (run.summary.get("provenance") or {}).get("wall_seconds")
   if steps is not None:
     out.append(f"| steps trained | {steps:,} |")
@@ -182,13 +222,20 @@ def _training(run: TrainingRun) -> str:
   before = run.eval_at(first) if first is not None and first != run.step else {}
   if exported:
     selection = run.value("eval.metric")
-    out.append(f"At the exported step {run.step:,} (the workdir's {run.checkpoints} checkpoint"
-               + (f"; checkpoints are selected by `{selection}`" if selection else "") + "):")
-    out += ["", "| metric | at step {:,} |".format(run.step) + (f" at step {first:,} |" if before else ""),
-            "|---|---|" + ("---|" if before else "")]
+    out.append(
+      f"At the exported step {run.step:,} (the workdir's {run.checkpoints} checkpoint"
+      + (f"; checkpoints are selected by `{selection}`" if selection else "")
+      + "):"
+    )
+    out += [
+      "",
+      "| metric | at step {:,} |".format(run.step) + (f" at step {first:,} |" if before else ""),
+      "|---|---|" + ("---|" if before else ""),
+    ]
     for name, value in sorted(exported.items()):
-      out.append(f"| `{name}` | {value:.4f} |" + (f" {before[name]:.4f} |" if name in before else
-                                                  (" |" if before else "")))
+      out.append(
+        f"| `{name}` | {value:.4f} |" + (f" {before[name]:.4f} |" if name in before else (" |" if before else ""))
+      )
   else:
     out.append(f"No evaluation was recorded at the exported step {run.step:,}.")
   versions = (run.summary.get("provenance") or {}).get("libraries") or {}
@@ -201,9 +248,19 @@ def _training(run: TrainingRun) -> str:
   return "\n".join(out) + "\n"
 
 
-def model_card(*, pooler: str, pooling_lines: str, source: str, architecture: str, modules: list[str], dim: int,
-               max_seq_len: int, base_model: str | None, prompts: dict[str, str] | None = None,
-               run: TrainingRun | None = None) -> str:
+def model_card(
+  *,
+  pooler: str,
+  pooling_lines: str,
+  source: str,
+  architecture: str,
+  modules: list[str],
+  dim: int,
+  max_seq_len: int,
+  base_model: str | None,
+  prompts: dict[str, str] | None = None,
+  run: TrainingRun | None = None,
+) -> str:
   """The README.md of an exported folder.
 
   Args:
@@ -217,24 +274,37 @@ def model_card(*, pooler: str, pooling_lines: str, source: str, architecture: st
   """
   prompts = prompts or {}
   method = run.value("method") if run else None
-  tags = ["sentence-transformers", "feature-extraction", "sentence-similarity", "jaxcse"] + (
-      [method] if method else [])
+  tags = ["sentence-transformers", "feature-extraction", "sentence-similarity", "jaxcse"] + ([method] if method else [])
   metrics = run.eval_at(run.step) if run else {}
-  details = ["## Model details", "",
-             f"- Source: {source}",
-             f"- Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)",
-             f"- sentence-transformers modules: Transformer, {', '.join(m.split('_', 1)[1] for m in modules)}",
-             f"- Output dimensionality: {dim}",
-             f"- Maximum sequence length: {max_seq_len} tokens",
-             "- Similarity function: cosine (embeddings are not normalised)"]
+  details = [
+    "## Model details",
+    "",
+    f"- Source: {source}",
+    f"- Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)",
+    f"- sentence-transformers modules: Transformer, {', '.join(m.split('_', 1)[1] for m in modules)}",
+    f"- Output dimensionality: {dim}",
+    f"- Maximum sequence length: {max_seq_len} tokens",
+    "- Similarity function: cosine (embeddings are not normalised)",
+  ]
   if prompts:
     details.append("- Prompts: " + ", ".join(f"`{name}` = {json.dumps(text)}" for name, text in prompts.items()))
   title = "# Sentence encoder trained with jaxcse" if run else "# Sentence encoder exported from jaxcse"
-  parts = [_front_matter(tags, base_model, run, metrics), title, "", "\n".join(details), "", _usage(pooling_lines,
-                                                                                                      prompts)]
+  parts = [
+    _front_matter(tags, base_model, run, metrics),
+    title,
+    "",
+    "\n".join(details),
+    "",
+    _usage(pooling_lines, prompts),
+  ]
   if run:
     parts.append(_training(run))
   if method in REFERENCES:
-    parts += ["## Citation", "", f"- {REFERENCES[method]}",
-              "- jaxcse: contrastive sentence embeddings in JAX/Flax.", ""]
+    parts += [
+      "## Citation",
+      "",
+      f"- {REFERENCES[method]}",
+      "- jaxcse: contrastive sentence embeddings in JAX/Flax.",
+      "",
+    ]
   return "\n".join(parts)

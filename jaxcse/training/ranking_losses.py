@@ -30,8 +30,15 @@ PARTITION_MODES = ("joint", "per_direction")
 HARDNESS_MODES = ("none", "in_batch_negatives", "hard_negatives", "all_negatives")
 
 
-def check_mnrl_settings(scale: float, directions: Sequence[str], partition_mode: str, hardness_mode: str,
-                        hardness_strength: float, *, prefix: str = "") -> None:
+def check_mnrl_settings(
+  scale: float,
+  directions: Sequence[str],
+  partition_mode: str,
+  hardness_mode: str,
+  hardness_strength: float,
+  *,
+  prefix: str = "",
+) -> None:
   """Raises ``ValueError`` (one line naming the setting) for a setting s-t's ``MultipleNegativesRankingLoss`` refuses.
 
   The same rules as its constructor: ``scale > 0``; at least one direction, all known, ``query_to_doc`` among them;
@@ -44,22 +51,28 @@ def check_mnrl_settings(scale: float, directions: Sequence[str], partition_mode:
   if not directions:
     raise ValueError(f"{prefix}directions is empty: give at least query_to_doc")
   if unknown := [d for d in directions if d not in DIRECTIONS]:
-    raise ValueError(f"{prefix}directions names unknown directions {', '.join(map(repr, unknown))}; choose from "
-                     f"{', '.join(DIRECTIONS)}")
+    raise ValueError(
+      f"{prefix}directions names unknown directions {', '.join(map(repr, unknown))}; choose from "
+      f"{', '.join(DIRECTIONS)}"
+    )
   if len(set(directions)) != len(directions):
     raise ValueError(f"{prefix}directions {','.join(directions)} name one direction twice")
   if "query_to_doc" not in directions:
-    raise ValueError(f"{prefix}directions {','.join(directions)} lack query_to_doc, the direction that holds the "
-                     "positive pair")
+    raise ValueError(
+      f"{prefix}directions {','.join(directions)} lack query_to_doc, the direction that holds the positive pair"
+    )
   if partition_mode not in PARTITION_MODES:
     raise ValueError(f"{prefix}partition_mode must be one of {', '.join(PARTITION_MODES)}, not {partition_mode!r}")
   if partition_mode == "per_direction" and (same := [d for d in ("query_to_query", "doc_to_doc") if d in directions]):
-    raise ValueError(f"{prefix}partition_mode per_direction cannot take {', '.join(same)} (its candidates never "
-                     "include the positive, so its own softmax is ill-defined): use partition_mode joint")
+    raise ValueError(
+      f"{prefix}partition_mode per_direction cannot take {', '.join(same)} (its candidates never "
+      "include the positive, so its own softmax is ill-defined): use partition_mode joint"
+    )
   if hardness_mode not in HARDNESS_MODES:
     raise ValueError(f"{prefix}hardness_mode must be one of {', '.join(HARDNESS_MODES)}, not {hardness_mode!r}")
-  if isinstance(hardness_strength, bool) or not isinstance(hardness_strength, (int, float)) or \
-      not hardness_strength >= 0:
+  if (
+    isinstance(hardness_strength, bool) or not isinstance(hardness_strength, (int, float)) or not hardness_strength >= 0
+  ):
     raise ValueError(f"{prefix}hardness_strength must be >= 0, not {hardness_strength!r}")
 
 
@@ -78,13 +91,13 @@ def _hardness_penalty_mask(batch: int, num_docs: int, hardness_mode: str) -> jax
 
 
 def mnrl_loss(
-    z: jax.Array,
-    *,
-    scale: float = 20.0,
-    directions: Sequence[str] = ("query_to_doc",),
-    partition_mode: str = "joint",
-    hardness_mode: str = "none",
-    hardness_strength: float = 0.0,
+  z: jax.Array,
+  *,
+  scale: float = 20.0,
+  directions: Sequence[str] = ("query_to_doc",),
+  partition_mode: str = "joint",
+  hardness_mode: str = "none",
+  hardness_strength: float = 0.0,
 ) -> jax.Array:
   r"""sentence-transformers 6's ``MultipleNegativesRankingLoss`` on the global batch's embeddings.
 
@@ -149,14 +162,16 @@ def mnrl_loss(
   logits = {"query_to_doc": jnp.concatenate([c / temperature for c in cosines], axis=1)}
   # s-t's order (query_to_doc, query_to_query, doc_to_query, doc_to_doc), whatever the order of ``directions``.
   if "query_to_query" in directions:
-    logits["query_to_query"] = jnp.where(jnp.eye(batch, dtype=bool), -jnp.inf,
-                                         cosine_similarity_matrix(queries, queries) / temperature)
+    logits["query_to_query"] = jnp.where(
+      jnp.eye(batch, dtype=bool), -jnp.inf, cosine_similarity_matrix(queries, queries) / temperature
+    )
   if "doc_to_query" in directions:
     logits["doc_to_query"] = cosines[0].T / temperature  # [i, j] = cos(q_j, d_i).
   if "doc_to_doc" in directions:
     own_docs = jnp.tile(jnp.eye(batch, dtype=bool), (1, len(docs)))
-    logits["doc_to_doc"] = jnp.where(own_docs, -jnp.inf, jnp.concatenate(
-        [cosine_similarity_matrix(positives, d) / temperature for d in docs], axis=1))
+    logits["doc_to_doc"] = jnp.where(
+      own_docs, -jnp.inf, jnp.concatenate([cosine_similarity_matrix(positives, d) / temperature for d in docs], axis=1)
+    )
   if hardness_mode != "none" and hardness_strength > 0:
     penalty = hardness_strength * jax.lax.stop_gradient(jnp.concatenate(cosines, axis=1))
     mask = _hardness_penalty_mask(batch, len(docs), hardness_mode)
@@ -164,8 +179,7 @@ def mnrl_loss(
 
   if partition_mode == "joint":
     # The positive is column i of the first block: the cross-entropy with label i (simcse_loss's computation).
-    return optax.softmax_cross_entropy_with_integer_labels(jnp.concatenate(list(logits.values()), axis=1),
-                                                           rows).mean()
+    return optax.softmax_cross_entropy_with_integer_labels(jnp.concatenate(list(logits.values()), axis=1), rows).mean()
   positive = logits["query_to_doc"][rows, rows]
   log_z = sum(jax.nn.logsumexp(block, axis=1) for block in logits.values()) / len(logits)
   return jnp.mean(log_z - positive)
@@ -212,4 +226,3 @@ def cosent_loss(z1: jax.Array, z2: jax.Array, labels: jax.Array, *, scale: float
   lower = labels[:, None] < labels[None, :]  # [i, j]: pair i is gold-scored below pair j.
   differences = jnp.where(lower, scores[:, None] - scores[None, :], -jnp.inf).reshape(-1)
   return jax.nn.logsumexp(jnp.concatenate([jnp.zeros((1,), differences.dtype), differences]))
-

@@ -1,9 +1,11 @@
 """Minor faults and CPU seconds per quickstart-shaped train step under one malloc setting (argv[1])."""
+
 import ctypes
 import os
 import resource
 import sys
 import time
+
 mode = sys.argv[1]
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 5
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 64
@@ -25,14 +27,21 @@ if mode == "jaxcse":
   pass
 sys.path.insert(0, os.getcwd())
 from benchmarks import bench
+
 ids, mask = bench.random_batch(bench.SHAPES["mini"], batch, 32)
 side = bench.jaxcse_train_step(bench.SHAPES["mini"], ids, mask, steps=100)
 for _ in range(3):
   side.run()
-r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.perf_counter()
+r0 = resource.getrusage(resource.RUSAGE_SELF)
+t0 = time.perf_counter()
 for _ in range(steps):
   side.run()
-r1 = resource.getrusage(resource.RUSAGE_SELF); t1 = time.perf_counter()
-cpu_u = (r1.ru_utime - r0.ru_utime) / steps; cpu_s = (r1.ru_stime - r0.ru_stime) / steps
-print(f"{mode:14s} batch {batch}: minflt/step {(r1.ru_minflt - r0.ru_minflt) / steps:9.0f}  user {cpu_u:.3f} sys {cpu_s:.3f} "
-      f"cpu {cpu_u + cpu_s:.3f} s/step  wall {(t1 - t0) / steps:.3f}  maxrss {r1.ru_maxrss/1024:.0f} MiB  load {os.getloadavg()[0]:.2f}", flush=True)
+r1 = resource.getrusage(resource.RUSAGE_SELF)
+t1 = time.perf_counter()
+cpu_u = (r1.ru_utime - r0.ru_utime) / steps
+cpu_s = (r1.ru_stime - r0.ru_stime) / steps
+print(
+  f"{mode:14s} batch {batch}: minflt/step {(r1.ru_minflt - r0.ru_minflt) / steps:9.0f}  user {cpu_u:.3f} sys {cpu_s:.3f} "
+  f"cpu {cpu_u + cpu_s:.3f} s/step  wall {(t1 - t0) / steps:.3f}  maxrss {r1.ru_maxrss / 1024:.0f} MiB  load {os.getloadavg()[0]:.2f}",
+  flush=True,
+)
