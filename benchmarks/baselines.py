@@ -43,8 +43,9 @@ class TorchSetup:
     return f"PyTorch on {self.device}, {precision}{scaler} ({self.reason})"
 
 
-def choose_torch_setup(jax_platform: str, cuda_available: bool, bf16_supported: bool, device_name: str = ""
-                       ) -> TorchSetup:
+def choose_torch_setup(
+  jax_platform: str, cuda_available: bool, bf16_supported: bool, device_name: str = ""
+) -> TorchSetup:
   """The PyTorch side for a jaxcse run on ``jax_platform``, from the facts about torch's devices (no torch here).
 
   The two sides must share the device: on a GPU, CUDA with automatic mixed precision, bfloat16 autocast where the
@@ -60,10 +61,12 @@ def choose_torch_setup(jax_platform: str, cuda_available: bool, bf16_supported: 
       return TorchSetup(None, reason="jax runs on a GPU but torch sees none (install a CUDA build of torch)")
     if bf16_supported:
       return TorchSetup("cuda", "bfloat16", False, f"{device_name or 'the GPU'} supports bfloat16")
-    return TorchSetup("cuda", "float16", True,
-                      f"{device_name or 'the GPU'} has no bfloat16: float16 as SimCSE's --fp16")
-  return TorchSetup("cpu", None, False, "jax runs on the CPU" + (" (torch sees a GPU, left unused)" if cuda_available
-                                                                 else ""))
+    return TorchSetup(
+      "cuda", "float16", True, f"{device_name or 'the GPU'} has no bfloat16: float16 as SimCSE's --fp16"
+    )
+  return TorchSetup(
+    "cpu", None, False, "jax runs on the CPU" + (" (torch sees a GPU, left unused)" if cuda_available else "")
+  )
 
 
 def torch_device_facts() -> dict:
@@ -76,8 +79,11 @@ def torch_device_facts() -> dict:
 
   cuda = torch.cuda.is_available()
   bf16 = cuda and torch.cuda.is_bf16_supported(including_emulation=False)  # torch >= 2.3; the extra needs 2.4.
-  return {"cuda_available": cuda, "bf16_supported": bool(bf16),
-          "device_name": torch.cuda.get_device_name(0) if cuda else ""}
+  return {
+    "cuda_available": cuda,
+    "bf16_supported": bool(bf16),
+    "device_name": torch.cuda.get_device_name(0) if cuda else "",
+  }
 
 
 def torch_setup(jax_platform: str) -> TorchSetup:
@@ -164,9 +170,16 @@ def _adamw(params, device, **kwargs):
   return torch.optim.AdamW(params, fused=device.type == "cuda", **kwargs)
 
 
-def torch_train_step(shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, setup: TorchSetup = CPU_FLOAT32,
-                     compile: bool = False, gradient_checkpointing: bool = False
-                     ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None], Callable[[], int | None]]:
+def torch_train_step(
+  shape,
+  ids: np.ndarray,
+  mask: np.ndarray,
+  *,
+  steps: int,
+  setup: TorchSetup = CPU_FLOAT32,
+  compile: bool = False,
+  gradient_checkpointing: bool = False,
+) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None], Callable[[], int | None]]:
   """SimCSE's unsupervised step in PyTorch (its ``cl_forward`` with HF Trainer's AdamW, clipping and schedule).
 
   Returns (run one step, last loss, release, peak device bytes). ``setup`` picks the device and the mixed
@@ -223,9 +236,9 @@ def torch_train_step(shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, se
   return run, lambda: last["loss"], release, peak
 
 
-def torch_mlm_step(shape, ids: np.ndarray, *, steps: int, dropout: float = 0.1, setup: TorchSetup = CPU_FLOAT32,
-                   compile: bool = False
-                   ) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None], Callable[[], int | None]]:
+def torch_mlm_step(
+  shape, ids: np.ndarray, *, steps: int, dropout: float = 0.1, setup: TorchSetup = CPU_FLOAT32, compile: bool = False
+) -> tuple[Callable[[], None], Callable[[], float], Callable[[], None], Callable[[], int | None]]:
   """A PyTorch ``BertForMaskedLM`` step as Hugging Face's run_mlm.py trains: AdamW, clipping, linear schedule.
 
   The 15% masking is drawn once (the data collator's work, on the CPU, is left out of the timing); the loss is
@@ -266,9 +279,14 @@ def torch_mlm_step(shape, ids: np.ndarray, *, steps: int, dropout: float = 0.1, 
   return run, lambda: last["loss"], optimizer.state.clear, peak
 
 
-def sentence_transformers_encode(model_path: str, sentences: Sequence[str], *, batch_size: int,
-                                 max_seq_len: int | None, setup: TorchSetup = CPU_FLOAT32
-                                 ) -> tuple[Callable[[], np.ndarray], int, Callable[[], int | None]]:
+def sentence_transformers_encode(
+  model_path: str,
+  sentences: Sequence[str],
+  *,
+  batch_size: int,
+  max_seq_len: int | None,
+  setup: TorchSetup = CPU_FLOAT32,
+) -> tuple[Callable[[], np.ndarray], int, Callable[[], int | None]]:
   """sentence-transformers' ``encode`` of ``sentences`` (float32 unit vectors): ``(run, max_seq_length, peak bytes)``.
 
   On a GPU the model is cast to the setup's half precision, as sentence-transformers users serve it
@@ -295,15 +313,18 @@ def senteval_checkout(senteval_dir: str | None) -> str:
   """The SimCSE checkout whose ``SentEval/`` copy the evaluate benchmark drives: the flag, else the environment."""
   path = senteval_dir or os.environ.get(SENTEVAL_DIR_ENV)
   if not path:
-    raise SystemExit(f"error: pass --senteval_dir (or set ${SENTEVAL_DIR_ENV}) to a checkout of "
-                     "https://github.com/princeton-nlp/SimCSE, whose SentEval/ folder is the baseline")
+    raise SystemExit(
+      f"error: pass --senteval_dir (or set ${SENTEVAL_DIR_ENV}) to a checkout of "
+      "https://github.com/princeton-nlp/SimCSE, whose SentEval/ folder is the baseline"
+    )
   if not os.path.isdir(os.path.join(path, "SentEval", "senteval")):
     raise SystemExit(f"error: {path}/SentEval/senteval: not found; --senteval_dir must be a SimCSE checkout")
   return path
 
 
-def senteval_sts(senteval_dir: str, data_root: str, model_path: str, pooler: str, tasks: Sequence[str],
-                 batch_size: int) -> Callable[[], dict]:
+def senteval_sts(
+  senteval_dir: str, data_root: str, model_path: str, pooler: str, tasks: Sequence[str], batch_size: int
+) -> Callable[[], dict]:
   """SentEval's STS run as SimCSE's ``evaluation.py`` (test mode) drives it, with a PyTorch ``AutoModel``."""
   import torch
   from transformers import AutoModel, AutoTokenizer
@@ -314,8 +335,9 @@ def senteval_sts(senteval_dir: str, data_root: str, model_path: str, pooler: str
   except ImportError as e:
     raise SystemExit(f"{senteval_dir}/SentEval: no SentEval checkout there ({e}); pass --senteval_dir") from None
   tokenizer = AutoTokenizer.from_pretrained(model_path)
-  has_torch_weights = any(os.path.isfile(os.path.join(model_path, f))
-                          for f in ("model.safetensors", "pytorch_model.bin"))
+  has_torch_weights = any(
+    os.path.isfile(os.path.join(model_path, f)) for f in ("model.safetensors", "pytorch_model.bin")
+  )
   model = AutoModel.from_pretrained(model_path, from_flax=not has_torch_weights).eval()
 
   def batcher(params, batch):
@@ -331,8 +353,13 @@ def senteval_sts(senteval_dir: str, data_root: str, model_path: str, pooler: str
       return out.last_hidden_state[:, 0].cpu()
     raise ValueError(f"the SentEval side supports poolers avg and cls_before_pooler, not {pooler!r}")
 
-  params = {"task_path": os.path.join(data_root, "senteval"), "usepytorch": True, "kfold": 10, "batch_size": batch_size,
-            "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4}}
+  params = {
+    "task_path": os.path.join(data_root, "senteval"),
+    "usepytorch": True,
+    "kfold": 10,
+    "batch_size": batch_size,
+    "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4},
+  }
 
   def run():
     return {task: senteval.engine.SE(params, batcher, lambda p, s: None).eval(task) for task in tasks}

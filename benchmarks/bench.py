@@ -11,6 +11,14 @@ device, inputs and threads, excludes warm-up (compilation, first calls) from
 the timings, and prints as its last line ``<name>: <x.xx>x``: baseline time
 over jaxcse time, so above 1 means jaxcse is faster.
 
+Like for like on a CPU: ``--threads N`` (default 1 on a machine without
+accelerators) pins the whole process to N cores before jax starts, so XLA's
+thread pool and torch (``torch.set_num_threads``) both get N threads on the same
+cores; ``--threads 0`` leaves both to their defaults. The train and pretrain
+benchmarks print CPU seconds per step beside wall time, and every benchmark
+prints the load average and a warning when it exceeds the machine's cores (then
+compare CPU seconds: wall time measures the queue).
+
 The PyTorch side takes its fastest usual form for the device jax runs on
 (``baselines.choose_torch_setup``): on a GPU, CUDA with automatic mixed
 precision (bfloat16 autocast, or float16 with a GradScaler where the GPU has no
@@ -65,10 +73,11 @@ import numpy as np
 
 from jaxcse import data as data_lib, evaluate, models
 from jaxcse.inference import embedder as embedder_lib
-from jaxcse.core import errors
+from jaxcse.core import errors, platforms
 from jaxcse.storage import hub
-from jaxcse.training import objectives, train_step
+from jaxcse.training import objectives
 from jaxcse.evaluation import sts_data
+from jaxcse.training import train_step
 
 
 def _baselines():
@@ -76,7 +85,7 @@ def _baselines():
   try:
     from benchmarks import baselines
   except ImportError as e:
-    raise SystemExit(f"error: the baselines need torch: pip install -e \".[torch]\" ({e})") from None
+    raise SystemExit(f'error: the baselines need torch: pip install -e ".[torch]" ({e})') from None
   return baselines
 
 
@@ -93,17 +102,23 @@ class Shape:
   def bert_config(self, dropout: float = 0.1):
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=self.vocab, hidden_size=self.hidden, num_hidden_layers=self.layers,
-                      num_attention_heads=self.heads, intermediate_size=self.intermediate,
-                      max_position_embeddings=512, hidden_dropout_prob=dropout,
-                      attention_probs_dropout_prob=dropout)
+    return BertConfig(
+      vocab_size=self.vocab,
+      hidden_size=self.hidden,
+      num_hidden_layers=self.layers,
+      num_attention_heads=self.heads,
+      intermediate_size=self.intermediate,
+      max_position_embeddings=512,
+      hidden_dropout_prob=dropout,
+      attention_probs_dropout_prob=dropout,
+    )
 
 
 SHAPES = {
-    "tiny": Shape(layers=2, hidden=64, heads=2, intermediate=256, vocab=2000),
-    "mini": Shape(layers=4, hidden=256, heads=4, intermediate=1024, vocab=8192),  # configs/pretrain_mlm.py
-    "minilm": Shape(layers=6, hidden=384, heads=12, intermediate=1536),  # all-MiniLM-L6-v2
-    "base": Shape(layers=12, hidden=768, heads=12, intermediate=3072),  # bert-base-uncased
+  "tiny": Shape(layers=2, hidden=64, heads=2, intermediate=256, vocab=2000),
+  "mini": Shape(layers=4, hidden=256, heads=4, intermediate=1024, vocab=8192),  # configs/pretrain_mlm.py
+  "minilm": Shape(layers=6, hidden=384, heads=12, intermediate=1536),  # all-MiniLM-L6-v2
+  "base": Shape(layers=12, hidden=768, heads=12, intermediate=3072),  # bert-base-uncased
 }
 
 
@@ -115,14 +130,65 @@ def ratio_line(name: str, baseline_seconds: float, jaxcse_seconds: float) -> str
 _MEMORY_ENV = ("XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_MEM_FRACTION")
 
 
+def load_warning(load: float, cores: int) -> str | None:
+  """A warning when the 1-minute load average exceeds the machine's cores: wall times then measure the queue."""
+  if load <= cores:
+    return None
+  return (
+    f"warning: load average {load:.2f} exceeds this machine's {cores} cores: other processes share them, so "
+    "wall times are inflated unevenly; compare the CPU seconds per step"
+  )
+
+
 def machine_line() -> str:
-  """Load and cores next to every measurement: a loaded machine slows both sides, not always equally."""
+  """Load, cores and pinning next to every measurement (and a warning line when the load exceeds the cores)."""
   load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
   device = jax.devices()[0]
   memory = "".join(f", {k}={os.environ[k]}" for k in _MEMORY_ENV if k in os.environ)
-  return (f"machine: {os.cpu_count()} cpus, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"jax {jax.__version__} on {device.platform} ({device.device_kind}), "
-          f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}{memory}")
+  cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  line = (
+    f"machine: {os.cpu_count()} cpus (this process on {cpus}), load average {load[0]:.2f} {load[1]:.2f} "
+    f"{load[2]:.2f}, jax {jax.__version__} on {device.platform} ({device.device_kind}), "
+    f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}{memory}"
+  )
+  warning = load_warning(load[0], os.cpu_count() or 1)
+  return f"{line}\n{warning}" if warning else line
+
+
+def pin_threads(threads: int) -> tuple[list[int], Callable[[], None]]:
+  """Pins every thread of this process, and so every thread started later, to the first ``threads`` CPUs it may use.
+
+  Returns the CPUs and a function that restores each thread's former affinity. XLA:CPU sizes its thread pool by
+  the CPUs the process may use when jax's CPU client starts, so pinning before it starts gives jax the same thread
+  count as ``torch.set_num_threads(threads)`` gives torch; a client already started keeps its pool (then only the
+  cores are shared). Linux only (``/proc/self/task``); elsewhere only the calling thread is pinned.
+  """
+  allowed = sorted(os.sched_getaffinity(0))
+  if not 1 <= threads <= len(allowed):
+    raise errors.JaxcseError(f"--threads {threads}: this process may use {len(allowed)} CPUs ({allowed})")
+  cpus = set(allowed[:threads])
+  tids = [int(t) for t in os.listdir("/proc/self/task")] if os.path.isdir("/proc/self/task") else [0]
+  before = {}
+  for tid in tids:
+    try:
+      before[tid] = os.sched_getaffinity(tid)
+      os.sched_setaffinity(tid, cpus)
+    except OSError:  # The thread ended meanwhile.
+      before.pop(tid, None)
+
+  def restore():
+    for tid, mask in before.items():
+      try:
+        os.sched_setaffinity(tid, mask)
+      except OSError:
+        pass
+
+  return sorted(cpus), restore
+
+
+def process_cpu_seconds() -> float:
+  """User + system CPU seconds of this process, every thread (jax's and torch's pools included)."""
+  return time.process_time()
 
 
 def default_dtype(platform: str) -> str:
@@ -133,20 +199,25 @@ def default_dtype(platform: str) -> str:
   return "bfloat16" if platform in ("gpu", "tpu") else "float32"
 
 
-def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int) -> dict[str, list[float]]:
+def time_interleaved(
+  fns: dict[str, Callable[[], None]], *, rounds: int, repeats: int, cpu: dict[str, list[float]] | None = None
+) -> dict[str, list[float]]:
   """Seconds per call of each function, alternating between them every ``repeats`` calls.
 
   Interleaving spreads load from other processes over every side instead of
-  letting it land on whichever ran during a busy spell.
+  letting it land on whichever ran during a busy spell. ``cpu``, if given, gets each call's CPU seconds (the
+  process's, all threads), which load from other processes inflates far less than wall time.
   """
   times = {name: [] for name in fns}
   for r in range(rounds):
     names = list(fns) if r % 2 == 0 else list(reversed(fns))
     for name in names:
       for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = process_cpu_seconds(), time.perf_counter()
         fns[name]()
         times[name].append(time.perf_counter() - t0)
+        if cpu is not None:
+          cpu.setdefault(name, []).append(process_cpu_seconds() - c0)
   return times
 
 
@@ -157,8 +228,17 @@ def time_interleaved(fns: dict[str, Callable[[], None]], *, rounds: int, repeats
 # The V100 has no bfloat16: its float16 peak. H100/H200 NVL boards run at other clocks and are left to the
 # measured peak rather than guessed.
 KNOWN_PEAKS = {
-    "H100 SXM": 989e12, "H100 PCIe": 756e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "A10G": 70e12,
-    "V100 (float16)": 125e12, "TPU v4": 275e12, "TPU v5e": 197e12, "TPU v5p": 459e12, "TPU v6e": 918e12,
+  "H100 SXM": 989e12,
+  "H100 PCIe": 756e12,
+  "H200": 989e12,
+  "A100": 312e12,
+  "L4": 121e12,
+  "A10G": 70e12,
+  "V100 (float16)": 125e12,
+  "TPU v4": 275e12,
+  "TPU v5e": 197e12,
+  "TPU v5p": 459e12,
+  "TPU v6e": 918e12,
 }
 
 
@@ -309,20 +389,35 @@ def simcse_config(steps: int):
   return repo_config("base", steps)
 
 
-def jaxcse_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, *, steps: int, dtype=jnp.float32,
-                      grad_cache_chunk: int = 0, gradient_checkpointing: bool = False) -> Side:
+def jaxcse_train_step(
+  shape: Shape,
+  ids: np.ndarray,
+  mask: np.ndarray,
+  *,
+  steps: int,
+  dtype=jnp.float32,
+  grad_cache_chunk: int = 0,
+  gradient_checkpointing: bool = False,
+) -> Side:
   """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``
   as given); params and optimizer state float32 whatever ``dtype`` computes in."""
-  spec = models.build_spec(shape.bert_config(), None, models.PoolerSpec("cls", mlp_only_train=True), dtype=dtype,
-                           gradient_checkpointing=gradient_checkpointing)
+  spec = models.build_spec(
+    shape.bert_config(),
+    None,
+    models.PoolerSpec("cls", mlp_only_train=True),
+    dtype=dtype,
+    gradient_checkpointing=gradient_checkpointing,
+  )
   params = models.init_params(spec, seed=0)
   config = simcse_config(steps)
   config.train.grad_cache_chunk = grad_cache_chunk
   config.model.gradient_checkpointing = gradient_checkpointing
   tx = train_step.make_optimizer(config.train, steps)
   step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
-  state = {"state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
-           "loss": None}
+  state = {
+    "state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
+    "loss": None,
+  }
   batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": mask[:, None]})
 
   def run():
@@ -347,8 +442,8 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
     return objective.loss(config, train_step.embed_views(module, p, batch, rng), rng, None)[0]
 
   parts = {
-      "forward (train mode)": jax.jit(loss_fn),
-      "forward+backward": jax.jit(jax.value_and_grad(loss_fn)),
+    "forward (train mode)": jax.jit(loss_fn),
+    "forward+backward": jax.jit(jax.value_and_grad(loss_fn)),
   }
   for name, fn in parts.items():
     compiled = fn.lower(params).compile()
@@ -360,8 +455,10 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
       t0 = time.perf_counter()
       jax.block_until_ready(fn(params))
       times.append(time.perf_counter() - t0)
-    print(f"profile: {name}: {statistics.median(times):.3f} s, XLA flops {cost.get('flops', float('nan')) / 1e9:.1f} G,"
-          f" bytes accessed {cost.get('bytes accessed', float('nan')) / 1e9:.2f} GB")
+    print(
+      f"profile: {name}: {statistics.median(times):.3f} s, XLA flops {cost.get('flops', float('nan')) / 1e9:.1f} G,"
+      f" bytes accessed {cost.get('bytes accessed', float('nan')) / 1e9:.2f} GB"
+    )
 
 
 # --------------------------------------------------------------------------
@@ -423,25 +520,38 @@ def run_sides(builders: dict[str, Callable[[], Side]], warmup: int) -> tuple[dic
   return sides, peaks
 
 
-def report(times: dict[str, list[float]], flops: dict[str, float], units: tuple[int, str], peak: float,
-           peak_label: str, peaks: dict[str, int | None]) -> dict[str, float]:
-  """Prints each side's s/step, throughput, MFU and peak memory; returns the median seconds per step."""
+def report(
+  times: dict[str, list[float]],
+  flops: dict[str, float],
+  units: tuple[int, str],
+  peak: float,
+  peak_label: str,
+  peaks: dict[str, int | None],
+  cpu: dict[str, list[float]] | None = None,
+) -> dict[str, float]:
+  """Prints each side's s/step, CPU s/step, throughput, MFU and peak memory; returns the median seconds per step."""
   count, unit = units
   medians = {}
   for name, ts in times.items():
     medians[name] = t = statistics.median(ts)
-    print(f"{name}: {t:.4f} s/step (median of {len(ts)}; min {min(ts):.4f}), {count / t:.1f} {unit}/s, "
-          f"{flops[name] / 1e9:.1f} GFLOP/step, {format_flops(flops[name] / t)}, "
-          f"MFU {mfu(flops[name], t, peak) * 100:.1f}% of {peak_label}, peak memory {format_bytes(peaks[name])}")
+    cpu_s = f", CPU {statistics.median(cpu[name]):.4f} s/step" if cpu and cpu.get(name) else ""
+    print(
+      f"{name}: {t:.4f} s/step (median of {len(ts)}; min {min(ts):.4f}){cpu_s}, {count / t:.1f} {unit}/s, "
+      f"{flops[name] / 1e9:.1f} GFLOP/step, {format_flops(flops[name] / t)}, "
+      f"MFU {mfu(flops[name], t, peak) * 100:.1f}% of {peak_label}, peak memory {format_bytes(peaks[name])}"
+    )
   return medians
 
 
-def final_line(name: str, medians: dict[str, float], setup) -> str:
-  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran."""
+def final_line(name: str, medians: dict[str, float], setup, cpu: dict[str, list[float]] | None = None) -> str:
+  """The ratio against eager PyTorch (its usual form), after the one against ``torch.compile`` when it ran, and
+  after the ratio of median CPU seconds (``cpu``), which load from other processes distorts less than wall time."""
   if "pytorch" not in medians:
     return f"{name}: n/a ({setup.describe() if setup.device is None else 'the PyTorch side did not run'})"
   if "pytorch+compile" in medians:
     print(f"vs pytorch+compile: {medians['pytorch+compile'] / medians['jaxcse']:.2f}x")
+  if cpu and cpu.get("pytorch") and cpu.get("jaxcse"):
+    print(f"by CPU seconds: {statistics.median(cpu['pytorch']) / statistics.median(cpu['jaxcse']):.2f}x")
   return ratio_line(name, medians["pytorch"], medians["jaxcse"])
 
 
@@ -454,23 +564,33 @@ def bench_train(args) -> str:
   if args.find_max_batch:
     return bench_max_batch(args, shape, dtype_name, setup, torch_line)
   ids, mask = random_batch(shape, args.batch_size, args.max_seq_len)
-  print(f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
-        f"jaxcse computes in {dtype_name} (params float32); {torch_line}")
+  print(
+    f"train: shape {args.shape} {shape}, batch {args.batch_size} (x2 views), length {args.max_seq_len}, "
+    f"jaxcse computes in {dtype_name} (params float32); {torch_line}"
+  )
   if args.profile:
     profile_train_step(shape, ids, mask, args.repeats, DTYPES[dtype_name])
   steps = args.warmup + args.rounds * args.repeats
   builders = {"jaxcse": lambda: jaxcse_train_step(shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name])}
-  builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_train_step(
-      shape, ids, mask, steps=steps, setup=setup, compile=compile)))
+  builders.update(
+    torch_builders(
+      args,
+      setup,
+      lambda compile: _baselines().torch_train_step(shape, ids, mask, steps=steps, setup=setup, compile=compile),
+    )
+  )
   sides, peaks = run_sides(builders, args.warmup)
-  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  cpu = {}
+  times = time_interleaved(
+    {name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats, cpu=cpu
+  )
   peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
-  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks)
+  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks, cpu)
   for side in sides.values():
     side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
-  return final_line(f"train_{args.shape}", medians, setup)
+  return final_line(f"train_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -485,8 +605,9 @@ def is_out_of_memory(error: BaseException) -> bool:
   return any(s in text for s in ("resource_exhausted", "out of memory", "outofmemoryerror"))
 
 
-def fits_in_memory(build: Callable[[int], Side], batch: int, *, steps: int = 2,
-                   free: Callable[[], None] = gc.collect) -> bool:
+def fits_in_memory(
+  build: Callable[[int], Side], batch: int, *, steps: int = 2, free: Callable[[], None] = gc.collect
+) -> bool:
   """Whether ``steps`` steps of ``build(batch)`` run: False on an out-of-memory error, other errors propagate.
 
   Two steps, because the first one allocates what the optimizer keeps (PyTorch's Adam moments appear there) and
@@ -560,8 +681,12 @@ def find_max_batch(fits: Callable[[int], bool], *, start: int, cap: int, granula
 
 
 # jaxcse's memory savers, (GradCache, gradient checkpointing); PyTorch's, gradient checkpointing.
-JAX_MEMORY_VARIANTS = {"plain": (False, False), "GradCache": (True, False), "checkpointing": (False, True),
-                       "GradCache+checkpointing": (True, True)}
+JAX_MEMORY_VARIANTS = {
+  "plain": (False, False),
+  "GradCache": (True, False),
+  "checkpointing": (False, True),
+  "GradCache+checkpointing": (True, True),
+}
 TORCH_MEMORY_VARIANTS = {"plain": False, "checkpointing": True}
 
 
@@ -573,17 +698,25 @@ def bench_max_batch(args, shape: Shape, dtype_name: str, setup, torch_line: str)
   g = args.batch_granularity
   length = args.max_seq_len
   print(f"find max batch: shape {args.shape} {shape}, length {length}, jaxcse computes in {dtype_name}; {torch_line}")
-  print(f"find max batch: doubling from {args.batch_size}, then bisecting to multiples of {g} (GradCache: of its "
-        f"chunk {chunk}), up to {cap}" + (" (on a CPU, memory exhaustion kills the process instead of raising: "
-                                         "keep the cap below the host's memory)" if platform == "cpu" else ""))
+  print(
+    f"find max batch: doubling from {args.batch_size}, then bisecting to multiples of {g} (GradCache: of its "
+    f"chunk {chunk}), up to {cap}"
+    + (
+      " (on a CPU, memory exhaustion kills the process instead of raising: keep the cap below the host's memory)"
+      if platform == "cpu"
+      else ""
+    )
+  )
   results = {}
 
   def search(label, build, granularity, free):
     def fits(batch):
       t0 = time.perf_counter()
       ok = fits_in_memory(build, batch, free=free)
-      print(f"probe: {label} batch {batch}: {'fits' if ok else 'out of memory'} ({time.perf_counter() - t0:.1f} s)",
-            flush=True)
+      print(
+        f"probe: {label} batch {batch}: {'fits' if ok else 'out of memory'} ({time.perf_counter() - t0:.1f} s)",
+        flush=True,
+      )
       return ok
 
     results[label] = find_max_batch(fits, start=args.batch_size, cap=cap, granularity=granularity)
@@ -594,14 +727,31 @@ def bench_max_batch(args, shape: Shape, dtype_name: str, setup, torch_line: str)
   if setup.device is not None:
     baselines = _baselines()
     for name, checkpointing in TORCH_MEMORY_VARIANTS.items():
-      search(f"pytorch {name}", lambda b, c=checkpointing: Side(*baselines.torch_train_step(
-          shape, *random_batch(shape, b, length), steps=3, setup=setup, gradient_checkpointing=c)),
-          g, baselines.free_memory)
+      search(
+        f"pytorch {name}",
+        lambda b, c=checkpointing: Side(
+          *baselines.torch_train_step(
+            shape, *random_batch(shape, b, length), steps=3, setup=setup, gradient_checkpointing=c
+          )
+        ),
+        g,
+        baselines.free_memory,
+      )
   for name, (cached, checkpointing) in JAX_MEMORY_VARIANTS.items():
     label = f"jaxcse {name}" + (f" (chunk {chunk})" if cached else "")
-    search(label, lambda b, c=cached, k=checkpointing: jaxcse_train_step(
-        shape, *random_batch(shape, b, length), steps=3, dtype=DTYPES[dtype_name], grad_cache_chunk=chunk if c else 0,
-        gradient_checkpointing=k), chunk if cached else g, gc.collect)
+    search(
+      label,
+      lambda b, c=cached, k=checkpointing: jaxcse_train_step(
+        shape,
+        *random_batch(shape, b, length),
+        steps=3,
+        dtype=DTYPES[dtype_name],
+        grad_cache_chunk=chunk if c else 0,
+        gradient_checkpointing=k,
+      ),
+      chunk if cached else g,
+      gc.collect,
+    )
   print(machine_line())
   if "pytorch plain" not in results:
     return f"max_batch_{args.shape}: n/a ({setup.describe()})"
@@ -638,18 +788,20 @@ def pretrain_flops(shape: Shape, rows: int, length: int, predictions: int) -> fl
   return 3 * (encoder + head)
 
 
-def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp.float32, dropout: float = 0.1
-                         ) -> Side:
+def jaxcse_pretrain_step(shape: Shape, ids: np.ndarray, *, steps: int, dtype=jnp.float32, dropout: float = 0.1) -> Side:
   """jaxcse's MLM step (``configs/pretrain_mlm.py``) on a fresh model; params and optimizer state float32."""
   config = repo_config("pretrain_mlm", steps)
   config.data.max_seq_len = ids.shape[1]
   hf_config = shape.bert_config(dropout)
-  spec, params = models.build_random(hf_config, _BenchTokenizer(), models.PoolerSpec("avg"), dtype=dtype,
-                                     with_mlm_head=True)
+  spec, params = models.build_random(
+    hf_config, _BenchTokenizer(), models.PoolerSpec("avg"), dtype=dtype, with_mlm_head=True
+  )
   tx = train_step.make_optimizer(config.train, steps)
   step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
-  state = {"state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
-           "loss": None}
+  state = {
+    "state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
+    "loss": None,
+  }
   batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": np.ones_like(ids)[:, None]})
 
   def run():
@@ -669,25 +821,38 @@ def bench_pretrain(args) -> str:
   predictions = math.ceil(0.15 * args.max_seq_len)
   tokens = args.batch_size * args.max_seq_len
   print(machine_line())
-  print(f"pretrain: shape {args.shape} {shape}, dropout {args.dropout}, batch {args.batch_size} x length "
-        f"{args.max_seq_len} ({tokens} tokens/step), jaxcse computes in {dtype_name} (params float32); {torch_line}")
+  print(
+    f"pretrain: shape {args.shape} {shape}, dropout {args.dropout}, batch {args.batch_size} x length "
+    f"{args.max_seq_len} ({tokens} tokens/step), jaxcse computes in {dtype_name} (params float32); {torch_line}"
+  )
   steps = args.warmup + args.rounds * args.repeats
-  builders = {"jaxcse": lambda: jaxcse_pretrain_step(shape, ids, steps=steps, dtype=DTYPES[dtype_name],
-                                                     dropout=args.dropout)}
-  builders.update(torch_builders(args, setup, lambda compile: _baselines().torch_mlm_step(
-      shape, ids, steps=steps, dropout=args.dropout, setup=setup, compile=compile)))
+  builders = {
+    "jaxcse": lambda: jaxcse_pretrain_step(shape, ids, steps=steps, dtype=DTYPES[dtype_name], dropout=args.dropout)
+  }
+  builders.update(
+    torch_builders(
+      args,
+      setup,
+      lambda compile: _baselines().torch_mlm_step(
+        shape, ids, steps=steps, dropout=args.dropout, setup=setup, compile=compile
+      ),
+    )
+  )
   sides, peaks = run_sides(builders, args.warmup)
-  times = time_interleaved({name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats)
+  cpu = {}
+  times = time_interleaved(
+    {name: side.run for name, side in sides.items()}, rounds=args.rounds, repeats=args.repeats, cpu=cpu
+  )
   peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   # jaxcse computes the output layer at the masked positions, PyTorch's BertForMaskedLM at every position.
   theirs = pretrain_flops(shape, args.batch_size, args.max_seq_len, args.max_seq_len)
   flops = {name: theirs for name in sides}
   flops["jaxcse"] = pretrain_flops(shape, args.batch_size, args.max_seq_len, predictions)
-  medians = report(times, flops, (tokens, "tokens"), peak, peak_label, peaks)
+  medians = report(times, flops, (tokens, "tokens"), peak, peak_label, peaks, cpu)
   for side in sides.values():
     side.release()
   print(machine_line())
-  return final_line(f"pretrain_{args.shape}", medians, setup)
+  return final_line(f"pretrain_{args.shape}", medians, setup, cpu)
 
 
 # --------------------------------------------------------------------------
@@ -727,11 +892,14 @@ def bench_encode(args) -> str:
   peaks = {}
   if setup.device is not None:
     run_st, max_seq_len, st_peak = _baselines().sentence_transformers_encode(
-        path, sentences, batch_size=args.batch_size, max_seq_len=max_seq_len, setup=setup)
+      path, sentences, batch_size=args.batch_size, max_seq_len=max_seq_len, setup=setup
+    )
     sides["sentence-transformers"] = run_st
   embedder = embedder_lib.BucketedEmbedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len)
-  print(f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
-        f"max_seq_len {embedder.max_seq_len}, jaxcse computes in {dtype_name}; {torch_line}")
+  print(
+    f"encode: {len(sentences)} sentences of {input_path}, model {args.model}, batch {args.batch_size}, "
+    f"max_seq_len {embedder.max_seq_len}, jaxcse computes in {dtype_name}; {torch_line}"
+  )
 
   def run_jaxcse():
     out = embedder(sentences, params)
@@ -747,8 +915,10 @@ def bench_encode(args) -> str:
   times = time_interleaved(sides, rounds=args.rounds, repeats=args.repeats)
   medians = {name: statistics.median(ts) for name, ts in times.items()}
   for name, t in medians.items():
-    print(f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])}), "
-          f"peak memory {format_bytes(peaks[name])}")
+    print(
+      f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])}), "
+      f"peak memory {format_bytes(peaks[name])}"
+    )
   print(machine_line())
   if "sentence-transformers" not in medians:
     return f"encode: n/a ({setup.describe()})"
@@ -778,8 +948,7 @@ def bench_evaluate(args) -> str:
 
   run_senteval = baselines.senteval_sts(senteval_dir, root, path, args.pooler, tasks, args.batch_size)
   print(machine_line())
-  print(f"evaluate: tasks {tasks}, model {args.model}, pooler {args.pooler}, batch {args.batch_size}, "
-        f"{torch_line}")
+  print(f"evaluate: tasks {tasks}, model {args.model}, pooler {args.pooler}, batch {args.batch_size}, {torch_line}")
 
   results = {}
 
@@ -788,8 +957,10 @@ def bench_evaluate(args) -> str:
 
   def run_se():
     raw = run_senteval()
-    results["senteval"] = {t: (raw[t]["all"]["spearman"]["all"] if t.startswith("STS1")
-                               else raw[t]["test"]["spearman"].correlation) * 100 for t in tasks}
+    results["senteval"] = {
+      t: (raw[t]["all"]["spearman"]["all"] if t.startswith("STS1") else raw[t]["test"]["spearman"].correlation) * 100
+      for t in tasks
+    }
 
   t0 = time.perf_counter()
   run_jaxcse()  # Warm-up: compiles the length buckets.
@@ -810,8 +981,11 @@ def bench_evaluate(args) -> str:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m benchmarks.bench", description=__doc__.split("\n\n")[0],
-                                   epilog="Each benchmark's flags: BENCHMARK --help (e.g. train --help).")
+  parser = argparse.ArgumentParser(
+    prog="python -m benchmarks.bench",
+    description=__doc__.split("\n\n")[0],
+    epilog="Each benchmark's flags: BENCHMARK --help (e.g. train --help).",
+  )
   sub = parser.add_subparsers(dest="benchmark", required=True)
 
   p = sub.add_parser("train", help="train step vs SimCSE's PyTorch step")
@@ -822,14 +996,22 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
-  p.add_argument("--find_max_batch", action="store_true",
-                 help="instead of timing, find the largest batch of each side, with and without GradCache and "
-                 "gradient checkpointing (doubling from --batch_size, then bisecting)")
-  p.add_argument("--max_batch_cap", type=int, default=0,
-                 help="largest batch --find_max_batch tries (0: 65536 on a GPU/TPU, 4x --batch_size on a CPU)")
+  p.add_argument(
+    "--find_max_batch",
+    action="store_true",
+    help="instead of timing, find the largest batch of each side, with and without GradCache and "
+    "gradient checkpointing (doubling from --batch_size, then bisecting)",
+  )
+  p.add_argument(
+    "--max_batch_cap",
+    type=int,
+    default=0,
+    help="largest batch --find_max_batch tries (0: 65536 on a GPU/TPU, 4x --batch_size on a CPU)",
+  )
   p.add_argument("--batch_granularity", type=int, default=8, help="--find_max_batch bisects to multiples of this")
-  p.add_argument("--grad_cache_chunk", type=int, default=0,
-                 help="GradCache's chunk in --find_max_batch (0: --batch_size)")
+  p.add_argument(
+    "--grad_cache_chunk", type=int, default=0, help="GradCache's chunk in --find_max_batch (0: --batch_size)"
+  )
 
   p = sub.add_parser("pretrain", help="MLM pretraining step vs PyTorch BertForMaskedLM")
   p.add_argument("--shape", choices=sorted(SHAPES), default="mini")
@@ -853,35 +1035,69 @@ def main(argv: Sequence[str] | None = None) -> int:
   p = sub.add_parser("evaluate", help="jaxcse STS evaluation vs SentEval as SimCSE drives it")
   p.add_argument("--model", default="all-MiniLM-L6-v2")
   p.add_argument("--pooler", choices=("avg", "cls_before_pooler"), default="avg")
-  p.add_argument("--tasks", default="sts", help="sts, or a comma-separated list of STS12..16, STSBenchmark, SICKRelatedness")
-  p.add_argument("--senteval_dir", default=None,
-                 help="a SimCSE checkout (its SentEval/ copy); default $JAXCSE_SENTEVAL_DIR")
+  p.add_argument(
+    "--tasks", default="sts", help="sts, or a comma-separated list of STS12..16, STSBenchmark, SICKRelatedness"
+  )
+  p.add_argument(
+    "--senteval_dir", default=None, help="a SimCSE checkout (its SentEval/ copy); default $JAXCSE_SENTEVAL_DIR"
+  )
   p.add_argument("--batch_size", type=int, default=128, help="sentences per batch on both sides (SentEval's default)")
   p.add_argument("--rounds", type=int, default=1)
 
   for name in ("train", "pretrain", "encode"):
     p = sub.choices[name]
-    p.add_argument("--dtype", choices=tuple(DTYPES), default=None,
-                   help="jaxcse's compute dtype; params and optimizer state stay float32 (default: bfloat16 on a "
-                   "GPU/TPU, float32 on a CPU)")
+    p.add_argument(
+      "--dtype",
+      choices=tuple(DTYPES),
+      default=None,
+      help="jaxcse's compute dtype; params and optimizer state stay float32 (default: bfloat16 on a "
+      "GPU/TPU, float32 on a CPU)",
+    )
   for name in ("train", "pretrain"):
     p = sub.choices[name]
-    p.add_argument("--peak_size", type=int, default=0,
-                   help="side of the square matmul that measures the peak (0: 2048 on a CPU, 8192 on a GPU/TPU)")
-    p.add_argument("--torch_compile", choices=("auto", "on", "off"), default="auto",
-                   help="also time the PyTorch step through torch.compile (auto: on CUDA)")
+    p.add_argument(
+      "--peak_size",
+      type=int,
+      default=0,
+      help="side of the square matmul that measures the peak (0: 2048 on a CPU, 8192 on a GPU/TPU)",
+    )
+    p.add_argument(
+      "--torch_compile",
+      choices=("auto", "on", "off"),
+      default="auto",
+      help="also time the PyTorch step through torch.compile (auto: on CUDA)",
+    )
   for p in sub.choices.values():
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default, all cores)")
+    p.add_argument(
+      "--threads",
+      type=int,
+      default=-1,
+      help="pin the process to this many cores and give torch and XLA as many threads (like for like); "
+      "0: neither pinned nor limited (torch's and XLA's defaults); default: 1 on a machine without "
+      "accelerators, else 0; --threads 2 on an idle machine measures scaling",
+    )
     p.add_argument("--data_dir", default=None, help=f"data root (default ${data_lib.DATA_DIR_ENV})")
   args = parser.parse_args(argv)
+  if args.threads < 0:
+    args.threads = 0 if platforms.has_accelerator() else 1
+  # Before jax's CPU client starts (jax.devices, below): XLA sizes its thread pool by the CPUs it may use.
+  restore = pin_threads(args.threads)[1] if args.threads else (lambda: None)
+  try:
+    return _run_benchmark(args)
+  finally:
+    restore()
+
+
+def _run_benchmark(args) -> int:
   # Both sides share the device. By default jax reserves 75% of a GPU's memory when its backend starts, which
   # would starve the PyTorch side: allocate on demand instead (set before the first jax call starts the backend).
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   if getattr(args, "find_max_batch", False):
     # jax's allocator still stops at this fraction of the device (default 0.75): give it what PyTorch may use.
     os.environ.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.95")
-  line = {"train": bench_train, "pretrain": bench_pretrain, "encode": bench_encode,
-          "evaluate": bench_evaluate}[args.benchmark](args)
+  line = {"train": bench_train, "pretrain": bench_pretrain, "encode": bench_encode, "evaluate": bench_evaluate}[
+    args.benchmark
+  ](args)
   print(line, flush=True)
   return 0
 

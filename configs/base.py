@@ -29,7 +29,9 @@ def get_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict()
   config.model.name = "bert-base-uncased"  # HF folder, hub id, or an offline-package name (see README).
   config.model.revision = ""  # For a hub id: the branch, tag or commit to load ("" = main); recorded in model/.
-  config.model.init = "pretrained"  # pretrained: model.name's weights; random: a fresh model.architecture (pretraining).
+  config.model.init = (
+    "pretrained"  # pretrained: model.name's weights; random: a fresh model.architecture (pretraining).
+  )
   config.model.tokenizer = ""  # With init=random: the tokenizer folder (its vocabulary sets the embedding size).
   config.model.pooler = "cls"  # cls | cls_before_pooler | avg | avg_top2 | avg_first_last.
   config.model.mlp_only_train = True  # SimCSE unsup: train with the cls MLP, evaluate without it.
@@ -46,10 +48,20 @@ def get_config() -> ml_collections.ConfigDict:
 
   config.data = ml_collections.ConfigDict()
   config.data.data_dir = ""  # Data root; empty = $JAXCSE_DATA_DIR. Relative paths below resolve there.
-  config.data.train = "corpora/wiki1m_for_simcse.txt"  # .txt, .csv (sent0,sent1[,hard_neg]) or tfds:NAME[:split].
+  # .txt, .csv (sent0,sent1[,hard_neg]), tfds:NAME[:split]; pair data (docs/own_data.md): .jsonl, .parquet, a
+  # Dataset.save_to_disk folder or hf:NAME[:CONFIG[:SPLIT]], columns in order anchor, positive, negatives.
+  config.data.train = "corpora/wiki1m_for_simcse.txt"
+  # How a .csv reads: simcse (a header sent0[,sent1[,hard_neg]] or text) or sentence_transformers (any names, in
+  # order anchor, positive, negatives; a label/score column is the label), as for .jsonl.
+  config.data.csv_format = "simcse"
   config.data.max_seq_len = 32  # Training sentences are cut to this many tokens (special tokens included).
   config.data.skip_empty_lines = True  # Skip and count empty lines of a .txt corpus; False = error.
   config.data.no_duplicates = False  # Never put the same text twice in a batch (it would be a false negative).
+  # Prompts (instructions) put before the texts in training, kept with the model and applied by name when it encodes
+  # (`Encoder.encode(..., prompt_name="query")`, `jaxcse-encode --prompt_name`, MTEB, the export): "query" before the
+  # first (anchor) column, "document" before every other column; "" = none. E.g. "query: " and "passage: ".
+  config.data.query_prompt = ""
+  config.data.document_prompt = ""
   config.data.tfds_text_feature = "text"  # With train = "tfds:NAME[:split]": the Text feature to train on.
   config.data.tfds_data_dir = ""  # TFDS data folder for tfds: sources; empty = $TFDS_DATA_DIR or ~/tensorflow_datasets.
   config.data.heldout_fraction = 0.0  # Hold out this share of a .txt corpus's lines (by content hash) for evaluation.
@@ -58,6 +70,21 @@ def get_config() -> ml_collections.ConfigDict:
   config.loss = ml_collections.ConfigDict()
   config.loss.temperature = 0.05  # Softmax temperature of the contrastive loss.
   config.loss.hard_negative_weight = 0.0  # Supervised only: log-weight on each anchor's own hard negative.
+
+  # method="mnrl": sentence-transformers 6's MultipleNegativesRankingLoss on columns anchor, positive, negative_1..k
+  # (k >= 0); its defaults. With k = 1 and scale = 1 / loss.temperature it is supervised SimCSE (docs/methods.md).
+  config.mnrl = ml_collections.ConfigDict()
+  config.mnrl.scale = 20.0  # Multiplies the cosines: 1 / temperature (20 = temperature 0.05).
+  # Comma-separated, query_to_doc first and always: + doc_to_query (symmetric InfoNCE), query_to_query, doc_to_doc.
+  config.mnrl.directions = "query_to_doc"
+  config.mnrl.partition_mode = "joint"  # joint: one softmax over every direction; per_direction: one each, averaged.
+  # none | in_batch_negatives | hard_negatives | all_negatives: which negatives' logits get the hardness penalty.
+  config.mnrl.hardness_mode = "none"
+  config.mnrl.hardness_strength = 0.0  # The penalty's alpha: + alpha x cosine (no gradient) on those logits; >= 0.
+
+  # method="cosent": sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs with a gold score.
+  config.cosent = ml_collections.ConfigDict()
+  config.cosent.scale = 20.0  # Multiplies the cosines (s-t's default).
 
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
@@ -84,7 +111,7 @@ def get_config() -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict()
   config.train.batch_size = 64  # Global batch (all devices); in-batch negatives span it.
   config.train.num_epochs = 1  # Passes over the corpus; ignored when max_steps > 0.
-  config.train.max_steps = -1  # If > 0, train exactly this many steps (the lr decays over them).
+  config.train.max_steps = -1  # > 0: train exactly this many steps (the lr decays over them); -1: num_epochs epochs.
   config.train.learning_rate = 3e-5  # Peak AdamW learning rate.
   config.train.warmup_steps = 0  # Linear warmup steps before the linear decay to 0.
   config.train.weight_decay = 0.0  # AdamW decoupled weight decay (not on biases and LayerNorm).
@@ -104,7 +131,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.eval.every = 125  # Evaluate STS-B dev every this many steps and keep the best checkpoint.
   config.eval.at_start = False  # Also evaluate before the first step (reports the starting point).
   config.eval.at_end = True  # Also evaluate after the last step.
-  config.eval.metric = "stsb_dev"  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm).
+  # Model selection: stsb_dev, stsb_sickr_dev (DCLR's), heldout_mlm_accuracy (mlm), or a number of your own dev sets
+  # below: pairs_spearman, pairs_pearson, retrieval_ndcg@10, retrieval_mrr@10, retrieval_map@100, retrieval_recall@10..
+  config.eval.metric = "stsb_dev"
+  # Your own dev sets, scored at each evaluation as sentence-transformers' evaluators score them (docs/evaluation.md):
+  config.eval.pairs = ""  # A .jsonl/.csv/.parquet of sentence1, sentence2, score ("" = none): pairs_spearman, ...
+  config.eval.retrieval = ""  # A folder of queries, corpus and qrels files ("" = none): retrieval_ndcg@10, ...
   config.eval.batch_size = 128  # Sentences per encoding batch during evaluation.
   config.eval.sickr_dev = True  # Also score SICK-R dev at each evaluation (logged; stsb_sickr_dev needs it).
 

@@ -30,14 +30,16 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.init = "random"
   config.model.name = ""
   config.model.tokenizer = "jaxcse/wordpiece-wiki-uncased-8k"  # Shipped with jaxcse (see jaxcse/pretrained/).
-  config.model.architecture = ml_collections.ConfigDict(dict(
+  config.model.architecture = ml_collections.ConfigDict(
+    dict(
       model_type="bert",  # A transformers model type with a Flax implementation.
       num_hidden_layers=4,  # BERT-Mini.
       hidden_size=256,
       num_attention_heads=4,
       intermediate_size=1024,
       max_position_embeddings=128,  # = data.max_seq_len: no position is left untrained.
-  ))
+    )
+  )
   config.model.pooler = "avg"  # Only the STS-B dev evaluations during pretraining use it.
   config.model.dropout = 0.0
   config.model.mlp_only_train = False

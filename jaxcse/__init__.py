@@ -1,10 +1,14 @@
 """jaxcse: contrastive sentence embeddings (SimCSE, MixCSE, DCLR) in JAX/Flax."""
 
-from jaxcse.core import platforms as _platforms
+from jaxcse.core import compat as _compat, platforms as _platforms
 from jaxcse.version import __version__  # noqa: F401  (jaxcse.__version__)
 
 # Before anything imports jax: no accelerator here -> jax's CPU only (jaxcse/core/platforms.py says why).
 _platforms.cpu_only_without_accelerators()
+# And, on the CPU only, XLA's per-step buffers kept by malloc rather than mapped afresh each step (same docstring).
+_platforms.keep_xla_cpu_buffers()
+# Before anything imports transformers: jaxcse needs no PyTorch, so its absence is no news (compat.py).
+_compat.without_transformers_torch_notice()
 
 
 def __getattr__(name):

@@ -21,6 +21,7 @@ run resumes at its last finished chunk and produces byte-identical output.
 from __future__ import annotations
 
 import csv
+import errno
 import functools
 import json
 import os
@@ -32,14 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse import data as data_lib, models
-from jaxcse.inference import embedder as embedder_lib
-from jaxcse.storage import loading
-from jaxcse.models import poolers
-from jaxcse.core import provenance
-from jaxcse.core import errors, files
+from jaxcse.core import errors, files, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
-
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.models import poolers
+from jaxcse.storage import loading
 
 # --------------------------------------------------------------------------
 # Streaming input.
@@ -51,7 +50,9 @@ def _text_rows(path: str) -> Iterator[str]:
       try:
         text = line.decode("utf-8-sig" if lineno == 1 else "utf-8")
       except UnicodeDecodeError as e:
-        raise data_lib.DataError(f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)") from None
+        raise data_lib.DataError(
+          f"{path}:{lineno}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)"
+        ) from None
       yield text.rstrip("\n").removesuffix("\r")
 
 
@@ -119,9 +120,20 @@ class Encoder:
   Uses the test-time pooler saved with a jaxcse model (or the one given).
   """
 
-  def __init__(self, spec: models.ModelSpec, params, pooler: str | None = None, *, batch_size: int = 128,
-               max_seq_len: int | None = None, step: int | None = None):
+  def __init__(
+    self,
+    spec: models.ModelSpec,
+    params,
+    pooler: str | None = None,
+    *,
+    batch_size: int = 128,
+    max_seq_len: int | None = None,
+    step: int | None = None,
+    prompts: dict[str, str] | None = None,
+  ):
     self.spec = spec
+    # Prompt name -> text put before each sentence encoded with ``prompt_name`` (the model's own: ``Encoder.load``).
+    self.prompts = dict(prompts or {})
     self.embedder = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
     self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
@@ -132,11 +144,24 @@ class Encoder:
     self._faiss = None
 
   @classmethod
-  def load(cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", revision: str | None = None,
-           **kwargs) -> "Encoder":
+  def load(
+    cls, path: str, pooler: str | None = None, *, checkpoint: str = "best", revision: str | None = None, **kwargs
+  ) -> "Encoder":
     """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
     loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler, revision=revision)
+    kwargs.setdefault("prompts", loaded.prompts)
     return cls(loaded.spec, loaded.params, pooler, step=loaded.step, **kwargs)
+
+  def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+    """The text put before each sentence: ``prompt`` if given, else the model's prompt ``prompt_name``, else ""."""
+    if prompt is not None:
+      return prompt
+    if prompt_name is None:
+      return ""
+    if prompt_name not in self.prompts:
+      known = ", ".join(repr(name) for name in self.prompts) or "none"
+      raise PromptError(f"prompt_name {prompt_name!r} is not one of this model's prompts ({known})")
+    return self.prompts[prompt_name]
 
   @property
   def fingerprint(self) -> str:
@@ -149,22 +174,34 @@ class Encoder:
   def dim(self) -> int:
     return self.spec.hidden_size
 
-  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None) -> np.ndarray:
-    """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks)."""
-    return self._embedder(batch_size)(sentences, self.params)
+  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None, progress=None) -> np.ndarray:
+    """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks); ``progress``
+    (a ``progress.Progress``) counts the sentences as they are embedded."""
+    return self._embedder(batch_size)(sentences, self.params, progress=progress)
 
   def _embedder(self, batch_size: int | None) -> embedder_lib.BucketedEmbedder:
     """The embedder for a batch size (one per size: each compiles its own shapes once)."""
     if not batch_size or batch_size == self.embedder.batch_size:
       return self.embedder
     if batch_size not in self._embedders:
-      self._embedders[batch_size] = embedder_lib.BucketedEmbedder(self.spec, self.pooler, batch_size=batch_size,
-                                                          max_seq_len=self.embedder.max_seq_len)
+      self._embedders[batch_size] = embedder_lib.BucketedEmbedder(
+        self.spec, self.pooler, batch_size=batch_size, max_seq_len=self.embedder.max_seq_len
+      )
     return self._embedders[batch_size]
 
-  def encode(self, sentences: str | Iterable[str] | Iterable[dict], *, batch_size: int | None = None,
-             normalize_embeddings: bool = False, show_progress_bar: bool | None = None,
-             convert_to_numpy: bool = True, chunk_size: int | None = 8192, **kwargs) -> np.ndarray:
+  def encode(
+    self,
+    sentences: str | Iterable[str] | Iterable[dict],
+    *,
+    batch_size: int | None = None,
+    normalize_embeddings: bool = False,
+    show_progress_bar: bool | None = None,
+    convert_to_numpy: bool = True,
+    chunk_size: int | None = 8192,
+    prompt_name: str | None = None,
+    prompt: str | None = None,
+    **kwargs,
+  ) -> np.ndarray:
     """float32 ``[n, dim]`` embeddings in input order (a single string gives ``[dim]``).
 
     The call shape of sentence-transformers' and MTEB's encoders: ``batch_size``, ``normalize_embeddings``,
@@ -178,11 +215,23 @@ class Encoder:
       normalize_embeddings: L2-normalise every row.
       show_progress_bar: a bar over the sentences (None: on a terminal, for more than one chunk).
       chunk_size: sentences tokenized and embedded at a time (memory stays at one chunk).
+      prompt_name: one of the model's ``prompts`` (e.g. ``"query"``), put before every sentence, as
+        sentence-transformers does; an unknown name is a ``PromptError``.
+      prompt: a text to put before every sentence instead (wins over ``prompt_name``).
     """
     del convert_to_numpy, kwargs
     if isinstance(sentences, str):
-      return self.encode([sentences], batch_size=batch_size, normalize_embeddings=normalize_embeddings)[0]
+      return self.encode(
+        [sentences],
+        batch_size=batch_size,
+        normalize_embeddings=normalize_embeddings,
+        prompt_name=prompt_name,
+        prompt=prompt,
+      )[0]
+    prefix = self.prompt(prompt_name, prompt)
     sentences = _texts(sentences)
+    if prefix:
+      sentences = [prefix + sentence for sentence in sentences]
     chunk_size = chunk_size or 8192
     from tqdm.auto import tqdm
 
@@ -203,8 +252,12 @@ class Encoder:
 
   def similarity(self, a: str | Sequence[str] | np.ndarray, b: str | Sequence[str] | np.ndarray) -> np.ndarray:
     """Cosine similarities ``[len(a), len(b)]`` between sentences or embeddings."""
-    ea = embedder_lib.normalize_rows(np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a)))
-    eb = embedder_lib.normalize_rows(np.atleast_2d(b if isinstance(b, np.ndarray) else self.encode([b] if isinstance(b, str) else b)))
+    ea = embedder_lib.normalize_rows(
+      np.atleast_2d(a if isinstance(a, np.ndarray) else self.encode([a] if isinstance(a, str) else a))
+    )
+    eb = embedder_lib.normalize_rows(
+      np.atleast_2d(b if isinstance(b, np.ndarray) else self.encode([b] if isinstance(b, str) else b))
+    )
     return ea @ eb.T
 
   def build_index(self, corpus: Sequence[str] | np.ndarray, *, backend: str = "jax") -> None:
@@ -215,7 +268,9 @@ class Encoder:
     stays there between queries. ``backend="faiss"``: exact inner-product
     search with FAISS (``IndexFlatIP``; ``pip install faiss-cpu``).
     """
-    vectors = embedder_lib.normalize_rows(np.asarray(corpus if isinstance(corpus, np.ndarray) else self.encode(corpus), np.float32))
+    vectors = embedder_lib.normalize_rows(
+      np.asarray(corpus if isinstance(corpus, np.ndarray) else self.encode(corpus), np.float32)
+    )
     self._faiss = None
     if backend == "faiss":
       try:
@@ -230,8 +285,9 @@ class Encoder:
     else:
       raise ValueError(f"backend must be 'jax' or 'faiss', not {backend!r}")
 
-  def search(self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *, block_size: int = 65536
-             ) -> tuple[np.ndarray, np.ndarray]:
+  def search(
+    self, queries: str | Sequence[str] | np.ndarray, top_k: int = 10, *, block_size: int = 65536
+  ) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-k cosine search: ``(scores, indices)``, each ``[n_queries, top_k]``, best first."""
     if self._index is None:
       raise RuntimeError("call build_index first")
@@ -272,6 +328,10 @@ def _texts(sentences: Iterable[str] | Iterable[dict]) -> list[str]:
 # The command.
 
 
+class PromptError(JaxcseError, ValueError):
+  """A prompt name the model does not have."""
+
+
 class EncodeError(JaxcseError, RuntimeError):
   """An encoding job that cannot go on as asked; the message says why and what to do."""
 
@@ -287,8 +347,10 @@ def check_not_overwriting(output_path: str, overwrite: bool) -> None:
     return
   for path, what in ((output_path, "the output"), (sidecar_path(output_path), "its sidecar")):
     if os.path.exists(path):
-      raise EncodeError(f"{path} exists ({what}{' of ' + output_path if path != output_path else ''}); pass "
-                        "--overwrite to replace it, or choose another --output")
+      raise EncodeError(
+        f"{path} exists ({what}{' of ' + output_path if path != output_path else ''}); pass "
+        "--overwrite to replace it, or choose another --output"
+      )
 
 
 def _empty_input(input_path: str, column: str | None) -> str:
@@ -296,10 +358,24 @@ def _empty_input(input_path: str, column: str | None) -> str:
   return f"{input_path}: no {rows}, so there is nothing to encode (an empty line is encoded, an empty file is not)"
 
 
-def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: str | None = None,
-                normalize: bool = False, dtype: str = "float32", chunk_size: int = 8192, model_name: str = "",
-                progress: bool = True, overwrite: bool = False) -> dict:
+def encode_file(
+  encoder: Encoder,
+  input_path: str,
+  output_path: str,
+  *,
+  column: str | None = None,
+  normalize: bool = False,
+  dtype: str = "float32",
+  chunk_size: int = 8192,
+  model_name: str = "",
+  progress: bool = True,
+  overwrite: bool = False,
+  prompt_name: str | None = None,
+  prompt: str | None = None,
+) -> dict:
   """Embeds every row of ``input_path`` into ``output_path`` (.npy), resuming a partial run; returns the sidecar.
+
+  ``prompt_name``/``prompt``: as ``Encoder.encode``'s (the text put before every row is part of the job).
 
   A run resumes a partial output only if everything that determines its rows is the same: the input file, the
   model (its checkpoint step and a fingerprint of its parameters), pooler, dtype, normalisation, length and
@@ -313,11 +389,25 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   count = sum(1 for _ in read_rows(input_path, column))  # A first pass: the output's shape, and bad rows early.
   if count == 0:
     raise EncodeError(_empty_input(input_path, column))
+  prefix = encoder.prompt(prompt_name, prompt)  # An unknown prompt name stops here, before anything is written.
   stat = os.stat(input_path)
-  job = {"input": os.path.abspath(input_path), "input_size": stat.st_size, "input_mtime": stat.st_mtime,
-         "model": model_name, "checkpoint_step": encoder.step, "params_sha256": encoder.fingerprint,
-         "pooler": encoder.pooler, "count": count, "dim": encoder.dim, "dtype": dtype, "normalized": normalize,
-         "column": column, "chunk_size": chunk_size, "max_seq_len": encoder.embedder.max_seq_len}
+  job = {
+    "input": os.path.abspath(input_path),
+    "input_size": stat.st_size,
+    "input_mtime": stat.st_mtime,
+    "model": model_name,
+    "checkpoint_step": encoder.step,
+    "params_sha256": encoder.fingerprint,
+    "pooler": encoder.pooler,
+    "count": count,
+    "dim": encoder.dim,
+    "dtype": dtype,
+    "normalized": normalize,
+    "column": column,
+    "chunk_size": chunk_size,
+    "max_seq_len": encoder.embedder.max_seq_len,
+    "prompt": prefix,
+  }
   partial, state_path = output_path + ".partial", output_path + ".progress.json"
   done = 0
   if os.path.exists(partial) and os.path.exists(state_path):
@@ -325,12 +415,26 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
       saved = json.load(f)
     if saved.get("job") != job:
       differ = sorted(k for k in set(job) | set(saved.get("job", {})) if saved.get("job", {}).get(k) != job.get(k))
-      raise EncodeError(f"{partial} holds a partial output of another job (it differs in {', '.join(differ)}); "
-                        f"rerun the same command to resume it, or delete {partial} and {state_path} to start over")
+      raise EncodeError(
+        f"{partial} holds a partial output of another job (it differs in {', '.join(differ)}); "
+        f"rerun the same command to resume it, or delete {partial} and {state_path} to start over"
+      )
     done = saved["rows_done"]
   elif os.path.exists(state_path):  # The progress of a partial output that is gone: nothing to resume.
     os.remove(state_path)
-  out = np.lib.format.open_memmap(partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim))
+  os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)  # As evaluate and export do.
+  out = np.lib.format.open_memmap(
+    partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim)
+  )
+  try:
+    _reserve(partial)
+  except OSError:
+    del out
+    if not done:  # Nothing of this job written yet: leave nothing behind.
+      for path in (partial, state_path):
+        if os.path.exists(path):
+          os.remove(path)
+    raise
   bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)
   for _ in range(done):
@@ -338,11 +442,12 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
   start = done
   try:
     for chunk in _chunks(rows, chunk_size):  # Chunks start at multiples of chunk_size, as in the first run.
-      vectors = encoder.encode(chunk, normalize_embeddings=normalize)
+      vectors = encoder.encode(chunk, normalize_embeddings=normalize, prompt=prefix)
       if not np.isfinite(vectors).all():
         bad = start + int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-        raise EncodeError(f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written "
-                          f"to {output_path}")
+        raise EncodeError(
+          f"the model gives non-finite embeddings (row {bad} of {input_path}); nothing was written to {output_path}"
+        )
       out[start : start + len(chunk)] = vectors.astype(dtype)
       start += len(chunk)
       out.flush()
@@ -356,20 +461,63 @@ def encode_file(encoder: Encoder, input_path: str, output_path: str, *, column: 
       for path in (partial, state_path):
         if os.path.exists(path):
           os.remove(path)
+    if isinstance(e, KeyboardInterrupt):
+      kept = (
+        f"{start} of {count} rows are in {partial}: rerun the same command to resume"
+        if os.path.exists(state_path)
+        else "nothing was written"
+      )
+      raise KeyboardInterrupt(f"interrupted; {kept}") from None
     raise
   bar.close()
   del out
   os.replace(partial, output_path)
   if os.path.exists(state_path):
     os.remove(state_path)
-  sidecar = {k: job[k] for k in ("model", "checkpoint_step", "params_sha256", "pooler", "count", "dim", "dtype",
-                                 "normalized", "max_seq_len")}
+  sidecar = {
+    k: job[k]
+    for k in (
+      "model",
+      "checkpoint_step",
+      "params_sha256",
+      "pooler",
+      "count",
+      "dim",
+      "dtype",
+      "normalized",
+      "max_seq_len",
+      "prompt",
+    )
+  }
   sidecar["input"] = job["input"]
-  sidecar["provenance"] = provenance.provenance(model=model_name, checkpoint_step=encoder.step,
-                                                revision=encoder.spec.revision,
-                                                data={os.path.basename(input_path): files.file_sha256(input_path)})
+  sidecar["provenance"] = provenance.provenance(
+    model=model_name,
+    checkpoint_step=encoder.step,
+    revision=encoder.spec.revision,
+    data={os.path.basename(input_path): files.file_sha256(input_path)},
+  )
   files.write_json(sidecar_path(output_path), sidecar)
   return sidecar
+
+
+def _reserve(path: str) -> None:
+  """Allocates every block of ``path`` on disk now, so that a full disk is an ``OSError`` naming it here.
+
+  The output is written through a memory map of a sparse file; a page that the disk has no room for is then
+  SIGBUS, which kills the process with no message. Where the file system cannot allocate ahead (no
+  ``posix_fallocate``), nothing is reserved.
+  """
+  if not hasattr(os, "posix_fallocate"):
+    return
+  fd = os.open(path, os.O_RDWR)
+  try:
+    os.posix_fallocate(fd, 0, os.fstat(fd).st_size)
+  except OSError as e:
+    if e.errno in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):  # The file system cannot: write as before.
+      return
+    raise OSError(e.errno, f"{e.strerror or e} (reserving the output's {os.fstat(fd).st_size} bytes)", path) from None
+  finally:
+    os.close(fd)
 
 
 @errors.cli
@@ -377,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.encode"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
   parser.add_argument("--input", required=True, help="text file (a sentence a line), or .csv/.jsonl with --column")
-  parser.add_argument("--output", required=True, help="the .npy file to write")
+  parser.add_argument("--output", required=True, help="the .npy file to write (its folders are created)")
   parser.add_argument("--column", default=None, help="text field of a .csv/.jsonl input")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
@@ -387,9 +535,17 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--max_seq_len", type=int, default=None, help="cut sentences to this many tokens (at least 3)")
   parser.add_argument("--dtype", choices=("float32", "float16"), default="float32")
   parser.add_argument("--chunk_size", type=int, default=8192, help="rows embedded and written at a time")
-  parser.add_argument("--overwrite", action="store_true",
-                      help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused")
+  parser.add_argument(
+    "--overwrite",
+    action="store_true",
+    help="replace an existing --output and its sidecar (OUTPUT.json); without it they are refused",
+  )
+  parser.add_argument(
+    "--prompt_name", default=None, help="one of the model's prompts (e.g. query, document), put before every row"
+  )
+  parser.add_argument("--prompt", default=None, help="a text put before every row instead of a named prompt")
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
   if not args.output.endswith(".npy"):
     parser.error("--output must end in .npy")
@@ -400,13 +556,31 @@ def main(argv: Sequence[str] | None = None) -> int:
   check_not_overwriting(args.output, args.overwrite)
   if next(iter(read_rows(args.input, args.column)), None) is None:
     raise EncodeError(_empty_input(args.input, args.column))
-  encoder = Encoder.load(args.model, args.pooler, checkpoint=args.checkpoint, revision=args.revision,
-                         batch_size=args.batch_size, max_seq_len=args.max_seq_len)
-  sidecar = encode_file(encoder, args.input, args.output, column=args.column, normalize=args.normalize,
-                        dtype=args.dtype, chunk_size=args.chunk_size, model_name=args.model,
-                        overwrite=args.overwrite)
-  print(f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']}) "
-        f"and its sidecar {sidecar_path(args.output)}")
+  encoder = Encoder.load(
+    args.model,
+    args.pooler,
+    checkpoint=args.checkpoint,
+    revision=args.revision,
+    batch_size=args.batch_size,
+    max_seq_len=args.max_seq_len,
+  )
+  sidecar = encode_file(
+    encoder,
+    args.input,
+    args.output,
+    column=args.column,
+    normalize=args.normalize,
+    dtype=args.dtype,
+    chunk_size=args.chunk_size,
+    model_name=args.model,
+    overwrite=args.overwrite,
+    prompt_name=args.prompt_name,
+    prompt=args.prompt,
+  )
+  print(
+    f"wrote {args.output}: {sidecar['count']} x {sidecar['dim']} {sidecar['dtype']} (pooler {sidecar['pooler']}) "
+    f"and its sidecar {sidecar_path(args.output)}"
+  )
   return 0
 
 

@@ -23,6 +23,7 @@ folder is read instead. The transfer tasks need ``jaxcse-data download senteval`
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -32,13 +33,20 @@ from collections.abc import Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse.evaluation import transfer as transfer_lib
-from jaxcse.core import errors, files, provenance
+from jaxcse.core import errors, files, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
+from jaxcse.evaluation import dev_sets as dev_sets_lib, transfer as transfer_lib
 from jaxcse.evaluation.sts_data import STS_TASKS, STS_YEARS, load_stsb, load_task, task_files, task_root
-from jaxcse.evaluation.sts_metrics import (POSITIVE_MIN_SCORE, Embed, alignment, correlations, embed_unique, score_pairs,
-                                uniformity)
+from jaxcse.evaluation.sts_metrics import (
+  POSITIVE_MIN_SCORE,
+  Embed,
+  alignment,
+  correlations,
+  embed_unique,
+  score_pairs,
+  uniformity,
+)
 
 SUMMARY_NAMES = (*STS_TASKS, "Avg")
 ALIGN_UNIFORM = "align_uniform"
@@ -66,9 +74,9 @@ def evaluate_sts(embed: Embed, root: str | None, tasks: Sequence[str] = STS_TASK
       for metric in ("pearson", "spearman"):
         values = [res[n][metric] for n in subsets]
         res["all"][metric] = {
-            "all": correlations(np.concatenate(all_scores), np.concatenate(all_gold))[metric],
-            "mean": float(np.mean(values)),
-            "wmean": float(np.average(values, weights=weights)),
+          "all": correlations(np.concatenate(all_scores), np.concatenate(all_gold))[metric],
+          "mean": float(np.mean(values)),
+          "wmean": float(np.average(values, weights=weights)),
         }
       res["all"]["nsamples"] = int(sum(weights))
     results[task] = res
@@ -94,11 +102,33 @@ def evaluate_align_uniform(embed: Embed, root: str | None) -> dict:
   e1 = np.stack([table[test.sent1[i]] for i in positive])
   e2 = np.stack([table[test.sent2[i]] for i in positive])
   return {
-      "alignment": alignment(e1, e2),
-      "uniformity": uniformity(np.stack(list(table.values()))),
-      "n_positive_pairs": int(len(positive)),
-      "n_sentences": len(table),
+    "alignment": alignment(e1, e2),
+    "uniformity": uniformity(np.stack(list(table.values()))),
+    "n_positive_pairs": int(len(positive)),
+    "n_sentences": len(table),
   }
+
+
+def evaluate_own(embed: Embed, own: dev_sets_lib.OwnDevSets, paths: dict[str, str]) -> dict:
+  """Your own dev sets' numbers, as sentence-transformers' evaluators compute them (``dev_sets``):
+  ``{"pairs": {spearman, pearson, nsamples, path}, "retrieval": {ndcg@10, ..., queries, documents, path}}``, each
+  present when given."""
+  scores = own(embed)
+  results = {}
+  if own.pairs is not None:
+    results["pairs"] = {
+      **{m: scores[f"pairs_{m}"] for m in dev_sets_lib.PAIR_METRICS},
+      "nsamples": len(own.pairs),
+      "path": paths["pairs"],
+    }
+  if own.retrieval is not None:
+    results["retrieval"] = {
+      **{m: scores[f"retrieval_{m}"] for m in dev_sets_lib.RETRIEVAL_METRICS},
+      "queries": len(own.retrieval.queries),
+      "documents": len(own.retrieval.corpus),
+      "path": paths["retrieval"],
+    }
+  return results
 
 
 def summarize(results: dict) -> dict[str, float]:
@@ -120,6 +150,17 @@ def summarize(results: dict) -> dict[str, float]:
       summary[key] = round(results[ALIGN_UNIFORM][key], 4)
   # Transfer accuracies (x100, 2 decimals) and Avg_transfer, the mean of the seven rounded values.
   summary.update(transfer_lib.summarize_transfer(results))
+  # Your own dev sets: as sentence-transformers reports them (not x100), 4 decimals; pairs_spearman, ...
+  numbers = (*dev_sets_lib.PAIR_METRICS, *dev_sets_lib.RETRIEVAL_METRICS)
+  summary.update(
+    {
+      f"{kind}_{k}": round(v, 4)
+      for kind in OWN_TASKS
+      if kind in results
+      for k, v in results[kind].items()
+      if k in numbers
+    }
+  )
   return summary
 
 
@@ -132,8 +173,11 @@ def format_table(summary: dict[str, float], names: Sequence[str] = SUMMARY_NAMES
   return "\n".join([line, head, line, row, line])
 
 
-TASK_GROUPS = {"sts": STS_TASKS, "transfer": transfer_lib.TRANSFER_TASKS,
-               "all": (*STS_TASKS, *transfer_lib.TRANSFER_TASKS)}
+TASK_GROUPS = {
+  "sts": STS_TASKS,
+  "transfer": transfer_lib.TRANSFER_TASKS,
+  "all": (*STS_TASKS, *transfer_lib.TRANSFER_TASKS),
+}
 TRANSFER_SUMMARY_NAMES = (*transfer_lib.TRANSFER_TASKS, "Avg_transfer")
 
 
@@ -142,21 +186,46 @@ class TaskError(JaxcseError, ValueError):
 
 
 # The folder of senteval/downstream each transfer task reads (its files' sha256 go into the results' provenance).
-TRANSFER_FOLDERS = {"MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": os.path.join("SST", "binary"),
-                    "TREC": "TREC", "MRPC": "MRPC"}
+TRANSFER_FOLDERS = {
+  "MR": "MR",
+  "CR": "CR",
+  "SUBJ": "SUBJ",
+  "MPQA": "MPQA",
+  "SST2": os.path.join("SST", "binary"),
+  "TREC": "TREC",
+  "MRPC": "MRPC",
+}
+
+
+# Your own dev sets as tasks: ``pairs=PATH`` (a scored-pairs file), ``retrieval=PATH`` (a retrieval folder).
+OWN_TASKS = ("pairs", "retrieval")
+
+
+def own_task(task: str) -> tuple[str, str] | None:
+  """``(kind, path)`` of an own dev set's task (``pairs=PATH``, ``retrieval=PATH``), else None."""
+  kind, sep, path = task.partition("=")
+  return (kind, path) if sep and kind in OWN_TASKS else None
 
 
 def expand_tasks(spec: str) -> list[str]:
   tasks = []
   for item in spec.split(","):
     item = item.strip()
-    if item in TASK_GROUPS:
+    if own := own_task(item):
+      if not own[1]:
+        raise TaskError(f"task {item!r} names no file: give {own[0]}=PATH")
+      if any(own_task(t) and own_task(t)[0] == own[0] for t in tasks):
+        raise TaskError(f"task {own[0]}= is given twice; evaluate one {own[0]} dev set at a time")
+      tasks.append(item)
+    elif item in TASK_GROUPS:
       tasks.extend(TASK_GROUPS[item])
     elif item in STS_TASKS or item in transfer_lib.TRANSFER_TASKS or item == ALIGN_UNIFORM:
       tasks.append(item)
     else:
-      raise TaskError(f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
-                       f"{transfer_lib.TRANSFER_TASKS} or {ALIGN_UNIFORM!r}")
+      raise TaskError(
+        f"unknown task {item!r}; choose from {sorted(TASK_GROUPS)}, {STS_TASKS}, "
+        f"{transfer_lib.TRANSFER_TASKS}, {ALIGN_UNIFORM!r}, pairs=PATH or retrieval=PATH"
+      )
   return list(dict.fromkeys(tasks))
 
 
@@ -169,12 +238,23 @@ def task_data(root: str | None, tasks: Sequence[str]) -> dict[str, str]:
   """
   paths = {}
   for task in tasks:
+    if own := own_task(task):  # Read (and checked) by own_dev_sets; its files keyed by the path as given.
+      given = data_lib.resolve(own[1], root)
+      if own[0] == "pairs":
+        paths[own[1]] = given
+      elif os.path.isdir(given):
+        for name in sorted(os.listdir(given)):
+          if name.endswith(dev_sets_lib.TABLE_SUFFIXES):
+            paths[f"{own[1].rstrip('/')}/{name}"] = os.path.join(given, name)
+      continue
     if task in TRANSFER_FOLDERS:
       given = data_lib.data_dir(root)  # The error without a root names the download.
       folder = os.path.join(given, "senteval", "downstream", TRANSFER_FOLDERS[task])
       if not os.path.isdir(folder):
-        raise data_lib.DataError(f"{folder}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
-                                 f"{given}` fetches every evaluation task")
+        raise data_lib.DataError(
+          f"{folder}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
+          f"{given}` fetches every evaluation task"
+        )
       for name in sorted(os.listdir(folder)):
         if os.path.isfile(os.path.join(folder, name)):
           paths[os.path.relpath(os.path.join(folder, name), given).replace(os.sep, "/")] = os.path.join(folder, name)
@@ -184,62 +264,127 @@ def task_data(root: str | None, tasks: Sequence[str]) -> dict[str, str]:
     for relpath in task_files(sts):
       path = os.path.join(read_from, *relpath.split("/"))
       if not os.path.isfile(path):
-        raise data_lib.DataError(f"{path}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
-                                 f"{read_from}` fetches every evaluation task")
+        raise data_lib.DataError(
+          f"{path}: missing ({task}'s data); `jaxcse-data download senteval --data_dir "
+          f"{read_from}` fetches every evaluation task"
+        )
       paths[relpath] = path
   return paths
 
 
+class WorkdirConfigError(errors.JaxcseError, ValueError):
+  """The training config of the workdir being evaluated (its config.json) cannot be read."""
+
+
 def _workdir_config(model: str) -> dict | None:
-  """The training config of a jaxcse workdir model (its config.json), else None."""
+  """The training config of a jaxcse workdir model (its config.json), else None.
+
+  Raises:
+    WorkdirConfigError: the workdir's config.json cannot be read (the message names it).
+  """
   from jaxcse.storage import checkpoints
 
   workdir = checkpoints.find_workdir(model) if os.path.exists(model) else None
   path = os.path.join(workdir, "config.json") if workdir else None
-  return json.load(open(path)) if path and os.path.isfile(path) else None
+  if not path or not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      config = json.load(f)
+    if not isinstance(config, dict):
+      raise ValueError("not a JSON object")
+  except (OSError, ValueError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
+    raise WorkdirConfigError(
+      f"{path}: unreadable ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+      "the results' provenance records the workdir's training config: put the file back as "
+      "the run wrote it, or leave --output out"
+    ) from None
+  return config
 
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   from jaxcse.inference import embedder as embedder_lib
-  from jaxcse.storage import loading
   from jaxcse.models import poolers
+  from jaxcse.storage import loading
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.evaluate"), description=__doc__.split("\n\n")[0])
   parser.add_argument("--model", required=True, help="HF folder or hub id, or a jaxcse workdir or checkpoint folder")
-  parser.add_argument("--pooler", choices=poolers.names(), default=None,
-                      help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
-                           "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)")
+  parser.add_argument(
+    "--pooler",
+    choices=poolers.names(),
+    default=None,
+    help="test-time pooler; default: the one saved with a jaxcse model, the sentence-transformers "
+    "pooling config of a HF folder, else cls (SimCSE's evaluation.py default)",
+  )
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step number")
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
-  parser.add_argument("--tasks", default="sts",
-                      help=f"comma-separated: sts, transfer, all (sts + transfer), task names "
-                           f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, or {ALIGN_UNIFORM} (STS-B test)")
-  parser.add_argument("--transfer_mode", choices=sorted(transfer_lib.MODES), default="test",
-                      help="SentEval's classifier protocol for transfer tasks: test (adam, batch 64, 10 folds; the "
-                           "papers' numbers) or dev (rmsprop, batch 128, 5 folds; fast)")
-  parser.add_argument("--transfer_seed", type=int, default=transfer_lib.DEFAULT_SEED,
-                      help="seed of the transfer probes (initialisation, shuffling, k-fold of TREC/MRPC)")
-  parser.add_argument("--data_dir", default=None,
-                      help=f"data root (default ${data_lib.DATA_DIR_ENV}); without one, the STS tasks (STS12-16, "
-                           "STS-B, SICK-R, align_uniform) are read from the copy shipped with jaxcse, and the transfer "
-                           "tasks need `jaxcse-data download senteval --data_dir DIR`")
+  parser.add_argument(
+    "--tasks",
+    default="sts",
+    help=f"comma-separated: sts, transfer, all (sts + transfer), task names "
+    f"{','.join(STS_TASKS + transfer_lib.TRANSFER_TASKS)}, {ALIGN_UNIFORM} (STS-B test), or "
+    "your own dev sets: pairs=FILE (sentence1, sentence2, score), retrieval=FOLDER (queries, "
+    "corpus, qrels)",
+  )
+  parser.add_argument(
+    "--transfer_mode",
+    choices=sorted(transfer_lib.MODES),
+    default="test",
+    help="SentEval's classifier protocol for transfer tasks: test (adam, batch 64, 10 folds; the "
+    "papers' numbers) or dev (rmsprop, batch 128, 5 folds; fast)",
+  )
+  parser.add_argument(
+    "--transfer_seed",
+    type=int,
+    default=transfer_lib.DEFAULT_SEED,
+    help="seed of the transfer probes (initialisation, shuffling, k-fold of TREC/MRPC)",
+  )
+  parser.add_argument(
+    "--data_dir",
+    default=None,
+    help=f"data root (default ${data_lib.DATA_DIR_ENV}); without one, the STS tasks (STS12-16, "
+    "STS-B, SICK-R, align_uniform) are read from the copy shipped with jaxcse, and the transfer "
+    "tasks need `jaxcse-data download senteval --data_dir DIR`",
+  )
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
-  parser.add_argument("--output", default=None, help="write the full results as JSON here")
+  parser.add_argument(
+    "--output",
+    default=None,
+    help="write the full results as JSON here (its folders are created; an existing file is refused)",
+  )
+  parser.add_argument(
+    "--overwrite",
+    action="store_true",
+    help="replace an existing --output; without it, it is refused before the model loads",
+  )
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
 
   tasks = expand_tasks(args.tasks)
   if args.output:
     errors.check_output(args.output, folder=False)
+    if os.path.exists(args.output) and not args.overwrite:
+      raise errors.OutputError(
+        f"{args.output} exists (the results of an earlier evaluation); pass --overwrite to "
+        "replace it, or choose another --output"
+      )
   embedder_lib.check_settings(args.batch_size)
-  root = data_lib.given_root(args.data_dir)
-  data_files = task_data(root, tasks)  # Before the model loads and anything runs.
   start = time.time()
-  loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
+  with data_lib.notes_held():  # A refusal below is the only line; the shipped-data note follows the checks.
+    root = data_lib.given_root(args.data_dir)
+    data_files = task_data(root, tasks)  # Before the model loads and anything runs.
+    own_paths = dict(own for own in map(own_task, tasks) if own)
+    own = dev_sets_lib.OwnDevSets.load(own_paths.get("pairs", ""), own_paths.get("retrieval", ""), root)
+    workdir_config = _workdir_config(args.model) if args.output else None  # Likewise: before the evaluation runs.
+    loaded = loading.load_model(args.model, checkpoint=args.checkpoint, pooler=args.pooler, revision=args.revision)
   pooler = args.pooler or loaded.spec.pooling.test_pooler
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
-    print(f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
-          f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
+    print(
+      f"warning: evaluating with pooler {args.pooler!r}, but this model was saved with test pooler "
+      f"{loaded.spec.pooling.test_pooler!r}",
+      file=sys.stderr,
+    )
   embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
 
   def embedder(sentences):
@@ -251,11 +396,23 @@ def main(argv: Sequence[str] | None = None) -> int:
   results = evaluate_sts(embedder, root, sts_tasks) if sts_tasks else {}
   if transfer_tasks:
     with Progress(len(transfer_tasks), unit="task", desc=f"transfer probes ({args.transfer_mode} mode)") as bar:
-      results.update(transfer_lib.evaluate_transfer(embedder, data_lib.data_dir(root), transfer_tasks,
-                                                    mode=args.transfer_mode,
-                                                    seed=args.transfer_seed, progress=bar))
+      results.update(
+        transfer_lib.evaluate_transfer(
+          embedder,
+          data_lib.data_dir(root),
+          transfer_tasks,
+          mode=args.transfer_mode,
+          seed=args.transfer_seed,
+          progress=bar,
+        )
+      )
   if ALIGN_UNIFORM in tasks:
     results[ALIGN_UNIFORM] = evaluate_align_uniform(embedder, root)
+  # The model's own prompts for a retrieval set's queries and documents, as it was trained and is served.
+  own = dataclasses.replace(
+    own, query_prompt=loaded.prompts.get("query", ""), document_prompt=loaded.prompts.get("document", "")
+  )
+  results.update(evaluate_own(embedder, own, own_paths))
   summary = summarize(results)
   wall = time.time() - start
   print(f"model: {args.model}  pooler: {pooler}  ({wall:.1f} s)")
@@ -266,21 +423,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(format_table(summary, TRANSFER_SUMMARY_NAMES))
   if ALIGN_UNIFORM in results:
     au = results[ALIGN_UNIFORM]
-    print(f"alignment: {summary['alignment']:.4f}  uniformity: {summary['uniformity']:.4f}  (STS-B test: "
-          f"{au['n_positive_pairs']} pairs with score >= {POSITIVE_MIN_SCORE:g}, {au['n_sentences']} sentences)")
+    print(
+      f"alignment: {summary['alignment']:.4f}  uniformity: {summary['uniformity']:.4f}  (STS-B test: "
+      f"{au['n_positive_pairs']} pairs with score >= {POSITIVE_MIN_SCORE:g}, {au['n_sentences']} sentences)"
+    )
+  for kind in OWN_TASKS:
+    if kind in results:
+      numbers = "  ".join(f"{k}: {v:.4f}" for k, v in summary.items() if k.startswith(f"{kind}_"))
+      print(f"{kind} ({results[kind]['path']}): {numbers}")
   if args.output:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    record = {"model": args.model, "pooler": pooler, "tasks": results, "summary": summary,
-              "wall_seconds": round(wall, 1)}
+    record = {
+      "model": args.model,
+      "pooler": pooler,
+      "tasks": results,
+      "summary": summary,
+      "wall_seconds": round(wall, 1),
+    }
     if transfer_tasks:
       record["transfer"] = {"mode": args.transfer_mode, "seed": args.transfer_seed}
     # Keyed by path under senteval/downstream (as before the STS sets shipped): the same files give the same record
     # wherever they were read from.
-    digests = {relpath.removeprefix("senteval/downstream/"): files.file_sha256(path)
-               for relpath, path in sorted(data_files.items())}
+    digests = {
+      relpath.removeprefix("senteval/downstream/"): files.file_sha256(path)
+      for relpath, path in sorted(data_files.items())
+    }
     record["provenance"] = provenance.provenance(
-        model=args.model, checkpoint_step=loaded.step, revision=loaded.spec.revision, config=_workdir_config(args.model),
-        data=digests, wall_seconds=wall)
+      model=args.model,
+      checkpoint_step=loaded.step,
+      revision=loaded.spec.revision,
+      config=workdir_config,
+      data=digests,
+      wall_seconds=wall,
+    )
     files.write_json(args.output, record)
   return 0
 

@@ -33,14 +33,15 @@ from typing import Any
 
 import jax
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import save_file
 
-from jaxcse.storage import loading, st_format
 from jaxcse import models
-from jaxcse.models import poolers
-from jaxcse.models import weights
-from jaxcse.core import errors, files
+from jaxcse.core import errors, files, platforms
 from jaxcse.core.errors import JaxcseError
+from jaxcse.models import poolers, weights
+from jaxcse.storage import loading, model_card, st_format
+
 
 class ExportError(JaxcseError, ValueError):
   """The model cannot be exported as asked (unsupported backbone, pooler without its head, ...)."""
@@ -66,60 +67,42 @@ def torch_state_dict(backbone_params: Any, mlp_params: Any = None) -> dict[str, 
 
 
 _AUTOMODEL_POOLING = {
-    "cls": "embeddings = outputs.pooler_output  # [CLS] state through the MLP (Linear + tanh), stored as pooler.dense",
-    "cls_before_pooler": "embeddings = outputs.last_hidden_state[:, 0]",
-    "avg": "h = outputs.last_hidden_state",
-    "avg_top2": "h = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2",
-    "avg_first_last": "h = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2",
-    "avg_embeddings_last": "h = (outputs.hidden_states[0] + outputs.hidden_states[-1]) / 2",
-    "bert_pooler": "embeddings = outputs.pooler_output  # BERT's own pooler layer on [CLS]",
+  "cls": "embeddings = outputs.pooler_output  # [CLS] state through the MLP (Linear + tanh), stored as pooler.dense",
+  "cls_before_pooler": "embeddings = outputs.last_hidden_state[:, 0]",
+  "avg": "h = outputs.last_hidden_state",
+  "avg_top2": "h = (outputs.hidden_states[-1] + outputs.hidden_states[-2]) / 2",
+  "avg_first_last": "h = (outputs.hidden_states[1] + outputs.hidden_states[-1]) / 2",
+  "avg_embeddings_last": "h = (outputs.hidden_states[0] + outputs.hidden_states[-1]) / 2",
+  "bert_pooler": "embeddings = outputs.pooler_output  # BERT's own pooler layer on [CLS]",
 }
 
 
-def _model_card(pooler: str, source: str, architecture: str, modules: list[str]) -> str:
+def _pooling_lines(pooler: str) -> str:
+  """The PyTorch lines that turn ``outputs`` (and ``batch``) into ``embeddings`` as jaxcse's ``pooler`` does."""
   lines = _AUTOMODEL_POOLING[pooler]
   if pooler.startswith("avg"):
-    lines += ("\nmask = batch['attention_mask'].unsqueeze(-1).float()"
-              "\nembeddings = (h * mask).sum(1) / mask.sum(1).clamp(min=1)")
-  return f"""---
-library_name: sentence-transformers
-pipeline_tag: sentence-similarity
-tags: [sentence-transformers, feature-extraction, sentence-similarity, jaxcse]
----
-# Sentence encoder exported from jaxcse
+    lines += (
+      "\nmask = batch['attention_mask'].unsqueeze(-1).float()"
+      "\nembeddings = (h * mask).sum(1) / mask.sum(1).clamp(min=1)"
+    )
+  return lines
 
-- Source: {source}
-- Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)
-- sentence-transformers modules: Transformer, {", ".join(m.split("_", 1)[1] for m in modules)}
-- Embeddings are not normalised; compare them by cosine similarity.
 
-## sentence-transformers
-
-```python
-from sentence_transformers import SentenceTransformer
-model = SentenceTransformer("PATH_TO_THIS_FOLDER")
-embeddings = model.encode(["A man is playing a guitar.", "Someone plays music."])
-```
-
-## transformers (PyTorch)
-
-```python
-import torch
-from transformers import AutoModel, AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained("PATH_TO_THIS_FOLDER")
-model = AutoModel.from_pretrained("PATH_TO_THIS_FOLDER").eval()
-batch = tokenizer(["A man is playing a guitar.", "Someone plays music."], padding=True, truncation=True,
-                  return_tensors="pt")
-with torch.no_grad():
-  outputs = model(**batch)
-{lines}
-```
-"""
+def _hub_id(source: str) -> str | None:
+  """``source`` if it names a model on the Hugging Face hub (``owner/name``, not a local folder or jaxcse's own)."""
+  if os.path.exists(source) or source.startswith("jaxcse/") or source.count("/") != 1:
+    return None
+  return source
 
 
 def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarray], more) -> None:
   """Writes config, tokenizer, ``model.safetensors`` and ``more(folder)``'s files into a folder beside
-  ``out_dir``, then renames it into place: ``out_dir`` is either complete or absent (never half-written)."""
+  ``out_dir``, then renames it into place: ``out_dir`` is either complete or absent (never half-written).
+
+  Raises:
+    ExportError: a write failed (a full disk, a missing permission), naming ``out_dir`` and the cause; nothing is
+      left behind.
+  """
   parent = os.path.dirname(os.path.abspath(out_dir))
   os.makedirs(parent, exist_ok=True)
   tmp = tempfile.mkdtemp(prefix=os.path.basename(out_dir) + ".tmp-", dir=parent)
@@ -128,16 +111,32 @@ def _write_folder(out_dir: str, hf_config, tokenizer, state: dict[str, np.ndarra
     tokenizer.save_pretrained(tmp)
     save_file(state, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     more(tmp)
+    files.apply_umask(tmp)  # mkdtemp makes 0700 and safetensors writes 0600: an export is meant to be shared.
     if os.path.isdir(out_dir):
       os.rmdir(out_dir)  # Empty (the callers check); rename needs the name free.
     os.rename(tmp, out_dir)
-  except BaseException:
+  except BaseException as e:
     shutil.rmtree(tmp, ignore_errors=True)
+    # The writers raise what they like for a full disk: OSError, safetensors' SafetensorError, the tokenizer's plain
+    # Exception. Each is the machine's state, not a defect: one line.
+    if isinstance(e, (OSError, SafetensorError)) or type(e) is Exception:
+      text = str(e).strip().splitlines()
+      raise ExportError(
+        f"{out_dir}: could not write the export ({type(e).__name__}: {text[0] if text else ''}); "
+        "nothing was left behind"
+      ) from None
     raise
 
 
-def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None = None, *,
-           trained: dict | None = None) -> dict:
+def export(
+  spec: models.ModelSpec,
+  params: Any,
+  out_dir: str,
+  pooler: str | None = None,
+  *,
+  trained: dict | None = None,
+  prompts: dict[str, str] | None = None,
+) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
   The folder is built next to ``out_dir`` and renamed into place, so
@@ -145,8 +144,13 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   ``out_dir`` is an error (stale module folders would confuse a reader).
 
   ``trained``: for a model trained by jaxcse, ``{"workdir", "checkpoint", "step"}`` (its workdir as the user named it,
-  ``best``/``latest``/a step, and the step restored); the model card and ``jaxcse_export.json`` then name it, its
-  step and the base model it started from (``spec.source``) instead of the base model alone.
+  ``best``/``latest``/a step, and the step restored) and optionally ``"path"`` (the workdir's folder); the model
+  card and ``jaxcse_export.json`` then name it, its step and the base model it started from (``spec.source``), and
+  with ``path`` the card also reports how it was trained (``model_card.TrainingRun``: data, loss, hyperparameters,
+  dev metrics at that step, versions).
+
+  ``prompts``: the model's prompts (``loading.Loaded.prompts``), written into ``config_sentence_transformers.json``
+  so that sentence-transformers' ``encode(..., prompt_name=...)`` applies them as jaxcse does, and into the card.
 
   Returns:
     A summary: ``{"out_dir", "pooler", "architecture", "modules"}``.
@@ -159,13 +163,16 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   if pooler not in poolers.names():
     raise ExportError(f"unknown pooler {pooler!r}; choose one of {', '.join(poolers.names())}")
   if not poolers.exportable(pooler):
-    raise ExportError(f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export "
-                      "the model's test pooler")
+    raise ExportError(
+      f"pooler {pooler!r} is a training-time pooler with no sentence-transformers chain; export the model's test pooler"
+    )
   if pooler == "bert_pooler" and "pooler" not in params["backbone"]:
     raise ExportError("pooler 'bert_pooler' needs the backbone's pooler layer, and this model has none")
   if pooler == "cls" and "mlp" not in params:
-    raise ExportError("pooler 'cls' needs the model's MLP head, and this model has none "
-                      f"(it was trained with pooler {spec.pooling.pooler!r}); export another pooler")
+    raise ExportError(
+      "pooler 'cls' needs the model's MLP head, and this model has none "
+      f"(it was trained with pooler {spec.pooling.pooler!r}); export another pooler"
+    )
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
 
@@ -187,17 +194,41 @@ def export(spec: models.ModelSpec, params: Any, out_dir: str, pooler: str | None
   modules = []
 
   def pooling_files(tmp: str) -> None:
-    modules.extend(st_format.write_modules(tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers,
-                                           spec.max_positions, mlp))
+    modules.extend(
+      st_format.write_modules(
+        tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers, spec.max_positions, mlp, prompts
+      )
+    )
+    base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
+    source = (
+      f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
+      f"{trained['checkpoint']} checkpoints), from the base model {base}"
+      if trained
+      else base
+    )
+    run = None
+    if trained and trained.get("path"):
+      run = model_card.TrainingRun.read(trained["path"], trained["workdir"], trained["step"], trained["checkpoint"])
     with open(os.path.join(tmp, "README.md"), "w") as f:
-      base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
-      source = (f"trained with jaxcse in the workdir `{trained['workdir']}`, checkpoint step {trained['step']} (of its "
-                f"{trained['checkpoint']} checkpoints), from the base model {base}" if trained else base)
-      f.write(_model_card(pooler, source, architecture, modules))
+      f.write(
+        model_card.model_card(
+          pooler=pooler,
+          pooling_lines=_pooling_lines(pooler),
+          source=source,
+          architecture=architecture,
+          modules=modules,
+          dim=hf_config.hidden_size,
+          max_seq_len=spec.max_positions,
+          base_model=_hub_id(spec.source),
+          prompts=prompts,
+          run=run,
+        )
+      )
     record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
     if trained:
-      record.update(workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"],
-                    base_model=spec.source)
+      record.update(
+        workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"], base_model=spec.source
+      )
     files.write_json(os.path.join(tmp, "jaxcse_export.json"), record)
 
   _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)
@@ -243,10 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--checkpoint", default="best", help="for a workdir: best (default), latest or a step")
   parser.add_argument("--revision", default=None, help="for a hub id: the branch, tag or commit (default: main)")
   parser.add_argument("--pooler", choices=poolers.names(), default=None, help="default: the model's test pooler")
-  parser.add_argument("--masked_lm", action="store_true",
-                      help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
-                           "fine-tune), not a sentence-transformers model")
+  parser.add_argument(
+    "--masked_lm",
+    action="store_true",
+    help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
+    "fine-tune), not a sentence-transformers model",
+  )
   args = parser.parse_args(argv)
+  platforms.use_compilation_cache()
   errors.check_output(args.out_dir, folder=True)  # Before the slow part; export checks again.
   if os.path.isdir(args.out_dir) and os.listdir(args.out_dir):
     raise ExportError(f"{args.out_dir}: exists and is not empty; choose a new folder or remove it")
@@ -257,8 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {summary['out_dir']}: {summary['architecture']}, {summary['tensors']} tensors")
     return 0
   if args.pooler and loaded.described and args.pooler != loaded.spec.pooling.test_pooler:
-    print(f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
-          f"{loaded.spec.pooling.test_pooler!r}", file=sys.stderr)
+    print(
+      f"warning: exporting with pooler {args.pooler!r}, not the model's saved test pooler "
+      f"{loaded.spec.pooling.test_pooler!r}",
+      file=sys.stderr,
+    )
   # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
   trained = None
   if loaded.step is not None:
@@ -266,11 +304,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     workdir = checkpoints.find_workdir(args.model)
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
-    trained = {"workdir": workdir if shown.startswith("..") else shown, "checkpoint": loaded.checkpoints,
-               "step": loaded.step}
-  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained)
-  print(f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
-        f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}")
+    trained = {
+      "workdir": workdir if shown.startswith("..") else shown,
+      "checkpoint": loaded.checkpoints,
+      "step": loaded.step,
+      "path": workdir,
+    }
+  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained, prompts=loaded.prompts)
+  print(
+    f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
+    f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}"
+  )
   return 0
 
 

@@ -178,10 +178,13 @@ def _match_results(path: str, results: dict, runs: list[Run]) -> Run:
   if len(same_name) == 1:
     return same_name[0]
   if same_name:
-    raise MetricsError(f"{path}: its model {model!r} matches several workdirs by name; run from the directory "
-                       "jaxcse.evaluate ran in, so the paths match")
-  raise MetricsError(f"{path}: its model {model!r} is none of the workdirs given "
-                     f"({', '.join(r.workdir for r in runs)})")
+    raise MetricsError(
+      f"{path}: its model {model!r} matches several workdirs by name; run from the directory "
+      "jaxcse.evaluate ran in, so the paths match"
+    )
+  raise MetricsError(
+    f"{path}: its model {model!r} is none of the workdirs given ({', '.join(r.workdir for r in runs)})"
+  )
 
 
 def _run_names(workdirs: Sequence[str]) -> list[str]:
@@ -230,8 +233,10 @@ def _note_skipped(run: Run, skipped: list[tuple[str, Sequence[str]]]) -> None:
   """One stderr line naming the panels left out of ``run``'s figure and the keys they need."""
   if skipped:
     what = "; ".join(f"{panel} (needs {' or '.join(keys)})" for panel, keys in skipped)
-    print(f"note: {run.name}: {os.path.join(run.workdir, 'metrics.jsonl')} lacks the keys of some panels, "
-          f"left out: {what}", file=sys.stderr)
+    print(
+      f"note: {run.name}: {os.path.join(run.workdir, 'metrics.jsonl')} lacks the keys of some panels, left out: {what}",
+      file=sys.stderr,
+    )
 
 
 def _steps_range(run: Run) -> tuple[float, float]:
@@ -257,8 +262,11 @@ def _panel_loss(ax, run: Run) -> None:
       continue
     # contrastive_loss equals loss unless an auxiliary (MLM) loss is added: draw it only when it differs.
     loss_values = run.series(run.train, "loss")[1]
-    if key == "contrastive_loss" and values.shape == loss_values.shape and np.allclose(values, loss_values,
-                                                                                       equal_nan=True):
+    if (
+      key == "contrastive_loss"
+      and values.shape == loss_values.shape
+      and np.allclose(values, loss_values, equal_nan=True)
+    ):
       continue
     ax.plot(steps, values, marker="." if steps.size < 30 else None, label=key)
     plotted.append(values)
@@ -276,9 +284,16 @@ def _panel_dev(ax, run: Run) -> None:
       ax.plot(steps, values * 100, marker="o", label=label)
   best = run.best_eval()
   if best is not None and STSB_DEV in best:
-    ax.plot([best["step"]], [best[STSB_DEV] * 100], marker="*", markersize=16, color="gold",
-            markeredgecolor="black", linestyle="none",
-            label=f"kept checkpoint: step {best['step']} ({best[STSB_DEV] * 100:.2f})")
+    ax.plot(
+      [best["step"]],
+      [best[STSB_DEV] * 100],
+      marker="*",
+      markersize=16,
+      color="gold",
+      markeredgecolor="black",
+      linestyle="none",
+      label=f"kept checkpoint: step {best['step']} ({best[STSB_DEV] * 100:.2f})",
+    )
   ax.set_title("dev Spearman x100")
   ax.set_xlabel("step")
   ax.legend(fontsize="small")
@@ -323,9 +338,11 @@ def plot_training(run: Run, path: str) -> str:
     panels.append(lambda ax: _panel_scores(ax, run))
   else:
     skipped.append(("cosine scores", SCORE_KEYS))
-  for key, title in ((OMEGA, "largest angle between STS-B dev embeddings\n(omega, degrees)"),
-                     (ALIGNMENT, "alignment, STS-B dev (lower is better)"),
-                     (UNIFORMITY, "uniformity, STS-B dev (lower is better)")):
+  for key, title in (
+    (OMEGA, "largest angle between STS-B dev embeddings\n(omega, degrees)"),
+    (ALIGNMENT, "alignment, STS-B dev (lower is better)"),
+    (UNIFORMITY, "uniformity, STS-B dev (lower is better)"),
+  ):
     if any(key in r for r in run.evals):
       panels.append(lambda ax, key=key, title=title: _panel_eval(ax, run, key, title))
     else:
@@ -343,7 +360,7 @@ def plot_training(run: Run, path: str) -> str:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # Steps are whole numbers, even on a short run.
     draw(ax)
     ax.grid(alpha=0.3)
-  for ax in axes.flat[len(panels):]:
+  for ax in axes.flat[len(panels) :]:
     ax.remove()
   fig.suptitle(f"{run.name}", fontweight="bold")
   fig.tight_layout()
@@ -405,15 +422,21 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
   with_dev = [r for r in runs if _has_trajectory(r)]
   with_test = [r for r in runs if _has_test_point(r)]
   if not with_dev and not with_test:
-    print("note: no run has alignment/uniformity (eval/alignment in metrics.jsonl, or a results JSON from "
-          "`jaxcse.evaluate --tasks sts,align_uniform`); skipping align_uniform.png", file=sys.stderr)
+    print(
+      "note: no run has alignment/uniformity (eval/alignment in metrics.jsonl, or a results JSON from "
+      "`jaxcse.evaluate --tasks sts,align_uniform`); skipping align_uniform.png",
+      file=sys.stderr,
+    )
     return None
   use_dev = len(with_dev) >= len(with_test)
   plotted = with_dev if use_dev else with_test
   for run in runs:
     if run not in plotted:
-      print(f"note: {run.name}: no alignment/uniformity "
-            f"{'in its evaluation records' if use_dev else 'in a results JSON'}; left out of the map", file=sys.stderr)
+      print(
+        f"note: {run.name}: no alignment/uniformity "
+        f"{'in its evaluation records' if use_dev else 'in a results JSON'}; left out of the map",
+        file=sys.stderr,
+      )
 
   # Each run's point, and its colour value.
   points, colour_values = [], []
@@ -434,8 +457,11 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
       colour_values.append(best[STSB_DEV] * 100 if best is not None and STSB_DEV in best else np.nan)
   if not use_avg:
     missing = [r.name for r in plotted if r.sts_avg() is None]
-    print(f"note: no STS Avg for {', '.join(missing)} (no results JSON from `jaxcse.evaluate --tasks sts`); "
-          "colouring every run by its best STS-B dev instead", file=sys.stderr)
+    print(
+      f"note: no STS Avg for {', '.join(missing)} (no results JSON from `jaxcse.evaluate --tasks sts`); "
+      "colouring every run by its best STS-B dev instead",
+      file=sys.stderr,
+    )
 
   import matplotlib
   from matplotlib.ticker import MaxNLocator
@@ -454,17 +480,42 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
       rows = [r for r in run.evals if ALIGNMENT in r and UNIFORMITY in r]
       xs = np.array([r[UNIFORMITY] for r in rows])
       ys = np.array([r[ALIGNMENT] for r in rows])
-      ax.plot(xs, ys, color="0.55", linewidth=1, marker=".", markersize=5, zorder=1,
-              label="evaluations during training" if i == 0 else None)
+      ax.plot(
+        xs,
+        ys,
+        color="0.55",
+        linewidth=1,
+        marker=".",
+        markersize=5,
+        zorder=1,
+        label="evaluations during training" if i == 0 else None,
+      )
       for j in range(len(xs) - 1):  # Arrows show the direction of training, as in SimCSE's Figure 2.
         if (xs[j], ys[j]) != (xs[j + 1], ys[j + 1]):
-          ax.annotate("", xy=(xs[j + 1], ys[j + 1]), xytext=(xs[j], ys[j]), zorder=1,
-                      arrowprops=dict(arrowstyle="->", color="0.45", lw=1))
+          ax.annotate(
+            "",
+            xy=(xs[j + 1], ys[j + 1]),
+            xytext=(xs[j], ys[j]),
+            zorder=1,
+            arrowprops=dict(arrowstyle="->", color="0.45", lw=1),
+          )
   xs = np.array([p[0] for p in points])
   ys = np.array([p[1] for p in points])
-  scatter = ax.scatter(xs, ys, c=colours, cmap=cmap, norm=norm, s=140, edgecolors="black", zorder=3,
-                       plotnonfinite=True, label="best checkpoint" if use_dev else None)
-  colour_label = "STS Avg x100 (STS12-16, STS-B, SICK-R test)" if use_avg else "STS-B dev Spearman x100 (best checkpoint)"
+  scatter = ax.scatter(
+    xs,
+    ys,
+    c=colours,
+    cmap=cmap,
+    norm=norm,
+    s=140,
+    edgecolors="black",
+    zorder=3,
+    plotnonfinite=True,
+    label="best checkpoint" if use_dev else None,
+  )
+  colour_label = (
+    "STS Avg x100 (STS12-16, STS-B, SICK-R test)" if use_avg else "STS-B dev Spearman x100 (best checkpoint)"
+  )
   fig.colorbar(scatter, ax=ax, label=colour_label)
   split = "STS-B dev" if use_dev else "STS-B test"
   ax.set_xlabel(f"uniformity, {split} (lower is better)")
@@ -478,8 +529,15 @@ def plot_align_uniform(runs: Sequence[Run], path: str) -> str | None:
     text = f"{run.name} ({value:.2f})" if np.isfinite(value) else run.name
     # Labels of points in the right part of the map go to their left, so they stay inside the axes.
     on_right = (x - left) > 0.6 * (right - left)
-    ax.annotate(text, (x, y), xytext=(-9 if on_right else 9, 7), textcoords="offset points", fontsize="small",
-                ha="right" if on_right else "left", zorder=4)
+    ax.annotate(
+      text,
+      (x, y),
+      xytext=(-9 if on_right else 9, 7),
+      textcoords="offset points",
+      fontsize="small",
+      ha="right" if on_right else "left",
+      zorder=4,
+    )
   if use_dev:
     ax.legend(fontsize="small", loc="best")
   fig.tight_layout()
@@ -518,8 +576,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.plot"), description=__doc__.split("\n\n")[0])
   parser.add_argument("workdirs", nargs="+", metavar="WORKDIR", help="jaxcse training workdirs (with metrics.jsonl)")
   parser.add_argument("--out", default=None, help="output folder (default: WORKDIR/plots for one run, ./plots)")
-  parser.add_argument("--results", nargs="+", default=(), metavar="RESULTS.json",
-                      help="jaxcse.evaluate --output files; each belongs to the workdir named by its 'model'")
+  parser.add_argument(
+    "--results",
+    nargs="+",
+    default=(),
+    metavar="RESULTS.json",
+    help="jaxcse.evaluate --output files; each belongs to the workdir named by its 'model'",
+  )
   args = parser.parse_args(argv)
   written = plot_runs(args.workdirs, args.out, args.results)
   for path in written:

@@ -24,11 +24,27 @@ from jaxcse.core import errors
 from jaxcse.core.errors import JaxcseError
 
 # (summary key, column header), in the papers' order.
-STS_COLUMNS = (("STS12", "STS12"), ("STS13", "STS13"), ("STS14", "STS14"), ("STS15", "STS15"),
-               ("STS16", "STS16"), ("STSBenchmark", "STS-B"), ("SICKRelatedness", "SICK-R"), ("Avg", "Avg"))
+STS_COLUMNS = (
+  ("STS12", "STS12"),
+  ("STS13", "STS13"),
+  ("STS14", "STS14"),
+  ("STS15", "STS15"),
+  ("STS16", "STS16"),
+  ("STSBenchmark", "STS-B"),
+  ("SICKRelatedness", "SICK-R"),
+  ("Avg", "Avg"),
+)
 ALIGN_UNIFORM_COLUMNS = (("alignment", "Alignment"), ("uniformity", "Uniformity"))
-TRANSFER_COLUMNS = (("MR", "MR"), ("CR", "CR"), ("SUBJ", "SUBJ"), ("MPQA", "MPQA"), ("SST2", "SST-2"),
-                    ("TREC", "TREC"), ("MRPC", "MRPC"), ("Avg_transfer", "Avg"))
+TRANSFER_COLUMNS = (
+  ("MR", "MR"),
+  ("CR", "CR"),
+  ("SUBJ", "SUBJ"),
+  ("MPQA", "MPQA"),
+  ("SST2", "SST-2"),
+  ("TREC", "TREC"),
+  ("MRPC", "MRPC"),
+  ("Avg_transfer", "Avg"),
+)
 # Alignment and uniformity are summarised to 4 decimals, everything else (x100 scores) to 2.
 DECIMALS = {"alignment": 4, "uniformity": 4}
 MISSING = "–"
@@ -110,8 +126,11 @@ def format_report(results: dict[str, dict], *, group_by_seed: bool = False) -> s
 def main(argv: Sequence[str] | None = None) -> int:
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.report"), description=__doc__.split("\n\n")[0])
   parser.add_argument("results", nargs="+", metavar="RESULTS.json", help="outputs of python -m jaxcse.evaluate")
-  parser.add_argument("--group-by-seed-suffix", action="store_true",
-                      help="one mean ± std row per name that differs only by a -seed<N> suffix")
+  parser.add_argument(
+    "--group-by-seed-suffix",
+    action="store_true",
+    help="one mean ± std row per name that differs only by a -seed<N> suffix",
+  )
   args = parser.parse_args(argv)
 
   results = {}

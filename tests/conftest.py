@@ -36,11 +36,18 @@ def small_data_dir(tmp_path_factory) -> str:
   os.makedirs(sts_dst)
   os.makedirs(sick_dst)
   for src, dst, n in [
-      (os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-dev.csv"), os.path.join(sts_dst, "sts-dev.csv"), 60),
-      (os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-test.csv"), os.path.join(sts_dst, "sts-test.csv"), 60),
-      (os.path.join(real, "senteval/downstream/SICK/SICK_trial.txt"), os.path.join(sick_dst, "SICK_trial.txt"), 41),
-      (os.path.join(real, "senteval/downstream/SICK/SICK_test_annotated.txt"),
-       os.path.join(sick_dst, "SICK_test_annotated.txt"), 41),
+    (os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-dev.csv"), os.path.join(sts_dst, "sts-dev.csv"), 60),
+    (
+      os.path.join(real, "senteval/downstream/STS/STSBenchmark/sts-test.csv"),
+      os.path.join(sts_dst, "sts-test.csv"),
+      60,
+    ),
+    (os.path.join(real, "senteval/downstream/SICK/SICK_trial.txt"), os.path.join(sick_dst, "SICK_trial.txt"), 41),
+    (
+      os.path.join(real, "senteval/downstream/SICK/SICK_test_annotated.txt"),
+      os.path.join(sick_dst, "SICK_test_annotated.txt"),
+      41,
+    ),
   ]:
     with open(src, encoding="utf-8") as f:
       lines = f.readlines()[:n]

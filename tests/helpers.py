@@ -48,19 +48,33 @@ def write_synthetic_run(workdir: str, offset: float, *, mixcse: bool = True, ste
   records = []
   for step in range(0, steps + 1, 5):
     if step:
-      record = {"step": step, "loss": 2.0 * math.exp(-step / 15) + 0.1, "grad_norm": 1.0,
-                "pos_score": 0.8 + 0.004 * step, "neg_score": 0.4 - 0.008 * step, "steps_per_sec": 3.0,
-                "epoch": step / 100}
+      record = {
+        "step": step,
+        "loss": 2.0 * math.exp(-step / 15) + 0.1,
+        "grad_norm": 1.0,
+        "pos_score": 0.8 + 0.004 * step,
+        "neg_score": 0.4 - 0.008 * step,
+        "steps_per_sec": 3.0,
+        "epoch": step / 100,
+      }
       record["contrastive_loss"] = record["loss"]
       if mixcse:
         record["mix_score"] = 0.6 - 0.01 * step
       records.append(record)
     if step % 10 == 0:
       t = step / steps
-      records.append({"step": step, "eval/metric": 0.6 + 0.2 * t + offset, "eval/stsb_dev": 0.6 + 0.2 * t + offset,
-                      "eval/sickr_dev": 0.55 + 0.1 * t, "eval/omega_deg": 70 + 40 * t,
-                      "eval/alignment": 0.1 + 0.1 * t + offset, "eval/uniformity": -1.5 - t - offset,
-                      "eval/seconds": 1.0})
+      records.append(
+        {
+          "step": step,
+          "eval/metric": 0.6 + 0.2 * t + offset,
+          "eval/stsb_dev": 0.6 + 0.2 * t + offset,
+          "eval/sickr_dev": 0.55 + 0.1 * t,
+          "eval/omega_deg": 70 + 40 * t,
+          "eval/alignment": 0.1 + 0.1 * t + offset,
+          "eval/uniformity": -1.5 - t - offset,
+          "eval/seconds": 1.0,
+        }
+      )
   write_jsonl(os.path.join(workdir, "metrics.jsonl"), records)
 
 
@@ -101,8 +115,14 @@ def make_tiny_model_dir(path: str) -> str:
 
   from jaxcse.models import bert, weights
 
-  config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=128)
+  config = BertConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+  )
   ids = np.ones((1, 4), np.int32)
   params = bert.BertModel(config).init(jax.random.split(jax.random.PRNGKey(0))[0], ids, ids)["params"]
   os.makedirs(path, exist_ok=True)
@@ -127,11 +147,20 @@ def make_tiny_modernbert_dir(path: str) -> str:
   from jaxcse.models import modernbert, weights
 
   tokenizer = AutoTokenizer.from_pretrained(BERT_UNCASED_TOKENIZER)
-  config = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=3,
-                            num_attention_heads=2, max_position_embeddings=128, local_attention=8,
-                            pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
-                            sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
-                            eos_token_id=tokenizer.sep_token_id)
+  config = ModernBertConfig(
+    vocab_size=len(tokenizer),
+    hidden_size=32,
+    intermediate_size=48,
+    num_hidden_layers=3,
+    num_attention_heads=2,
+    max_position_embeddings=128,
+    local_attention=8,
+    pad_token_id=tokenizer.pad_token_id,
+    cls_token_id=tokenizer.cls_token_id,
+    sep_token_id=tokenizer.sep_token_id,
+    bos_token_id=tokenizer.cls_token_id,
+    eos_token_id=tokenizer.sep_token_id,
+  )
   ids = np.ones((1, 4), np.int32)
   params = modernbert.ModernBertForMaskedLM(config).init(jax.random.key(0), ids, ids)["params"]
   os.makedirs(path, exist_ok=True)
@@ -146,14 +175,26 @@ def make_tiny_mlm_dir(model_dir: str, path: str) -> str:
   """The tiny BERT with a (random) masked-LM head, saved as a BertForMaskedLM folder (jaxcse's own export)."""
   from jaxcse import export_hf, models
 
-  spec, params = models.load_pretrained(model_dir, models.PoolerSpec("avg"), with_mlm_head=True, mlm_head="tied",
-                                        seed=0)
+  spec, params = models.load_pretrained(
+    model_dir, models.PoolerSpec("avg"), with_mlm_head=True, mlm_head="tied", seed=0
+  )
   export_hf.export_masked_lm(spec, params, path)
   return path
 
 
-CONFIG_NAMES = ("base", "quickstart", "quickstart_minilm", "simcse_sup", "mixcse", "dclr", "dclr_roberta", "dclr_as_released",
-                "colab_tpu", "modernbert")
+CONFIG_NAMES = (
+  "base",
+  "quickstart",
+  "quickstart_minilm",
+  "simcse_sup",
+  "mixcse",
+  "dclr",
+  "dclr_roberta",
+  "dclr_as_released",
+  "colab_tpu",
+  "modernbert",
+  "pairs",
+)
 
 
 def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **overrides):
@@ -163,7 +204,10 @@ def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **over
   config = importlib.import_module(f"jaxcse.configs.{config_name}").get_config()
   config.model.name = model_dir
   config.data.data_dir = data_dir
-  config.data.train = "corpora/small_nli.csv" if config.data.train.endswith(".csv") else "corpora/small.txt"
+  pair_config = config.data.get("csv_format") == "sentence_transformers"  # configs/pairs.py: its data is pairs.
+  config.data.train = (
+    "corpora/small_nli.csv" if config.data.train.endswith(".csv") or pair_config else "corpora/small.txt"
+  )
   config.data.max_seq_len = 16
   config.train.batch_size = 8
   config.train.max_steps = 6
@@ -185,9 +229,19 @@ def tiny_config(model_dir: str, data_dir: str, config_name: str = "base", **over
 
 # The train command's flags for tiny_config: every value it sets on configs/base.py (the base config's dclr
 # complementary model aside).
-TINY_CONFIG_KEYS = ("model.name", "data.data_dir", "data.train", "data.max_seq_len", "train.batch_size",
-                    "train.max_steps", "train.learning_rate", "train.log_every", "eval.every", "eval.batch_size",
-                    "checkpoint.every")
+TINY_CONFIG_KEYS = (
+  "model.name",
+  "data.data_dir",
+  "data.train",
+  "data.max_seq_len",
+  "train.batch_size",
+  "train.max_steps",
+  "train.learning_rate",
+  "train.log_every",
+  "eval.every",
+  "eval.batch_size",
+  "checkpoint.every",
+)
 
 
 def train_cli_args(workdir: str, model_dir: str, data_dir: str, **overrides) -> list[str]:
@@ -204,8 +258,13 @@ def train_cli_args(workdir: str, model_dir: str, data_dir: str, **overrides) -> 
 
 # 9 steps, an evaluation every 3, latest every 4. At lr 3e-3 the tiny model's STS-B dev improves at every
 # evaluation (-0.170, -0.167, -0.166), so each saves a best checkpoint. The ``reference`` fixture's run.
-SCHEDULE = {"train.max_steps": 9, "eval.every": 3, "checkpoint.every": 4, "train.learning_rate": 3e-3,
-            "train.log_every": 1}
+SCHEDULE = {
+  "train.max_steps": 9,
+  "eval.every": 3,
+  "checkpoint.every": 4,
+  "train.learning_rate": 3e-3,
+  "train.log_every": 1,
+}
 
 
 # --------------------------------------------------------------------------
@@ -227,8 +286,9 @@ def saved_params(workdir: str, checkpoint: str = "latest") -> dict:
 
   from jaxcse.storage import loading
 
-  return flax.traverse_util.flatten_dict(jax.device_get(loading.load_model(workdir, checkpoint=checkpoint).params),
-                                         sep="/")
+  return flax.traverse_util.flatten_dict(
+    jax.device_get(loading.load_model(workdir, checkpoint=checkpoint).params), sep="/"
+  )
 
 
 def assert_same_params(a: dict, b: dict) -> None:
@@ -321,19 +381,20 @@ def exploded_params(params):
 
   rng = np.random.default_rng(0)
   return jax.tree.map(
-      lambda x: np.asarray(x) + np.float32(1e30) * rng.choice([-1, 1], size=x.shape).astype(np.float32),
-      jax.device_get(params))
+    lambda x: np.asarray(x) + np.float32(1e30) * rng.choice([-1, 1], size=x.shape).astype(np.float32),
+    jax.device_get(params),
+  )
 
 
 # Every objective the train step can run, as (config file, overrides); checked on 1 vs 2 devices.
 STEP_VARIANTS = {
-    "simcse": ("base", {}),
-    "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
-    "mixcse": ("mixcse", {}),
-    "mixcse_hardest_single": ("mixcse", {"mixcse.neighbour": "hardest", "mixcse.symmetric": False}),
-    "dclr": ("dclr", {}),
-    "dclr_infonce": ("dclr", {"dclr.loss_form": "infonce", "dclr.complementary_dropout": True}),
-    "simcse_mlm": ("base", {"mlm.enabled": True}),
+  "simcse": ("base", {}),
+  "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
+  "mixcse": ("mixcse", {}),
+  "mixcse_hardest_single": ("mixcse", {"mixcse.neighbour": "hardest", "mixcse.symmetric": False}),
+  "dclr": ("dclr", {}),
+  "dclr_infonce": ("dclr", {"dclr.loss_form": "infonce", "dclr.complementary_dropout": True}),
+  "simcse_mlm": ("base", {"mlm.enabled": True}),
 }
 
 
@@ -353,8 +414,10 @@ def in_float64(spec, params):
 
   if not jax.config.jax_enable_x64:
     raise RuntimeError("in_float64 needs compat.enable_x64(True)")
-  params = jax.tree.map(lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
-                        jax.device_get(params))
+  params = jax.tree.map(
+    lambda x: np.asarray(x, np.float64) if np.issubdtype(np.asarray(x).dtype, np.floating) else x,
+    jax.device_get(params),
+  )
   return spec.with_dtype(jnp.float64), params
 
 
@@ -380,12 +443,15 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
   results = {"devices": np.asarray(jax.device_count())}
   mesh = distributed.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
-  variants = [(name, spec, "sgd") for name, spec in STEP_VARIANTS.items()] + [("simcse", STEP_VARIANTS["simcse"], "adamw")]
+  variants = [(name, spec, "sgd") for name, spec in STEP_VARIANTS.items()] + [
+    ("simcse", STEP_VARIANTS["simcse"], "adamw")
+  ]
   for name, (config_name, overrides), optimizer in variants:
     config = tiny_config(model_dir, data_dir, config_name, **{"train.batch_size": 16, **overrides})
     pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-    spec, params = in_float64(*models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed,
-                                                      with_mlm_head=config.mlm.enabled))
+    spec, params = in_float64(
+      *models.load_pretrained(model_dir, pooling, dropout=0.1, seed=config.seed, with_mlm_head=config.mlm.enabled)
+    )
     corpus = data_lib.load_corpus(config.data.train, root=data_dir)
     batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=16, max_seq_len=16, seed=config.seed)
     tx = optax.sgd(1.0) if optimizer == "sgd" else train_step.make_optimizer(config.train, 10)
@@ -394,8 +460,9 @@ def one_step(model_dir: str, data_dir: str, out: str) -> None:
       loaded = loading.load_model(config.dclr.complementary_model)
       complementary, comp_params = in_float64(loaded.spec, loaded.params)
       comp_params = jax.device_put(comp_params, replicated)
-    state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
-                           replicated)
+    state = jax.device_put(
+      train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)), replicated
+    )
     batch = jax.device_put(batches.batch(0), NamedSharding(mesh, PartitionSpec("data")))
     step = jax.jit(train_step.make_train_step(config, spec, tx, complementary), donate_argnums=0)
     state, metrics = step(state, batch, comp_params)

@@ -55,10 +55,15 @@ def _sgd_step(config, spec, params, batch, **step_kwargs):
 @pytest.mark.parametrize("chunk", [0, 4])
 def test_same_dropout_mask_gives_identical_views_and_the_two_pass_gradient(tiny_model_dir, small_data_dir, chunk):
   with compat.enable_x64(True):
-    config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{
-        "augment.same_dropout_mask": True, "train.batch_size": BATCH, "train.grad_cache_chunk": chunk})
-    spec, params = helpers.in_float64(*models.load_pretrained(
-        tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.1, seed=0))
+    config = helpers.tiny_config(
+      tiny_model_dir,
+      small_data_dir,
+      "base",
+      **{"augment.same_dropout_mask": True, "train.batch_size": BATCH, "train.grad_cache_chunk": chunk},
+    )
+    spec, params = helpers.in_float64(
+      *models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.1, seed=0)
+    )
     batch = _batch(spec, config, small_data_dir)
     metrics, grads = _sgd_step(config, spec, params, batch)
     # Identical views: cosine 1 (to rounding), so zero alignment loss.
@@ -104,19 +109,20 @@ def tiny_mlm_dir(tiny_model_dir, tmp_path_factory):
   return helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path_factory.mktemp("tiny_mlm") / "model"))
 
 
-@pytest.mark.parametrize("overrides", [{"augment.delete_one_word": True},
-                                       {"augment.crop": 0.1, "augment.mlm": 0.15}])
+@pytest.mark.parametrize("overrides", [{"augment.delete_one_word": True}, {"augment.crop": 0.1, "augment.mlm": 0.15}])
 def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_dir, small_data_dir, overrides):
   """The step's loss is SimCSE's on (sentence, its augmentation with the step's augmentation key), the first view
   untouched; the frozen MLM gets no gradient."""
   with compat.enable_x64(True):
     config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"train.batch_size": BATCH, **overrides})
-    spec, params = helpers.in_float64(*models.load_pretrained(
-        tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.0, seed=0))
+    spec, params = helpers.in_float64(
+      *models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.0, seed=0)
+    )
     mlm_spec, mlm_params = None, None
     if config.augment.mlm:
-      mlm_spec, mlm_params = helpers.in_float64(*models.load_pretrained(
-          tiny_mlm_dir, models.PoolerSpec("avg"), with_mlm_head=True, mlm_head="tied"))
+      mlm_spec, mlm_params = helpers.in_float64(
+        *models.load_pretrained(tiny_mlm_dir, models.PoolerSpec("avg"), with_mlm_head=True, mlm_head="tied")
+      )
     batch = _batch(spec, config, small_data_dir)
     tx = optax.sgd(1.0)
     state = train_step.TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params))
@@ -125,15 +131,22 @@ def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_d
 
     # The same by hand: the augmentation's key is fold_in(step key, the tag), apart from the four step keys.
     step_key = jax.random.fold_in(jax.random.key(config.seed), 0)
-    view = augment.SecondView(crop=config.augment.crop, delete_one_word=config.augment.delete_one_word,
-                              mlm=config.augment.mlm)
+    view = augment.SecondView(
+      crop=config.augment.crop, delete_one_word=config.augment.delete_one_word, mlm=config.augment.mlm
+    )
     logits_fn = (lambda i, m: models.mlm_logits(mlm_spec, mlm_params, i, m, train=False)) if mlm_spec else None
-    ids, mask = view(jax.random.fold_in(step_key, train_step._AUGMENT_KEY_TAG), jnp.asarray(batch["input_ids"][:, 0]),
-                     jnp.asarray(batch["attention_mask"][:, 0]), augment.WordPieces.from_tokenizer(spec.tokenizer),
-                     logits_fn)
+    ids, mask = view(
+      jax.random.fold_in(step_key, train_step._AUGMENT_KEY_TAG),
+      jnp.asarray(batch["input_ids"][:, 0]),
+      jnp.asarray(batch["attention_mask"][:, 0]),
+      augment.WordPieces.from_tokenizer(spec.tokenizer),
+      logits_fn,
+    )
     assert not np.array_equal(ids, batch["input_ids"][:, 0])  # The augmentation changed something ...
-    pairs = {"input_ids": jnp.stack([batch["input_ids"][:, 0], ids], 1),
-             "attention_mask": jnp.stack([batch["attention_mask"][:, 0], mask], 1)}
+    pairs = {
+      "input_ids": jnp.stack([batch["input_ids"][:, 0], ids], 1),
+      "attention_mask": jnp.stack([batch["attention_mask"][:, 0], mask], 1),
+    }
     z = train_step.embed_views(spec.module_for("cls"), params, pairs, _keys(config)[0])
     expected = objectives.get("simcse").loss(config, z, _keys(config)[1], None)[0]
     np.testing.assert_allclose(float(metrics["loss"]), float(expected), rtol=1e-12)
@@ -145,34 +158,46 @@ def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_d
       assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
 
 
-def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(tiny_model_dir, tiny_mlm_dir, small_data_dir,
-                                                                       tmp_path):
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{
-      "augment.mlm": 0.15, "augment.mlm_model": tiny_mlm_dir, "train.max_steps": 2, "eval.every": 2})
+def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(
+  tiny_model_dir, tiny_mlm_dir, small_data_dir, tmp_path
+):
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    "base",
+    **{"augment.mlm": 0.15, "augment.mlm_model": tiny_mlm_dir, "train.max_steps": 2, "eval.every": 2},
+  )
   summary = train.train_and_evaluate(config, str(tmp_path / "ok"))
   assert summary["steps"] == 2
   # The frozen MLM is not part of the trained model: no MLM head in the checkpoint.
-  saved = flax.traverse_util.flatten_dict(jax.device_get(
-      loading.load_model(str(tmp_path / "ok"), checkpoint="latest").params), sep="/")
+  saved = flax.traverse_util.flatten_dict(
+    jax.device_get(loading.load_model(str(tmp_path / "ok"), checkpoint="latest").params), sep="/"
+  )
   assert not any(k.startswith("mlm_head") for k in saved)
   config.augment.mlm_model = ""  # model.name: the tiny BERT, which has no MLM head.
   with pytest.raises(configuration.ConfigError, match="has no pretrained masked-LM head"):
     train.train_and_evaluate(config, str(tmp_path / "no_head"))
 
 
-@pytest.mark.parametrize("overrides,message", [
+@pytest.mark.parametrize(
+  "overrides,message",
+  [
     ({"augment.crop": 1.0}, r"augment.crop must be a share of the words in \[0, 1\)"),
     ({"augment.word_deletion": -0.1}, r"augment.word_deletion must be a share"),
-    ({"augment.same_dropout_mask": True, "augment.delete_one_word": True},
-     r"same_dropout_mask makes the two views identical; it cannot be combined with augment.delete_one_word"),
+    (
+      {"augment.same_dropout_mask": True, "augment.delete_one_word": True},
+      r"same_dropout_mask makes the two views identical; it cannot be combined with augment.delete_one_word",
+    ),
     ({"dclr.instance_weighting": "teacher"}, r"dclr.instance_weighting must be one of complementary, self, none"),
     ({"dclr.noise_negatives": "gaussian"}, r"dclr.noise_negatives must be one of ascent, random, none"),
     ({"dclr.ascent_steps": 0}, r"takes no ascent step; .* set dclr.noise_negatives=random"),
     ({"dclr.noise_times": 0.0}, r"0 noise negatives; for none, set dclr.noise_negatives=none"),
     ({"dclr.complementary_model": ""}, r"method dclr needs config.dclr.complementary_model"),
-])
-def test_switch_errors_are_caught_before_the_workdir_is_touched(tiny_model_dir, small_data_dir, tmp_path, overrides,
-                                                               message):
+  ],
+)
+def test_switch_errors_are_caught_before_the_workdir_is_touched(
+  tiny_model_dir, small_data_dir, tmp_path, overrides, message
+):
   name = "dclr" if any(k.startswith("dclr") for k in overrides) else "base"
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, name, **overrides)
   with pytest.raises(configuration.ConfigError, match=message):
@@ -218,14 +243,24 @@ def _full_formula(config, z, rng, weights, noise="ascent"):
   if noise != "none":
     noise_vectors = losses.dclr_initial_noise(rng, int(6 * d.noise_times), 5, sigma=d.noise_std, dtype=z.dtype)
     if noise == "ascent":
-      noise_vectors = losses.dclr_noise_negatives(z[:, 0], z[:, 1], noise_vectors, temperature=1.0,
-                                                  steps=d.ascent_steps, step_size=d.ascent_step_size)
+      noise_vectors = losses.dclr_noise_negatives(
+        z[:, 0], z[:, 1], noise_vectors, temperature=1.0, steps=d.ascent_steps, step_size=d.ascent_step_size
+      )
   return losses.dclr_loss(z[:, 0], z[:, 1], noise_vectors, weights, temperature=1.0, form=d.loss_form)
 
 
-@pytest.mark.parametrize("weighting,noise", [("complementary", "ascent"), ("none", "ascent"), ("self", "ascent"),
-                                             ("complementary", "none"), ("complementary", "random"),
-                                             ("self", "random"), ("none", "none")])
+@pytest.mark.parametrize(
+  "weighting,noise",
+  [
+    ("complementary", "ascent"),
+    ("none", "ascent"),
+    ("self", "ascent"),
+    ("complementary", "none"),
+    ("complementary", "random"),
+    ("self", "random"),
+    ("none", "none"),
+  ],
+)
 def test_dclr_variants_equal_their_formulas(weighting, noise):
   with compat.enable_x64(True):
     z, complementary = _toy_views()
@@ -233,8 +268,11 @@ def test_dclr_variants_equal_their_formulas(weighting, noise):
     objectives.get("dclr").check_config(config)
     rng = jax.random.key(7)
     loss, extra = objectives.get("dclr").loss(config, z, rng, complementary if weighting == "complementary" else None)
-    weights = {"complementary": losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=0.9),
-               "self": losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9), "none": None}[weighting]
+    weights = {
+      "complementary": losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=0.9),
+      "self": losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9),
+      "none": None,
+    }[weighting]
     np.testing.assert_allclose(float(loss), float(_full_formula(config, z, rng, weights, noise)), rtol=1e-13)
     expected_zero = 0.0 if weights is None else 1.0 - float(weights.mean())
     assert float(extra["dclr/weight_zero_frac"]) == pytest.approx(expected_zero, abs=1e-15)
@@ -249,8 +287,13 @@ def test_dclr_variants_differ_from_the_full_method():
     z, complementary = _toy_views()
     rng = jax.random.key(7)
     values = {}
-    for weighting, noise in [("complementary", "ascent"), ("none", "ascent"), ("self", "ascent"),
-                             ("complementary", "none"), ("complementary", "random")]:
+    for weighting, noise in [
+      ("complementary", "ascent"),
+      ("none", "ascent"),
+      ("self", "ascent"),
+      ("complementary", "none"),
+      ("complementary", "random"),
+    ]:
       config = _dclr_config(instance_weighting=weighting, noise_negatives=noise)
       values[weighting, noise] = float(objectives.get("dclr").loss(config, z, rng, complementary)[0])
     assert len(set(values.values())) == len(values)
@@ -264,17 +307,25 @@ def test_dclr_self_weights_carry_no_gradient():
     rng = jax.random.key(7)
     fixed = losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9)
     got = jax.grad(lambda v: objectives.get("dclr").loss(config, v, rng, None)[0])(z)
-    expected = jax.grad(lambda v: losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0,
-                                                   form="infonce"))(z)
+    expected = jax.grad(lambda v: losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0, form="infonce"))(z)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("weighting", ["none", "self"])
-def test_dclr_without_complementary_weighting_loads_no_complementary_model(tiny_model_dir, small_data_dir, tmp_path,
-                                                                          weighting):
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{
-      "dclr.instance_weighting": weighting, "dclr.complementary_model": str(tmp_path / "absent"),
-      "train.max_steps": 2, "eval.every": 2})
+def test_dclr_without_complementary_weighting_loads_no_complementary_model(
+  tiny_model_dir, small_data_dir, tmp_path, weighting
+):
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    "dclr",
+    **{
+      "dclr.instance_weighting": weighting,
+      "dclr.complementary_model": str(tmp_path / "absent"),
+      "train.max_steps": 2,
+      "eval.every": 2,
+    },
+  )
   assert train.train_and_evaluate(config, str(tmp_path / "workdir"))["steps"] == 2
   spec, _ = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True))
   config.dclr.instance_weighting = "complementary"

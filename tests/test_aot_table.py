@@ -35,16 +35,26 @@ def _search(largest, tried):
 
 def test_a_cells_searches_are_merged_and_smaller_failures_shown(table):
   root = table.RESULTS
-  report = {"batch_size": 512, "fits": True, "flops_per_device": 25.56e12, "roofline_step_seconds": 0.02583,
-            "roofline_bound": "compute", "memory_bytes": {"total": 23.57 * 2**30, "device_limit": 59.33 * 2**30}}
+  report = {
+    "batch_size": 512,
+    "fits": True,
+    "flops_per_device": 25.56e12,
+    "roofline_step_seconds": 0.02583,
+    "roofline_bound": "compute",
+    "memory_bytes": {"total": 23.57 * 2**30, "device_limit": 59.33 * 2**30},
+  }
   _write(root, "simcse_sup/h100.json", report)
   assert "| not compiled yet |" in table.rows(("h100",))[2]
   # The search from the config's batch stops at the first failure; the one around a guess finds more.
-  _write(root, "simcse_sup/h100.max_batch.json", _search(1336, [[512, True], [1024, True], [1344, False],
-                                                               [1336, True]]))
+  _write(
+    root, "simcse_sup/h100.max_batch.json", _search(1336, [[512, True], [1024, True], [1344, False], [1336, True]])
+  )
   assert "| 1336 |" in table.rows(("h100",))[2]
-  _write(root, "simcse_sup/h100.max_batch_near.json", _search(3768, [[2888, True], [3904, False], [3768, True],
-                                                                    [3784, False], [3776, False]]))
+  _write(
+    root,
+    "simcse_sup/h100.max_batch_near.json",
+    _search(3768, [[2888, True], [3904, False], [3768, True], [3784, False], [3776, False]]),
+  )
   line = table.rows(("h100",))[2]
   assert "| 3768 (1344 not) |" in line and line.startswith("| `simcse_sup` (512) | h100 | 23.57 of 59.33 GiB |")
   # 1,614 steps at the 25.83 ms bound: 42 s; at 40% of it: 104 s.

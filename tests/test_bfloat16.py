@@ -74,9 +74,10 @@ def gamma(n: int, lam: float = LAMBDA, u: float = U) -> float:
 
 def _capture_gradients() -> optax.GradientTransformation:
   """An "optimizer" whose state becomes the step's gradients, exactly (and which leaves the params alone)."""
-  return optax.GradientTransformation(lambda params: jax.tree.map(jnp.zeros_like, params),
-                                      lambda updates, state, params=None: (jax.tree.map(jnp.zeros_like, updates),
-                                                                           updates))
+  return optax.GradientTransformation(
+    lambda params: jax.tree.map(jnp.zeros_like, params),
+    lambda updates, state, params=None: (jax.tree.map(jnp.zeros_like, updates), updates),
+  )
 
 
 def _step(config, spec, params, batch, tx):
@@ -97,28 +98,39 @@ def compare(config, *, dropout: float = 0.1) -> dict:
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
   spec, params = models.load_pretrained(config.model.name, pooling, dropout=dropout, seed=config.seed)
   corpus = data_lib.load_corpus(config.data.train, root=data_lib.data_dir(config.data.data_dir or None))
-  batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=config.train.batch_size,
-                           max_seq_len=config.data.max_seq_len, seed=config.seed).batch(0)
+  batch = data_lib.Batches(
+    corpus, spec.tokenizer, batch_size=config.train.batch_size, max_seq_len=config.data.max_seq_len, seed=config.seed
+  ).batch(0)
   tx = _capture_gradients()
   out = {}
   for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
     metrics, state, has_bf16 = _step(config, spec.with_dtype(dtype), params, batch, tx)
     out[name] = {"loss": float(metrics["loss"]), "grads": state.opt_state, "has_bf16": has_bf16}
   g32, g16 = _flat(out["float32"]["grads"]), _flat(out["bfloat16"]["grads"])
-  embedding = jax.eval_shape(lambda p: train_step.embed_views(spec.with_dtype(jnp.bfloat16).module_for(spec.pooling.pooler), p, batch,
-                                                              jax.random.key(0)), params)
+  embedding = jax.eval_shape(
+    lambda p: train_step.embed_views(
+      spec.with_dtype(jnp.bfloat16).module_for(spec.pooling.pooler), p, batch, jax.random.key(0)
+    ),
+    params,
+  )
   n = roundings(spec.hf_config.num_hidden_layers, embedding.dtype == jnp.bfloat16)
   return {
-      "model": config.model.name, "pooler": config.model.pooler, "batch": config.train.batch_size,
-      "max_seq_len": config.data.max_seq_len, "layers": spec.hf_config.num_hidden_layers,
-      "embedding_dtype": str(embedding.dtype), "roundings": n,
-      "loss_float32": out["float32"]["loss"], "loss_bfloat16": out["bfloat16"]["loss"],
-      "loss_relative_error": abs(out["bfloat16"]["loss"] - out["float32"]["loss"]) / abs(out["float32"]["loss"]),
-      "loss_bound": gamma(n),
-      "grad_norm_float32": float(np.linalg.norm(g32)),
-      "grad_relative_error": float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32)),
-      "grad_bound": gamma(2 * n),
-      "float32_program_has_bf16": out["float32"]["has_bf16"], "bfloat16_program_has_bf16": out["bfloat16"]["has_bf16"],
+    "model": config.model.name,
+    "pooler": config.model.pooler,
+    "batch": config.train.batch_size,
+    "max_seq_len": config.data.max_seq_len,
+    "layers": spec.hf_config.num_hidden_layers,
+    "embedding_dtype": str(embedding.dtype),
+    "roundings": n,
+    "loss_float32": out["float32"]["loss"],
+    "loss_bfloat16": out["bfloat16"]["loss"],
+    "loss_relative_error": abs(out["bfloat16"]["loss"] - out["float32"]["loss"]) / abs(out["float32"]["loss"]),
+    "loss_bound": gamma(n),
+    "grad_norm_float32": float(np.linalg.norm(g32)),
+    "grad_relative_error": float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32)),
+    "grad_bound": gamma(2 * n),
+    "float32_program_has_bf16": out["float32"]["has_bf16"],
+    "bfloat16_program_has_bf16": out["bfloat16"]["has_bf16"],
   }
 
 
@@ -156,8 +168,9 @@ def test_params_and_optimizer_state_stay_float32(tiny_model_dir, small_data_dir)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir)
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
   spec, params = models.load_pretrained(tiny_model_dir, pooling, dropout=0.1, seed=config.seed)
-  batch = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer,
-                           batch_size=8, max_seq_len=16, seed=0).batch(0)
+  batch = data_lib.Batches(
+    data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer, batch_size=8, max_seq_len=16, seed=0
+  ).batch(0)
   tx = train_step.make_optimizer(config.train, 10)
   metrics, state, has_bf16 = _step(config, spec.with_dtype(jnp.bfloat16), params, batch, tx)
   assert has_bf16
@@ -187,8 +200,17 @@ def _main(argv=None) -> None:
   config.data.train = "corpora/wiki_offline.txt"
   config.train.batch_size = args.batch_size
   config.data.max_seq_len = args.max_seq_len
-  print(json.dumps({"command": "python tests/test_bfloat16.py " + " ".join(sys.argv[1:] if argv is None else argv),
-                    "jax": jax.__version__, "device": jax.devices()[0].device_kind, **compare(config)}, indent=1))
+  print(
+    json.dumps(
+      {
+        "command": "python tests/test_bfloat16.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "jax": jax.__version__,
+        "device": jax.devices()[0].device_kind,
+        **compare(config),
+      },
+      indent=1,
+    )
+  )
 
 
 if __name__ == "__main__":

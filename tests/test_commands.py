@@ -64,8 +64,18 @@ def _run_script(script: str, *args: str, cwd: str) -> subprocess.CompletedProces
 def test_every_command_is_a_console_script():
   if not _console_scripts():
     pytest.skip("jaxcse is not installed (pip install -e .)")
-  assert {"jaxcse-train", "jaxcse-evaluate", "jaxcse-encode", "jaxcse-export", "jaxcse-data", "jaxcse-report",
-          "jaxcse-plot", "jaxcse-wordpiece", "jaxcse-compile"} <= set(_console_scripts())
+  assert {
+    "jaxcse-train",
+    "jaxcse-evaluate",
+    "jaxcse-encode",
+    "jaxcse-export",
+    "jaxcse-data",
+    "jaxcse-report",
+    "jaxcse-plot",
+    "jaxcse-wordpiece",
+    "jaxcse-compile",
+    "jaxcse-mine",
+  } <= set(_console_scripts())
 
 
 @pytest.mark.parametrize("script", _console_scripts() or ["jaxcse-train"])
@@ -128,16 +138,21 @@ def _spoil(root, mistake: str, config) -> None:
 
 
 TRAIN_MISTAKES = {
-    "missing data folder": "does not exist", "undecodable byte": "small.txt:2: not valid UTF-8",
-    "empty file": "small.txt: no sentences", "blank file": "small.txt: no sentences",
-    "too few sentences": "fewer than one batch", "bad csv header": "bad.csv:1: header sent0,oops",
-    "missing corpus": "corpora/absent.txt: no such file", "missing model": "no_model: no such folder",
+  "missing data folder": "does not exist",
+  "undecodable byte": "small.txt:2: not valid UTF-8",
+  "empty file": "small.txt: no sentences",
+  "blank file": "small.txt: no sentences",
+  "too few sentences": "fewer than one batch",
+  "bad csv header": "bad.csv:1: header sent0,oops",
+  "missing corpus": "corpora/absent.txt: no such file",
+  "missing model": "no_model: no such folder",
 }
 
 
 def _tiny(tiny_model_dir: str, root) -> object:
-  return helpers.tiny_config(tiny_model_dir, str(root), **{"train.max_steps": 2, "eval.every": 2,
-                                                           "checkpoint.every": 2})
+  return helpers.tiny_config(
+    tiny_model_dir, str(root), **{"train.max_steps": 2, "eval.every": 2, "checkpoint.every": 2}
+  )
 
 
 @pytest.mark.parametrize("existing", [False, True], ids=["absent", "existing"])
@@ -172,6 +187,10 @@ def test_train_runs_once_the_mistake_is_fixed(tiny_model_dir, bad_root, tmp_path
 def test_train_still_refuses_another_runs_workdir_before_writing(tiny_model_dir, small_data_dir, tmp_path):
   workdir = tmp_path / "workdir"
   helpers.write_text(str(workdir / "config.json"), json.dumps({"another": "run"}))
+  # A jaxcse run's marker (a folder without one is not refused as another run but as no run: test_trust.py), and
+  # the lock file every run leaves (the start point is read under the lock).
+  helpers.write_text(str(workdir / "model" / "jaxcse.json"), json.dumps({"format_version": 2}))
+  helpers.write_text(str(workdir / ".lock"), "")
   before = snapshot(str(workdir))
   with pytest.raises(train.WorkdirError, match="holds another run"):
     train.train_and_evaluate(_tiny(tiny_model_dir, small_data_dir), str(workdir))
@@ -194,14 +213,17 @@ def test_evaluate_mistakes_write_nothing_then_it_runs(tiny_model_dir, small_data
   common = ["--pooler", "avg", "--tasks", "STSBenchmark", "--output", str(out)]
   monkeypatch.delenv("JAXCSE_DATA_DIR", raising=False)
   for argv, message in [
-      (["--model", tiny_model_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
-       "no data root is given"),  # The transfer tasks do not ship with jaxcse (the STS tasks do).
-      (["--model", tiny_model_dir, "--data_dir", str(tmp_path / "nowhere"), *common], "does not exist"),
-      (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
-       "MR: missing (MR's data); `jaxcse-data download senteval"),
-      (["--model", str(tmp_path / "no_model"), "--data_dir", small_data_dir, *common], "no_model: no such folder"),
-      (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:4], "--output", str(tmp_path)],
-       "is a folder"),
+    (
+      ["--model", tiny_model_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
+      "no data root is given",
+    ),  # The transfer tasks do not ship with jaxcse (the STS tasks do).
+    (["--model", tiny_model_dir, "--data_dir", str(tmp_path / "nowhere"), *common], "does not exist"),
+    (
+      ["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:2], "--tasks", "MR", "--output", str(out)],
+      "MR: missing (MR's data); `jaxcse-data download senteval",
+    ),
+    (["--model", str(tmp_path / "no_model"), "--data_dir", small_data_dir, *common], "no_model: no such folder"),
+    (["--model", tiny_model_dir, "--data_dir", small_data_dir, *common[:4], "--output", str(tmp_path)], "is a folder"),
   ]:
     before = snapshot(str(tmp_path))
     assert evaluate.main(argv) == 1
@@ -219,19 +241,20 @@ def test_encode_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
   bad.write_bytes(b"a sentence\n\xff\n")
   helpers.write_text(str(tmp_path / "in.csv"), "id,text\n1,a sentence\n")
   for argv, message in [
-      (["--model", tiny_model_dir, "--input", str(bad)], "bad.txt:2: not valid UTF-8"),
-      (["--model", tiny_model_dir, "--input", str(tmp_path / "none.txt")], "none.txt: no such file"),
-      (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv")], "needs --column"),
-      (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv"), "--column", "sentence"],
-       "no column 'sentence'"),
-      (["--model", str(tmp_path / "no_model"), "--input", str(good)], "no_model: no such folder"),
+    (["--model", tiny_model_dir, "--input", str(bad)], "bad.txt:2: not valid UTF-8"),
+    (["--model", tiny_model_dir, "--input", str(tmp_path / "none.txt")], "none.txt: no such file"),
+    (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv")], "needs --column"),
+    (["--model", tiny_model_dir, "--input", str(tmp_path / "in.csv"), "--column", "sentence"], "no column 'sentence'"),
+    (["--model", str(tmp_path / "no_model"), "--input", str(good)], "no_model: no such folder"),
   ]:
     before = snapshot(str(tmp_path))
     assert encode.main([*argv, "--pooler", "avg", "--output", str(out)]) == 1
     assert message in one_error_line(capsys)
     assert snapshot(str(tmp_path)) == before
   (tmp_path / "out" / "dir.npy").mkdir()
-  assert encode.main(["--model", tiny_model_dir, "--input", str(good), "--output", str(tmp_path / "out" / "dir.npy")]) == 1
+  assert (
+    encode.main(["--model", tiny_model_dir, "--input", str(good), "--output", str(tmp_path / "out" / "dir.npy")]) == 1
+  )
   assert "is a folder" in one_error_line(capsys)
   assert encode.main(["--model", tiny_model_dir, "--input", str(good), "--pooler", "avg", "--output", str(out)]) == 0
   assert sorted(os.listdir(tmp_path / "out")) == ["dir.npy", "emb.json", "emb.npy"]
@@ -241,9 +264,9 @@ def test_export_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
   helpers.write_text(str(tmp_path / "a_file"), "x\n")
   helpers.write_text(str(tmp_path / "full" / "keep.txt"), "x\n")
   for argv, message in [
-      ([str(tmp_path / "no_model"), str(tmp_path / "out")], "no_model: no such folder"),
-      ([tiny_model_dir, str(tmp_path / "a_file")], "exists and is not a folder"),
-      ([tiny_model_dir, str(tmp_path / "full")], "exists and is not empty"),
+    ([str(tmp_path / "no_model"), str(tmp_path / "out")], "no_model: no such folder"),
+    ([tiny_model_dir, str(tmp_path / "a_file")], "exists and is not a folder"),
+    ([tiny_model_dir, str(tmp_path / "full")], "exists and is not empty"),
   ]:
     before = snapshot(str(tmp_path))
     assert export_hf.main([*argv, "--pooler", "avg"]) == 1
@@ -251,6 +274,64 @@ def test_export_mistakes_write_nothing_then_it_runs(tiny_model_dir, tmp_path, ca
     assert snapshot(str(tmp_path)) == before
   assert export_hf.main([tiny_model_dir, str(tmp_path / "out"), "--pooler", "avg"]) == 0
   assert os.path.isfile(tmp_path / "out" / "model.safetensors")
+
+
+def test_the_output_writing_commands_refuse_an_existing_output_and_create_missing_folders(
+  tiny_model_dir, small_data_dir, tmp_path, capsys, monkeypatch
+):
+  """evaluate, encode and export alike: an existing output is refused before the model loads (evaluate and encode
+  replace it with --overwrite; export takes an empty folder only), and missing folders on the way are created."""
+  from jaxcse.storage import loading
+
+  sentences = tmp_path / "in.txt"
+  sentences.write_text("a sentence\nanother one\n")
+  results = tmp_path / "results.json"
+  results.write_text('{"tasks": "seven of them"}\n')
+  helpers.write_text(str(tmp_path / "emb.npy"), "an earlier output\n")
+  helpers.write_text(str(tmp_path / "export" / "keep.txt"), "x\n")
+  evaluate_args = [
+    "--model",
+    tiny_model_dir,
+    "--data_dir",
+    small_data_dir,
+    "--pooler",
+    "avg",
+    "--tasks",
+    "STSBenchmark",
+  ]
+  encode_args = ["--model", tiny_model_dir, "--input", str(sentences), "--pooler", "avg"]
+  load_model = loading.load_model
+
+  def never(*args, **kwargs):
+    raise AssertionError("the model was loaded before the existing output was refused")
+
+  monkeypatch.setattr(loading, "load_model", never)
+  for run, argv, message in [
+    (
+      evaluate.main,
+      [*evaluate_args, "--output", str(results)],
+      "results.json exists (the results of an earlier evaluation); pass --overwrite to replace it",
+    ),
+    (
+      encode.main,
+      [*encode_args, "--output", str(tmp_path / "emb.npy")],
+      "emb.npy exists (the output); pass --overwrite to replace it",
+    ),
+    (export_hf.main, [tiny_model_dir, str(tmp_path / "export"), "--pooler", "avg"], "exists and is not empty"),
+  ]:
+    before = snapshot(str(tmp_path))
+    assert run(argv) == 1
+    assert message in one_error_line(capsys)
+    assert snapshot(str(tmp_path)) == before
+  monkeypatch.setattr(loading, "load_model", load_model)
+
+  assert evaluate.main([*evaluate_args, "--output", str(results), "--overwrite"]) == 0
+  assert "STSBenchmark" in json.load(open(results))["tasks"]
+  assert evaluate.main([*evaluate_args, "--output", str(tmp_path / "new" / "dir" / "r.json")]) == 0
+  assert encode.main([*encode_args, "--output", str(tmp_path / "nodir" / "x.npy")]) == 0
+  assert os.path.isfile(tmp_path / "nodir" / "x.npy") and os.path.isfile(tmp_path / "nodir" / "x.json")
+  assert export_hf.main([tiny_model_dir, str(tmp_path / "a" / "b" / "export"), "--pooler", "avg"]) == 0
+  assert os.path.isfile(tmp_path / "a" / "b" / "export" / "model.safetensors")
 
 
 # --------------------------------------------------------------------------
@@ -264,10 +345,10 @@ def test_wordpiece_mistakes_write_nothing_then_it_runs(small_data_dir, tmp_path,
   (tmp_path / "empty.txt").write_bytes(b"\n \n")
   small = os.path.join(small_data_dir, "corpora", "small.txt")
   for corpus, out, message in [
-      (str(tmp_path / "bad.txt"), "wp", "bad.txt:2: not valid UTF-8"),
-      (str(tmp_path / "empty.txt"), "wp", "empty.txt: no sentences"),
-      (small, "full", "exists and is not empty"),
-      (small, "a_file", "exists and is not a folder"),
+    (str(tmp_path / "bad.txt"), "wp", "bad.txt:2: not valid UTF-8"),
+    (str(tmp_path / "empty.txt"), "wp", "empty.txt: no sentences"),
+    (small, "full", "exists and is not empty"),
+    (small, "a_file", "exists and is not a folder"),
   ]:
     before = snapshot(str(tmp_path))
     assert wordpiece.main(["--corpus", corpus, "--out", str(tmp_path / out), "--vocab_size", "300"]) == 1
@@ -282,9 +363,12 @@ def test_plot_mistakes_write_nothing_then_it_runs(tmp_path, capsys):
   run = tmp_path / "run"
   helpers.write_text(str(run / "metrics.jsonl"), '{"step": 1, "loss": 0.5}\n{"step": 2, "loss": nope}\n')
   helpers.write_text(str(tmp_path / "a_file"), "x\n")
-  for argv, message in [([str(run)], "metrics.jsonl:2"), ([str(run), "--out", str(tmp_path / "figs")], "metrics.jsonl:2"),
-                        ([str(tmp_path / "none")], "none: not a directory"), ([str(run), "--out", str(tmp_path / "a_file")],
-                                                                     "exists and is not a folder")]:
+  for argv, message in [
+    ([str(run)], "metrics.jsonl:2"),
+    ([str(run), "--out", str(tmp_path / "figs")], "metrics.jsonl:2"),
+    ([str(tmp_path / "none")], "none: not a directory"),
+    ([str(run), "--out", str(tmp_path / "a_file")], "exists and is not a folder"),
+  ]:
     before = snapshot(str(tmp_path))
     assert plot.main(argv) == 1
     assert message in one_error_line(capsys)
@@ -298,8 +382,12 @@ def test_report_mistakes_are_one_line_then_it_runs(tmp_path, capsys):
   helpers.write_text(str(tmp_path / "a.json"), "{not json")
   helpers.write_text(str(tmp_path / "b.json"), json.dumps({"no": "summary"}))
   (tmp_path / "c.json").write_bytes(b"\xff\xfe")
-  for name, message in [("a.json", "a.json: not a JSON file"), ("b.json", "b: no 'summary'"),
-                        ("c.json", "c.json: not a JSON file"), ("none.json", "none.json: No such file")]:
+  for name, message in [
+    ("a.json", "a.json: not a JSON file"),
+    ("b.json", "b: no 'summary'"),
+    ("c.json", "c.json: not a JSON file"),
+    ("none.json", "none.json: No such file"),
+  ]:
     before = snapshot(str(tmp_path))
     assert report.main([str(tmp_path / name)]) == 1
     assert message in one_error_line(capsys)

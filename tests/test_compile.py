@@ -24,15 +24,16 @@ sys.path.insert(0, REPO)
 # Configs whose trainer-built step and command-built step must lower to the same program: every method and the
 # features that change the step (GradCache, gradient checkpointing, bfloat16, the auxiliary MLM head, packing).
 DRIFT_VARIANTS = {
-    "simcse_sup+grad_cache+checkpointing+bf16": ("simcse_sup", {"train.grad_cache_chunk": 4,
-                                                                "model.gradient_checkpointing": True,
-                                                                "model.dtype": "bfloat16"}),
-    "mixcse+mlm": ("mixcse", {"mlm.enabled": True}),
-    "dclr": ("dclr", {"train.grad_cache_chunk": 4}),
-    "dclr_as_released": ("dclr_as_released", {}),
-    "pretrain_mlm": ("pretrain_mlm", {}),
-    # The second view's discrete augmentations, with the frozen MLM of "MLM k%" (saved by the worker) as an input.
-    "simcse+crop+augment_mlm": ("base", {"augment.crop": 0.1, "augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
+  "simcse_sup+grad_cache+checkpointing+bf16": (
+    "simcse_sup",
+    {"train.grad_cache_chunk": 4, "model.gradient_checkpointing": True, "model.dtype": "bfloat16"},
+  ),
+  "mixcse+mlm": ("mixcse", {"mlm.enabled": True}),
+  "dclr": ("dclr", {"train.grad_cache_chunk": 4}),
+  "dclr_as_released": ("dclr_as_released", {}),
+  "pretrain_mlm": ("pretrain_mlm", {}),
+  # The second view's discrete augmentations, with the frozen MLM of "MLM k%" (saved by the worker) as an input.
+  "simcse+crop+augment_mlm": ("base", {"augment.crop": 0.1, "augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
 }
 
 
@@ -92,33 +93,40 @@ def test_the_command_compiles_the_step_the_trainer_runs(tiny_model_dir, small_da
   # was about to run, lowered with its real state, batch and frozen models' params on 2 devices, must be the
   # program the command lowers from shapes alone: same function, shardings, donation, dtypes, structure.
   out = str(tmp_path / "drift.json")
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-         "PYTHONPATH": REPO}
-  subprocess.run([sys.executable, __file__, "drift", tiny_model_dir, small_data_dir, out], check=True, env=env,
-                 timeout=600)
+  env = {
+    **os.environ,
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "JAX_PLATFORMS": "cpu",
+    "PYTHONPATH": REPO,
+  }
+  subprocess.run(
+    [sys.executable, __file__, "drift", tiny_model_dir, small_data_dir, out], check=True, env=env, timeout=600
+  )
   results = json.load(open(out))
   assert set(results) == set(DRIFT_VARIANTS)
   for name, (equal, trainer, command) in results.items():
     if not equal:
       assert trainer, f"{name}: the trainer did not build its step through train_step.jit_train_step"
       first = next(i for i, (a, b) in enumerate(zip(trainer, command)) if a != b) if trainer else 0
-      raise AssertionError(f"{name}: the trainer's program and the command's differ at character {first}:\n"
-                           f"trainer: {trainer[max(0, first - 200):first + 200]}\n"
-                           f"command: {command[max(0, first - 200):first + 200]}")
+      raise AssertionError(
+        f"{name}: the trainer's program and the command's differ at character {first}:\n"
+        f"trainer: {trainer[max(0, first - 200) : first + 200]}\n"
+        f"command: {command[max(0, first - 200) : first + 200]}"
+      )
 
 
 # --------------------------------------------------------------------------
 # The model's shape without weights.
 
 SHAPE_VARIANTS = {
-    "simcse": ("base", {}),
-    "mlm_untied_fresh": ("base", {"mlm.enabled": True, "mlm.head": "untied_fresh"}),
-    "mlm_untied_pretrained": ("base", {"mlm.enabled": True, "mlm.head": "untied_pretrained"}),
-    "mlm_tied": ("base", {"mlm.enabled": True, "mlm.head": "tied"}),
-    "dclr_as_released": ("dclr_as_released", {}),
-    "shipped_encoder": ("quickstart", {"model.name": "jaxcse/bert-mini-wiki-uncased"}),
-    "minilm": ("quickstart_minilm", {"model.name": "sentence-transformers/all-MiniLM-L6-v2"}),
-    "pretrain_mlm": ("pretrain_mlm", {}),
+  "simcse": ("base", {}),
+  "mlm_untied_fresh": ("base", {"mlm.enabled": True, "mlm.head": "untied_fresh"}),
+  "mlm_untied_pretrained": ("base", {"mlm.enabled": True, "mlm.head": "untied_pretrained"}),
+  "mlm_tied": ("base", {"mlm.enabled": True, "mlm.head": "tied"}),
+  "dclr_as_released": ("dclr_as_released", {}),
+  "shipped_encoder": ("quickstart", {"model.name": "jaxcse/bert-mini-wiki-uncased"}),
+  "minilm": ("quickstart_minilm", {"model.name": "sentence-transformers/all-MiniLM-L6-v2"}),
+  "pretrain_mlm": ("pretrain_mlm", {}),
 }
 
 
@@ -137,7 +145,9 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
 
   config_name, overrides = SHAPE_VARIANTS[name]
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, config_name, **overrides)
-  if name == "minilm" and not os.path.isdir(__import__("jaxcse").hub.resolve_model_path(config.model.name)):
+  from jaxcse.storage import hub
+
+  if name == "minilm" and not os.path.isdir(hub.resolve_model_path(config.model.name)):
     pytest.skip("all-MiniLM-L6-v2 is not installed")
   real = configured.model(config)
   abstract = configured.model(config, abstract=True)
@@ -149,15 +159,17 @@ def test_abstract_params_have_the_loaded_params_shapes(tiny_model_dir, small_dat
 
 
 def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shape_has_no_vocabulary(
-    tiny_model_dir, small_data_dir, tmp_path):
+  tiny_model_dir, small_data_dir, tmp_path
+):
   import jax
 
   from jaxcse.training import configured
   from tests import helpers
 
   tiny_mlm = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"augment.mlm": 0.15,
-                                                                         "augment.mlm_model": tiny_mlm})
+  config = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, "base", **{"augment.mlm": 0.15, "augment.mlm_model": tiny_mlm}
+  )
   spec = configured.model(config).spec
   real = configured.augment_mlm(config, spec)
   abstract = configured.augment_mlm(config, configured.model(config, abstract=True).spec, abstract=True)
@@ -165,8 +177,10 @@ def test_the_augmentations_frozen_mlm_has_the_loaded_shapes_and_a_published_shap
   assert (abstract.spec.backbone.dtype, abstract.spec.pooling) == (real.spec.backbone.dtype, real.spec.pooling)
   # bert-base-uncased's published shape has its special ids but not its vocabulary, which the augmentations read.
   config = helpers.tiny_config("bert-base-uncased", small_data_dir, "base", **{"augment.crop": 0.1})
-  with pytest.raises(configured.ShapeError, match="bert-base-uncased: config.augment's discrete augmentations read "
-                                                  "the tokenizer's vocabulary"):
+  with pytest.raises(
+    configured.ShapeError,
+    match="bert-base-uncased: config.augment's discrete augmentations read the tokenizer's vocabulary",
+  ):
     configured.model(config, abstract=True)
 
 
@@ -177,8 +191,10 @@ def test_random_init_builds_the_configured_architecture(small_data_dir):
   config = helpers.tiny_config("", small_data_dir, "pretrain_mlm")
   built = configured.model(config, abstract=True)
   arch = config.model.architecture
-  assert (built.spec.hf_config.hidden_size, built.spec.hf_config.num_hidden_layers) == (arch.hidden_size,
-                                                                                         arch.num_hidden_layers)
+  assert (built.spec.hf_config.hidden_size, built.spec.hf_config.num_hidden_layers) == (
+    arch.hidden_size,
+    arch.num_hidden_layers,
+  )
   assert built.spec.hf_config.vocab_size == len(built.spec.tokenizer) == 8192  # The shipped 8k WordPiece.
   assert built.spec.hf_config.hidden_dropout_prob == config.model.dropout
 
@@ -197,14 +213,17 @@ def _backbone_parameters(name: str) -> int:
   from jaxcse.training import configured
   from tests import helpers
 
-  config = helpers.tiny_config(name, "", "base", **{"model.pooler": "cls_before_pooler", "model.mlp_only_train": False,
-                                                    "data.max_seq_len": 32})
+  config = helpers.tiny_config(
+    name, "", "base", **{"model.pooler": "cls_before_pooler", "model.mlp_only_train": False, "data.max_seq_len": 32}
+  )
   abstract = configured.model(config, abstract=True)
   assert set(abstract.params) == {"backbone"}
   return sum(math.prod(x.shape) for x in jax.tree.leaves(abstract.params))
 
 
-@pytest.mark.parametrize("name, parameters", [
+@pytest.mark.parametrize(
+  "name, parameters",
+  [
     # Golden values: transformers' num_parameters() of BertModel/RobertaModel (with the pooler layer) for the
     # published checkpoints: BERT-base 109.48M, BERT-large 335.14M, RoBERTa-base 124.65M, RoBERTa-large 355.36M.
     ("bert-base-uncased", 109_482_240),
@@ -212,7 +231,8 @@ def _backbone_parameters(name: str) -> int:
     ("roberta-base", 124_645_632),
     ("roberta-large", 355_359_744),
     ("princeton-nlp/unsup-simcse-bert-base-uncased", 109_482_240),
-])
+  ],
+)
 def test_published_shapes_have_the_published_parameter_counts(name, parameters, monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")  # Not cached: the published shape answers.
   from jaxcse.training import configured
@@ -247,9 +267,12 @@ def test_an_unknown_model_offline_is_one_clear_error(monkeypatch, tmp_path):
   _hub_cache(monkeypatch, tmp_path / "empty_cache")
   from jaxcse.training import configured
 
-  with pytest.raises(configured.ShapeError, match=r"someone/unknown-model: no local folder, no snapshot in the "
-                                                  r"Hugging Face cache and no published shape .* point "
-                                                  r"--config.model.name"):
+  with pytest.raises(
+    configured.ShapeError,
+    match=r"someone/unknown-model: no local folder, no snapshot in the "
+    r"Hugging Face cache and no published shape .* point "
+    r"--config.model.name",
+  ):
     configured.model_shape("someone/unknown-model")
 
 
@@ -282,6 +305,7 @@ def test_find_max_batch_finds_the_exact_limit_in_few_compilations(memory):
 
   usable = 16 * 2**30
   for per_row in (1e6, 3.3e6, 2.9e7):
+
     def used(b):
       return 2e9 + per_row * b + (5e3 * b * b if memory == "quadratic" else 0)
 
@@ -373,8 +397,9 @@ def test_every_gpu_target_config_names_its_source_and_memory():
 
 def _command(*args, env=None, timeout=600):
   env = {**os.environ, "PYTHONPATH": REPO, **(env or {})}
-  return subprocess.run([sys.executable, "-m", "jaxcse.compile", *args], capture_output=True, text=True, env=env,
-                        timeout=timeout, cwd=REPO)
+  return subprocess.run(
+    [sys.executable, "-m", "jaxcse.compile", *args], capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO
+  )
 
 
 def test_help_lists_the_flags():
@@ -393,15 +418,39 @@ def test_list_targets_shows_peaks_and_sources():
 
 
 # The keys issue 21 names, and those jaxcse adds (how the bound was found, the cache, the compilers).
-REPORT_KEYS = {"target", "num_devices", "memory_bytes", "fits", "flops_per_device", "bytes_accessed_per_device",
-               "roofline_step_seconds", "sentences_per_second_bound", "collectives", "compile_seconds",
-               "roofline_bound", "roofline_xla_bytes_seconds", "cost_source", "cached", "fingerprint",
-               "compiler_versions", "peaks_per_device"}
+REPORT_KEYS = {
+  "target",
+  "num_devices",
+  "memory_bytes",
+  "fits",
+  "flops_per_device",
+  "bytes_accessed_per_device",
+  "roofline_step_seconds",
+  "sentences_per_second_bound",
+  "collectives",
+  "compile_seconds",
+  "roofline_bound",
+  "roofline_xla_bytes_seconds",
+  "cost_source",
+  "cached",
+  "fingerprint",
+  "compiler_versions",
+  "peaks_per_device",
+}
 
 
 def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_dir, tmp_path):
-  args = ["--config", "base", f"--config.model.name={tiny_model_dir}", "--config.train.batch_size=8",
-          "--config.data.max_seq_len=8", "--target", "cpu", "--cache_dir", str(tmp_path / "cache")]
+  args = [
+    "--config",
+    "base",
+    f"--config.model.name={tiny_model_dir}",
+    "--config.train.batch_size=8",
+    "--config.data.max_seq_len=8",
+    "--target",
+    "cpu",
+    "--cache_dir",
+    str(tmp_path / "cache"),
+  ]
   first = _command(*args, "--json", str(tmp_path / "first.json"))
   assert first.returncode == 0 and first.stderr == "", first.stderr
   # Progress as it goes (a large model takes minutes), then the report.
@@ -422,8 +471,10 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   from jaxcse.compile import lowering
   from tests import helpers
 
-  parameters = sum(math.prod(x.shape) for x in jax.tree.leaves(
-      configured.model(helpers.tiny_config(tiny_model_dir, "", "base"), abstract=True).params))
+  parameters = sum(
+    math.prod(x.shape)
+    for x in jax.tree.leaves(configured.model(helpers.tiny_config(tiny_model_dir, "", "base"), abstract=True).params)
+  )
   assert m["alias"] >= 12 * parameters
   assert report["overrides"] == [a for a in args if a.startswith("--config.")]
   # The fingerprint names the program whatever the process traced before (this one traced much more).
@@ -435,14 +486,19 @@ def test_cpu_target_report_then_the_same_compilation_from_the_cache(tiny_model_d
   config = base.get_config()
   config.model.name, config.train.batch_size, config.data.max_seq_len = tiny_model_dir, 8, 8
   program = lowering.train_step_program(config, jax.devices("cpu"))
-  assert lowering.fingerprint(lowering.lower(program.jitted, program.args)[1], targets.get("cpu")) == report["fingerprint"]
+  assert (
+    lowering.fingerprint(lowering.lower(program.jitted, program.args)[1], targets.get("cpu")) == report["fingerprint"]
+  )
   second = _command(*args, "--json", str(tmp_path / "second.json"))
   cached = json.load(open(tmp_path / "second.json"))
   assert second.returncode == 0 and cached["cached"] and cached["fingerprint"] == report["fingerprint"]
   # A cache hit says so, and how long the compilation it stands for took when it ran.
   took = f"{report['compile_seconds']:.1f} s"
-  assert re.fullmatch(rf"cpu: found in the compile cache \(.*\), read in [\d.]+ s \(the compilation itself took "
-                      rf"{re.escape(took)} when it ran\)", second.stdout.splitlines()[1])
+  assert re.fullmatch(
+    rf"cpu: found in the compile cache \(.*\), read in [\d.]+ s \(the compilation itself took "
+    rf"{re.escape(took)} when it ran\)",
+    second.stdout.splitlines()[1],
+  )
   assert second.stdout.splitlines()[-1].endswith(f"; from the compile cache (the compilation took {took} when it ran)")
   assert {k: v for k, v in cached.items() if k != "cached"} == {k: v for k, v in report.items() if k != "cached"}
 
@@ -512,8 +568,9 @@ def test_the_gpu_compiler_goes_where_only_jaxcse_compile_looks(monkeypatch, tmp_
   assert calls[0][-4:] == ["--target", str(folder), f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
   (folder / "jax_plugins").mkdir(parents=True)  # What pip leaves there.
   assert targets.use_gpu_compiler() and sys.path[0] == str(folder) and not targets.use_gpu_compiler()
-  failed = lambda command, **kwargs: types.SimpleNamespace(returncode=1, stderr="Looking in indexes...\n"
-                                                          "ERROR: No matching distribution found for x\n")
+  failed = lambda command, **kwargs: types.SimpleNamespace(
+    returncode=1, stderr="Looking in indexes...\nERROR: No matching distribution found for x\n"
+  )
   with pytest.raises(targets.TargetError, match=r"failed: ERROR: No matching distribution found for x$"):
     targets.install_gpu_compiler(run=failed)
 

@@ -37,13 +37,13 @@ def test_text_lines_basic(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content",
-    [
-        b"a b\r\nc d\r\n",  # CRLF.
-        b"a b\nc d",  # The last line has no newline: still a sentence.
-        b"a b\r\nc d",
-        b"a b\nc d\n",  # The final newline does not start an empty last sentence.
-    ],
+  "content",
+  [
+    b"a b\r\nc d\r\n",  # CRLF.
+    b"a b\nc d",  # The last line has no newline: still a sentence.
+    b"a b\r\nc d",
+    b"a b\nc d\n",  # The final newline does not start an empty last sentence.
+  ],
 )
 def test_text_lines_endings(tmp_path, content):
   corpus = data.read_text_lines(_write(tmp_path / "c.txt", content))
@@ -93,9 +93,9 @@ def test_csv_triplets_with_quoted_commas_and_newlines(tmp_path):
   path = _write(tmp_path / "t.csv", b'sent0,sent1,hard_neg\n"a, with comma","multi\nline",c\nd,e,"f ""quoted"""\n')
   corpus = data.read_csv(path)
   assert corpus.columns == {
-      "sent0": ["a, with comma", "d"],
-      "sent1": ["multi\nline", "e"],
-      "hard_neg": ["c", 'f "quoted"'],
+    "sent0": ["a, with comma", "d"],
+    "sent1": ["multi\nline", "e"],
+    "hard_neg": ["c", 'f "quoted"'],
   }
   assert len(corpus) == 2
 
@@ -103,8 +103,17 @@ def test_csv_triplets_with_quoted_commas_and_newlines(tmp_path):
 @pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
 def test_csv_error_line_is_where_the_row_starts(tmp_path, eol):
   # Rows 1 and 2 span lines 2-3 and 4-6; the bad row starts on physical line 8.
-  lines = [b"sent0,sent1,hard_neg", b'"x","one', b'break",z', b'a,"two', b"", b'breaks",c', b"ok,ok,ok", b"bad,row",
-           b"after,row,ok"]
+  lines = [
+    b"sent0,sent1,hard_neg",
+    b'"x","one',
+    b'break",z',
+    b'a,"two',
+    b"",
+    b'breaks",c',
+    b"ok,ok,ok",
+    b"bad,row",
+    b"after,row,ok",
+  ]
   path = _write(tmp_path / "t.csv", eol.join(lines) + eol)
   with pytest.raises(DataError, match=f"{path}:8: expected 3 fields"):
     data.read_csv(path)
@@ -143,17 +152,17 @@ def test_csv_malformed_quoting(tmp_path, content):
 
 
 @pytest.mark.parametrize(
-    "header",
-    [
-        b"sent1,hard_neg",  # No sent0.
-        b"sentence,other",
-        b"sent0,sent0",  # Duplicate.
-        b"sent0,sent1,sent1",
-        b"sent0,hard_neg",  # Hard negatives without positives.
-        b"text,sent1",
-        b"sent1,sent0",  # Known names in the wrong order.
-        b"sent0,sent1,hardneg",  # A typo must not drop the hard negatives.
-    ],
+  "header",
+  [
+    b"sent1,hard_neg",  # No sent0.
+    b"sentence,other",
+    b"sent0,sent0",  # Duplicate.
+    b"sent0,sent1,sent1",
+    b"sent0,hard_neg",  # Hard negatives without positives.
+    b"text,sent1",
+    b"sent1,sent0",  # Known names in the wrong order.
+    b"sent0,sent1,hardneg",  # A typo must not drop the hard negatives.
+  ],
 )
 def test_csv_bad_header(tmp_path, header):
   path = _write(tmp_path / "t.csv", header + b"\n" + b",".join([b"v"] * (header.count(b",") + 1)) + b"\n")
@@ -168,13 +177,13 @@ def test_csv_without_rows(tmp_path, content):
 
 
 @pytest.mark.parametrize(
-    "content,line",
-    [
-        (b"sent0,sent1\na,b\nc,d \xff\n", 3),
-        (b"sent0,sent1\na,b\n\xffc,d\n", 3),
-        (b"\xef\xbb\xbfsent0,sent1\na,b\nc,d \xff\n", 3),
-        (b"\xef\xbb\xbfsent0,sent1\na,b\n\xffc,d\n", 3),  # The BOM's 3 bytes count in the offset.
-    ],
+  "content,line",
+  [
+    (b"sent0,sent1\na,b\nc,d \xff\n", 3),
+    (b"sent0,sent1\na,b\n\xffc,d\n", 3),
+    (b"\xef\xbb\xbfsent0,sent1\na,b\nc,d \xff\n", 3),
+    (b"\xef\xbb\xbfsent0,sent1\na,b\n\xffc,d\n", 3),  # The BOM's 3 bytes count in the offset.
+  ],
 )
 def test_csv_invalid_utf8_names_line(tmp_path, content, line):
   path = _write(tmp_path / "t.csv", content)
@@ -298,7 +307,6 @@ def test_load_corpus_clean_file_does_not_warn(tmp_path, caplog):
 
 # ------------------------------------------------------------------------
 # Batches.
-
 
 
 def _corpus(n: int, columns=("sent0",)) -> Corpus:

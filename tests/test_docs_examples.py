@@ -34,17 +34,17 @@ RUN = {"python", "bash", "sh", "console"}
 SHOWN = {"text"}  # Outputs and layouts: shown, never run.
 # Blocks CI cannot run, per page. Raising a number is a decision: say why in the marker, and prefer a ci-replace.
 NO_CI = {
-    "README.md": 2,  # pip install from the index (.ci/fresh_install does it from the wheel); the aot extra
-    "docs/benchmarks.md": 1,  # a SimCSE checkout
-    "docs/compile.md": 2,  # the aot extra from the index; hours of compiling
-    "docs/data.md": 2,  # the hub; a user's TFDS dataset
-    "docs/development.md": 3,  # CI itself, the aot venv, this test
-    "docs/embeddings.md": 1,  # MTEB's data from the hub
-    "docs/evaluation.md": 1,  # 26 minutes
-    "docs/install.md": 1,  # pip install from the index
-    "docs/methods.md": 1,  # 50 minutes of pretraining
-    "docs/mteb.md": 2,  # pip install mteb; MTEB's data from the hub
-    "docs/training.md": 3,  # the paper's run; a TPU pod; GPU nodes
+  "README.md": 2,  # pip install from the index (.ci/fresh_install does it from the wheel); the aot extra
+  "docs/benchmarks.md": 1,  # a SimCSE checkout
+  "docs/compile.md": 2,  # the aot extra from the index; hours of compiling
+  "docs/data.md": 2,  # the hub; a user's TFDS dataset
+  "docs/development.md": 3,  # CI itself, the aot venv, this test
+  "docs/embeddings.md": 1,  # MTEB's data from the hub
+  "docs/evaluation.md": 1,  # 26 minutes
+  "docs/install.md": 2,  # pip install from the index; PyTorch's CPU-only build from PyTorch's index
+  "docs/methods.md": 1,  # 50 minutes of pretraining
+  "docs/mteb.md": 2,  # pip install mteb; MTEB's data from the hub
+  "docs/training.md": 3,  # the paper's run; a TPU pod; GPU nodes
 }
 # The checkout as a user's working folder sees it (the scratch folder links these).
 CHECKOUT_FOLDERS = ("configs", "experiments", "benchmarks", "notebooks", "tests")
@@ -99,9 +99,11 @@ def parse(document: str) -> list[Block]:
     if close is None:
       raise MarkupError(f"{document}:{i + 1}: the fenced block is never closed")
     if language not in RUN | SHOWN:
-      raise MarkupError(f"{document}:{i + 1}: fenced block tagged {language!r}: tag it one of "
-                        f"{sorted(RUN)} (run by CI) or 'text' (shown only)")
-    code = "\n".join(l[len(indent):] if l.startswith(indent) else l for l in lines[i + 1:close]) + "\n"
+      raise MarkupError(
+        f"{document}:{i + 1}: fenced block tagged {language!r}: tag it one of "
+        f"{sorted(RUN)} (run by CI) or 'text' (shown only)"
+      )
+    code = "\n".join(l[len(indent) :] if l.startswith(indent) else l for l in lines[i + 1 : close]) + "\n"
     fields = {"no_ci": None, "replacements": [], "data_root": None}
     for line_no, kind, value in pending:
       if language not in RUN:
@@ -115,8 +117,9 @@ def parse(document: str) -> list[Block]:
         raise MarkupError(f"{document}:{line_no}: {kind} needs a reason")
       else:
         fields["no_ci" if kind == "no-ci" else "data_root"] = value
-    blocks.append(Block(document, i + 1, language, code, fields["no_ci"], tuple(fields["replacements"]),
-                        fields["data_root"]))
+    blocks.append(
+      Block(document, i + 1, language, code, fields["no_ci"], tuple(fields["replacements"]), fields["data_root"])
+    )
     pending, i = [], close + 1
   if pending:
     raise MarkupError(f"{document}:{pending[0][0]}: a marker must stand right before a fenced block")
@@ -164,13 +167,30 @@ def _anchors(document: str) -> set[str]:
   """GitHub's anchors of a page's headings: lower case, punctuation dropped, spaces to hyphens."""
   with open(os.path.join(REPO, document), encoding="utf-8") as f:
     text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
-  return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
-          for m in re.finditer(r"^#+\s+(.*)$", text, flags=re.M)}
+  return {
+    re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+    for m in re.finditer(r"^#+\s+(.*)$", text, flags=re.M)
+  }
+
+
+# Every Markdown page of the checkout whose links a reader follows: the docs and the experiments' and benchmarks' READMEs.
+LINKED_DOCUMENTS = sorted(
+  os.path.relpath(p, REPO)
+  for pattern in (
+    "*.md",
+    "docs/*.md",
+    "experiments/**/*.md",
+    "benchmarks/**/*.md",
+    "notebooks/**/*.md",
+    "jaxcse/**/*.md",
+  )
+  for p in glob.glob(os.path.join(REPO, pattern), recursive=True)
+)
 
 
 def test_every_relative_link_and_anchor_resolves():
   broken = []
-  for document in DOCUMENTS:
+  for document in LINKED_DOCUMENTS:
     with open(os.path.join(REPO, document), encoding="utf-8") as f:
       text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
     for target in re.findall(r"\]\(([^)\s]+)\)", text):
@@ -207,8 +227,11 @@ def _environment(cache_dir: str) -> dict[str, str]:
   # The blocks compile the same programs (the quickstart model's forward at each length) in many processes: one
   # persistent compilation cache serves them all (CI's own, when it sets one).
   if "JAX_COMPILATION_CACHE_DIR" not in env:
-    env.update(JAX_COMPILATION_CACHE_DIR=cache_dir, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    env.update(
+      JAX_COMPILATION_CACHE_DIR=cache_dir,
+      JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+      JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0",
+    )
   return env
 
 
@@ -249,8 +272,11 @@ def test_every_example_runs(real_data_dir, tmp_path):
       # The README's trained model, as each page expects it. Hard links, so nothing is copied: a page's new files
       # (plots, results) are its own, while a file changed in place (docs/data.md resumes the finished
       # quickstart) changes for the pages after it too, which only read the model.
-      shutil.copytree(os.path.join(readme, "workdirs", "quickstart"), os.path.join(folder, "workdirs", "quickstart"),
-                      copy_function=os.link)
+      shutil.copytree(
+        os.path.join(readme, "workdirs", "quickstart"),
+        os.path.join(folder, "workdirs", "quickstart"),
+        copy_function=os.link,
+      )
     for block in parse(document):
       if block.language in RUN and block.no_ci is None:
         cpu, wall = _children_cpu_seconds(), time.monotonic()
@@ -264,3 +290,17 @@ def test_every_example_runs(real_data_dir, tmp_path):
   print("".join(f"\n{where:32} {cpu:7.1f} s CPU {wall:7.1f} s wall" for where, cpu, wall in costs))
   print(f"{'all':32} {sum(c for _, c, _ in costs):7.1f} s CPU {sum(w for _, _, w in costs):7.1f} s wall")
   assert not failures, f"{len(failures)} example(s) failed:\n\n" + "\n\n".join(failures)
+
+
+def test_no_script_hard_codes_a_temporary_folder():
+  """Scripts a user runs from a checkout default to the platform's temporary folder (``tempfile.gettempdir()``),
+  which is not /tmp everywhere (macOS, Windows, a $TMPDIR)."""
+  scripts = [
+    p
+    for folder in ("experiments", "benchmarks", "jaxcse", "configs")
+    for p in glob.glob(os.path.join(REPO, folder, "**", "*.py"), recursive=True)
+  ]
+  hard_coded = [
+    os.path.relpath(p, REPO) for p in scripts if re.search(r"""["']/tmp(/|["'])""", open(p, encoding="utf-8").read())
+  ]
+  assert not hard_coded, f"hard-coded /tmp in {', '.join(sorted(hard_coded))}"

@@ -109,7 +109,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     self.end_headers()
     if send_body:
       cut = self.server.cut_after
-      self.wfile.write(body[start:] if cut is None else body[start:max(start, cut)])
+      self.wfile.write(body[start:] if cut is None else body[start : max(start, cut)])
       if cut is not None:
         self.close_connection = True
 
@@ -156,7 +156,10 @@ def test_corrupted_download_is_rejected_and_removed(server, tmp_path):
   server.files["corpus.txt"] = PAYLOAD[:-2] + b"X\n"  # Corrupted on the way: the hub announces the right digest.
   server.announced["corpus.txt"] = PAYLOAD_SHA
   dest = tmp_path / "corpus.txt"
-  with pytest.raises(DownloadError, match=rf"corpus.txt: downloaded sha256 [0-9a-f]{{64}} differs from the expected {PAYLOAD_SHA} \(pinned\)"):
+  with pytest.raises(
+    DownloadError,
+    match=rf"corpus.txt: downloaded sha256 [0-9a-f]{{64}} differs from the expected {PAYLOAD_SHA} \(pinned\)",
+  ):
     _fetch(server, dest, sha256=PAYLOAD_SHA)
   assert os.listdir(tmp_path) == []
 
@@ -224,7 +227,9 @@ def test_announced_sha256_different_from_the_pinned_one_fails_before_downloading
 
 
 def test_http_error_names_url_and_status(server, tmp_path):
-  with pytest.raises(DownloadError, match=rf"cannot download http://127\.0\.0\.1:\d+{re.escape(RESOLVE)}corpus.txt: HTTP 404"):
+  with pytest.raises(
+    DownloadError, match=rf"cannot download http://127\.0\.0\.1:\d+{re.escape(RESOLVE)}corpus.txt: HTTP 404"
+  ):
     _fetch(server, tmp_path / "corpus.txt", sha256=PAYLOAD_SHA)
 
 
@@ -265,8 +270,9 @@ def test_archive_extraction_verifies_then_moves_into_place(tmp_path):
   dest = tmp_path / "downstream"
   (dest / "MR").mkdir(parents=True)
   (dest / "MR" / "keep.txt").write_bytes(b"not in the archive")
-  written = downloads.extract_tar(str(archive), str(dest),
-                             verified_members=[("STS/x.txt", hashlib.sha256(b"x\n").hexdigest())])
+  written = downloads.extract_tar(
+    str(archive), str(dest), verified_members=[("STS/x.txt", hashlib.sha256(b"x\n").hexdigest())]
+  )
   assert written == ["SICK/y.txt", "STS/x.txt"]
   assert (dest / "STS" / "x.txt").read_bytes() == b"x\n"
   assert (dest / "MR" / "keep.txt").read_bytes() == b"not in the archive"
@@ -358,9 +364,12 @@ def test_download_cli_wrong_pinned_digest_is_an_error_and_leaves_nothing(server,
   root = str(tmp_path / "data")
   assert downloads.main(["download", "wiki1m", "--data_dir", root, "--endpoint", server.base]) == 1
   err = capsys.readouterr().err.strip().splitlines()
-  assert len(err) == 1 and re.search(r"^error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
-                                     r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 "
-                                     r"\(pinned\)", err[0]), err
+  assert len(err) == 1 and re.search(
+    r"^error: .*wiki1m_for_simcse.txt: downloaded sha256 .* differs from the "
+    r"expected 7b1825863a99aa76479b0456f7c210539dfaeeb69598b41fb4de4f524dd5a706 "
+    r"\(pinned\)",
+    err[0],
+  ), err
   assert os.listdir(os.path.join(root, "corpora")) == []
 
 
@@ -384,9 +393,9 @@ def test_download_mistakes_create_nothing_then_it_runs(server, tmp_path, real_da
   (tmp_path / "a_file").write_text("x\n")
   root = str(tmp_path / "data")
   for argv, message in [
-      (["--data_dir", str(tmp_path / "a_file" / "data")], "a_file is not a writable folder"),
-      (["--data_dir", str(tmp_path / "a_file")], "exists and is not a folder"),
-      (["--data_dir", root, "--endpoint", f"http://127.0.0.1:{unused_port()}"], "Connection refused"),
+    (["--data_dir", str(tmp_path / "a_file" / "data")], "a_file is not a writable folder"),
+    (["--data_dir", str(tmp_path / "a_file")], "exists and is not a folder"),
+    (["--data_dir", root, "--endpoint", f"http://127.0.0.1:{unused_port()}"], "Connection refused"),
   ]:
     assert downloads.main(["download", "senteval", *argv]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -406,9 +415,24 @@ def test_a_failed_download_is_one_line_without_the_hubs_retries(server, tmp_path
   server.cdn_status = 503
   endpoint = f"http://127.0.0.1:{unused_port()}" if fault == "refused" else server.base
   env = {**os.environ, "PYTHONPATH": REPO}
-  run = subprocess.run([sys.executable, "-m", "jaxcse.data", "download", "senteval", "--data_dir",
-                        str(tmp_path / "data"), "--endpoint", endpoint], capture_output=True, text=True, env=env,
-                       cwd=str(tmp_path), timeout=300)
+  run = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.data",
+      "download",
+      "senteval",
+      "--data_dir",
+      str(tmp_path / "data"),
+      "--endpoint",
+      endpoint,
+    ],
+    capture_output=True,
+    text=True,
+    env=env,
+    cwd=str(tmp_path),
+    timeout=300,
+  )
   lines = (run.stdout + run.stderr).strip().splitlines()
   assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: cannot download"), lines
   # "503" as a status, not as digits of the URL's port (a closed port may be 50319).

@@ -55,7 +55,9 @@ def test_dev_dynamics_on_toy_embeddings():
   a, b, c, d = "1 0", "1 1", "0 1", "-1 1"
   stsb_dev = sts_data.PairSet([a, b, a], [b, c, d], np.array([4.5, 4.0, 3.0]))
   sick = sts_data.PairSet(["-1 -1", "-1 -1"], [b, a], np.array([1.0, 2.0]))  # "-1 -1" is opposite to b: not STS-B.
-  scores, table = sts_metrics.dev_scores_and_embeddings(helpers.numeric_embed, {"stsb_dev": stsb_dev, "sickr_dev": sick})
+  scores, table = sts_metrics.dev_scores_and_embeddings(
+    helpers.numeric_embed, {"stsb_dev": stsb_dev, "sickr_dev": sick}
+  )
   assert set(table) == {a, b, c, d, "-1 -1"}
   # Spearman of cosines (.71, .71, -.71), ranks (2.5, 2.5, 1), with gold ranks (3, 2, 1): sqrt(3) / 2.
   assert scores["stsb_dev"] == pytest.approx(math.sqrt(3) / 2)
@@ -72,9 +74,12 @@ def test_dev_dynamics_on_toy_embeddings():
 
 def test_tiny_run_logs_dynamics(tiny_model_dir, small_data_dir, fresh_workdir):
   # MixCSE with the cached step (2 chunks of 4): train records get the scores, eval records the geometry.
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "mixcse", **{
-      "train.max_steps": 2, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2,
-      "train.grad_cache_chunk": 4})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    "mixcse",
+    **{"train.max_steps": 2, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2, "train.grad_cache_chunk": 4},
+  )
   train.train_and_evaluate(config, fresh_workdir)
   records = helpers.metrics_records(fresh_workdir)
   train_records = [r for r in records if "loss" in r]

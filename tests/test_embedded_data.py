@@ -29,8 +29,9 @@ def fresh_process_state(monkeypatch):
 
 
 def _files(folder: str) -> list[str]:
-  return sorted(os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/")
-                for d, _, files in os.walk(folder) for f in files)
+  return sorted(
+    os.path.relpath(os.path.join(d, f), folder).replace(os.sep, "/") for d, _, files in os.walk(folder) for f in files
+  )
 
 
 def test_every_shipped_file_is_pinned_and_matches():
@@ -70,7 +71,23 @@ def test_no_root_reads_the_shipped_files_with_one_line(tmp_path, monkeypatch, ca
     assert data.data_file(STSB_DEV) == os.path.join(data.EMBEDDED_ROOT, *STSB_DEV.split("/"))
   lines = [r.getMessage() for r in caplog.records]
   assert len(lines) == 1, lines
-  assert "no data root is given" in lines[0] and "--data_dir DIR" in lines[0] and data.EMBEDDED_ROOT in lines[0]
+  assert lines == [
+    "no data root is given (--data_dir DIR, config.data.data_dir or $JAXCSE_DATA_DIR): reading the "
+    "data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)"
+  ]
+
+
+def test_the_shipped_data_note_follows_a_commands_checks_and_only_when_they_pass(tmp_path, monkeypatch, caplog):
+  monkeypatch.chdir(tmp_path)
+  with caplog.at_level(logging.WARNING, logger="jaxcse"):
+    with pytest.raises(DataError, match="a refusal"), data.notes_held():
+      data.resolve(CORPUS)
+      raise DataError("a refusal")  # The command's error is its only line.
+    assert not caplog.records
+    with data.notes_held():
+      data.resolve(CORPUS)
+      assert not caplog.records  # Held while the command checks.
+    assert len(caplog.records) == 1 and "reading the data shipped with jaxcse" in caplog.records[0].getMessage()
 
 
 def test_a_given_root_wins_and_lacking_files_fall_back_with_a_line(tmp_path, caplog):
@@ -79,24 +96,31 @@ def test_a_given_root_wins_and_lacking_files_fall_back_with_a_line(tmp_path, cap
   with caplog.at_level(logging.WARNING, logger="jaxcse"):
     assert data.data_file(STSB_DEV, str(tmp_path / "r")).startswith(data.EMBEDDED_ROOT)
   assert [r.getMessage() for r in caplog.records] == [
-      f"{STSB_DEV}: not in the data root {tmp_path / 'r'}, so it is read from the quickstart data shipped with "
-      f"jaxcse ({data.EMBEDDED_ROOT})"]
+    f"{STSB_DEV}: not in the data root {tmp_path / 'r'}, so it is read from the quickstart data shipped with "
+    f"jaxcse ({data.EMBEDDED_ROOT})"
+  ]
   with pytest.raises(DataError, match="does not exist"):  # A mistyped root never falls back silently.
     data.resolve(CORPUS, str(tmp_path / "typo"))
 
 
 def test_other_files_name_the_download(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  with pytest.raises(DataError, match=r"corpora/wiki1m_for_simcse.txt: no such file .*no data root is given.*"
-                                      r"`jaxcse-data download wiki1m --data_dir DIR` fetches it"):
+  with pytest.raises(
+    DataError,
+    match=r"corpora/wiki1m_for_simcse.txt: no such file .*no data root is given.*"
+    r"`jaxcse-data download wiki1m --data_dir DIR` fetches it",
+  ):
     data.resolve("corpora/wiki1m_for_simcse.txt")
   with pytest.raises(DataError, match=r"`jaxcse-data download senteval --data_dir DIR` fetches it"):
     data.data_file("senteval/downstream/MR/rt-polarity.pos")  # The transfer tasks are not shipped.
   with pytest.raises(DataError, match=r"no jaxcse-data download provides it"):
     data.resolve("corpora/mine.txt")
   (tmp_path / "r").mkdir()
-  with pytest.raises(DataError, match=rf"looked in the current directory and in {tmp_path / 'r'}/corpora/nli_for_simcse"
-                                      rf".csv\); `jaxcse-data download nli --data_dir {tmp_path / 'r'}` fetches it"):
+  with pytest.raises(
+    DataError,
+    match=rf"looked in the current directory and in {tmp_path / 'r'}/corpora/nli_for_simcse"
+    rf".csv\); `jaxcse-data download nli --data_dir {tmp_path / 'r'}` fetches it",
+  ):
     data.resolve("corpora/nli_for_simcse.csv", str(tmp_path / "r"))
 
 
@@ -106,7 +130,9 @@ def test_a_damaged_shipped_file_is_an_error(tmp_path, monkeypatch):
   with open(copy / "corpora" / "wiki_offline_20k.txt", "r+b") as f:
     f.write(b"X")
   monkeypatch.setattr(root, "EMBEDDED_ROOT", str(copy))
-  with pytest.raises(DataError, match=r"wiki_offline_20k.txt: sha256 [0-9a-f]{64}, not the 39150c05.* reinstall jaxcse"):
+  with pytest.raises(
+    DataError, match=r"wiki_offline_20k.txt: sha256 [0-9a-f]{64}, not the 39150c05.* reinstall jaxcse"
+  ):
     data.resolve(CORPUS)
   assert data.data_file(STSB_DEV).startswith(str(copy))  # Each file is checked on its own.
 
@@ -137,6 +163,13 @@ def test_shipped_sts_test_sets_are_the_downloaded_files():
 
 def test_readme_states_which_sets_ship_and_their_licences():
   text = open(os.path.join(data.EMBEDDED_ROOT, "README.md"), encoding="utf-8").read()
-  for needed in ("CC BY-NC-SA 3.0", "CC BY-NC-SA 2.0 UK", "mteb/sickr-sts", "SentEval", "Not shipped",
-                 "STS.answers-forums.zip", "jaxcse-data download senteval"):
+  for needed in (
+    "CC BY-NC-SA 3.0",
+    "CC BY-NC-SA 2.0 UK",
+    "mteb/sickr-sts",
+    "SentEval",
+    "Not shipped",
+    "STS.answers-forums.zip",
+    "jaxcse-data download senteval",
+  ):
     assert needed in text, needed

@@ -125,8 +125,22 @@ def test_encode_and_similarity_on_sentences(encoder):
 def test_cli_writes_npy_and_sidecar(tiny_model_dir, tmp_path, capsys):
   (tmp_path / "in.txt").write_text("one\ntwo\n\nfour\n", encoding="utf-8")
   out = str(tmp_path / "emb.npy")
-  assert encode.main(["--model", tiny_model_dir, "--input", str(tmp_path / "in.txt"), "--output", out,
-                      "--pooler", "avg", "--normalize"]) == 0
+  assert (
+    encode.main(
+      [
+        "--model",
+        tiny_model_dir,
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--output",
+        out,
+        "--pooler",
+        "avg",
+        "--normalize",
+      ]
+    )
+    == 0
+  )
   assert np.load(out).shape == (4, 32)
   assert f"and its sidecar {tmp_path / 'emb.json'}" in capsys.readouterr().out
   assert json.load(open(tmp_path / "emb.json"))["normalized"] is True
@@ -155,10 +169,18 @@ def test_encode_takes_the_sentence_transformers_and_mteb_call_shape(encoder):
 
   for name in inspect.signature(st.SentenceTransformer.encode).parameters:
     if name not in ("self", "sentences", "inputs", "kwargs"):
-      encoder.encode(sentences[:2], **{name: None} if name not in ("batch_size", "normalize_embeddings",
-                                                                    "show_progress_bar") else {})
-  got = encoder.encode(sentences, batch_size=2, normalize_embeddings=True, show_progress_bar=False,
-                       convert_to_numpy=True, task_name="STSBenchmark", prompt_type=None)
+      encoder.encode(
+        sentences[:2], **{name: None} if name not in ("batch_size", "normalize_embeddings", "show_progress_bar") else {}
+      )
+  got = encoder.encode(
+    sentences,
+    batch_size=2,
+    normalize_embeddings=True,
+    show_progress_bar=False,
+    convert_to_numpy=True,
+    task_name="STSBenchmark",
+    prompt_type=None,
+  )
   assert got.dtype == np.float32 and got.shape == (9, 32)
   np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, rtol=1e-6)
   # Another batch size computes the same rows (float32 of the same sentences; shapes differ: ~1e-7 relative).

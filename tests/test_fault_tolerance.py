@@ -20,8 +20,18 @@ from jaxcse.storage import checkpoints, loading
 from jaxcse import encode, train
 from jaxcse.core import errors
 from tests import helpers
-from tests.helpers import (SCHEDULE, Interrupted, assert_same_params, checkpoint_steps, damage, largest_file,
-                           metrics_records, saved_params, train_cli_args, train_interrupted)
+from tests.helpers import (
+  SCHEDULE,
+  Interrupted,
+  assert_same_params,
+  checkpoint_steps,
+  damage,
+  largest_file,
+  metrics_records,
+  saved_params,
+  train_cli_args,
+  train_interrupted,
+)
 
 REPO = helpers.REPO
 
@@ -48,8 +58,9 @@ def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_
   # Killed before any latest checkpoint: only best ones exist.
   train_interrupted(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir, 3)
   assert checkpoint_steps(workdir, checkpoints.BEST_DIR) and not checkpoint_steps(workdir, checkpoints.LATEST_DIR)
-  other = helpers.tiny_config(tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.learning_rate": 1e-3,
-                                                                  "train.max_steps": 6})
+  other = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.learning_rate": 1e-3, "train.max_steps": 6}
+  )
   with pytest.raises(train.WorkdirError, match="holds another run .* --restart"):
     train.train_and_evaluate(other, workdir)
   summary = train.train_and_evaluate(other, workdir, restart=True)
@@ -59,8 +70,9 @@ def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_
   assert [r["step"] for r in records if "loss" in r] == list(range(1, 7))  # Nothing of the first run is left.
 
 
-def test_the_same_run_restarted_before_its_first_checkpoint_starts_clean(reference, tiny_model_dir, small_data_dir,
-                                                                         tmp_path):
+def test_the_same_run_restarted_before_its_first_checkpoint_starts_clean(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
@@ -76,11 +88,20 @@ def test_the_same_run_restarted_before_its_first_checkpoint_starts_clean(referen
 @pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_data_dir, fresh_workdir, tmp_path):
   # lr 1e39: Adam's first update (lr x sign(g)) overflows float32, so the parameters after step 1 are infinite.
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.learning_rate": 1e39, "train.max_grad_norm": 0.0, "checkpoint.every": 1, "eval.every": 10_000,
-      "eval.at_end": False})
-  with pytest.raises(train.NonFiniteLossError, match="non-finite parameters after step 1; stopped. The last good "
-                                                     "checkpoint is none"):
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{
+      "train.learning_rate": 1e39,
+      "train.max_grad_norm": 0.0,
+      "checkpoint.every": 1,
+      "eval.every": 10_000,
+      "eval.at_end": False,
+    },
+  )
+  with pytest.raises(
+    train.NonFiniteLossError, match="non-finite parameters after step 1; stopped. The last good checkpoint is none"
+  ):
     train.train_and_evaluate(config, fresh_workdir)
   assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
   # A checkpoint that does hold non-finite parameters (written by hand) is refused by every reader.
@@ -103,8 +124,9 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
 
 
 @pytest.mark.parametrize("how", ["truncate", "flip", "metadata"])
-def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(reference, tiny_model_dir, small_data_dir,
-                                                                    tmp_path, caplog, how):
+def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog, how
+):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
@@ -132,8 +154,9 @@ def test_a_damaged_best_checkpoint_falls_back_with_a_warning_then_errors(referen
   damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[-1])), "params"), "truncate")
   loaded = loading.load_model(workdir)
   assert loaded.step == best[0]
-  assert any(f"best/{best[-1]}" in r.getMessage() and "does not match its sha256" in r.getMessage()
-             for r in caplog.records)
+  assert any(
+    f"best/{best[-1]}" in r.getMessage() and "does not match its sha256" in r.getMessage() for r in caplog.records
+  )
   damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[0])), "params"), "flip")
   with pytest.raises(checkpoints.CheckpointError, match="does not match its sha256"):
     loading.load_model(workdir)
@@ -149,8 +172,9 @@ def test_a_second_process_on_the_workdir_is_refused(tiny_model_dir, small_data_d
   assert os.listdir(fresh_workdir) == [checkpoints.LOCK_FILE]  # Nothing written.
 
 
-def test_a_full_disk_is_one_clear_error_and_resume_works_after(reference, tiny_model_dir, small_data_dir, small_disk,
-                                                               monkeypatch):
+def test_a_full_disk_is_one_clear_error_and_resume_works_after(
+  reference, tiny_model_dir, small_data_dir, small_disk, monkeypatch
+):
   ref_dir, _ = reference
   disk = small_disk("64m")
   workdir = os.path.join(disk, "w")
@@ -186,15 +210,20 @@ def test_kill_during_saves_resumes_to_the_same_parameters(reference, tiny_model_
   """kill -9 at random moments of a run that saves at every step: each resume ends where the reference does."""
   ref_dir, _ = reference
   workdir = str(tmp_path / "killed")
-  cmd = [sys.executable, "-m", "jaxcse.train",
-         *train_cli_args(workdir, tiny_model_dir, small_data_dir, **{**SCHEDULE, "checkpoint.every": 1})]
+  cmd = [
+    sys.executable,
+    "-m",
+    "jaxcse.train",
+    *train_cli_args(workdir, tiny_model_dir, small_data_dir, **{**SCHEDULE, "checkpoint.every": 1}),
+  ]
   rng = random.Random(0)
   for kill in range(3):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:  # Wait for training to start saving, then a bit more.
       if os.path.exists(os.path.join(workdir, checkpoints.LATEST_DIR)) and os.listdir(
-          os.path.join(workdir, checkpoints.LATEST_DIR)):
+        os.path.join(workdir, checkpoints.LATEST_DIR)
+      ):
         break
       time.sleep(0.01)
     time.sleep(rng.uniform(0.0, 1.5))
@@ -242,13 +271,19 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   empty = tmp_path / "empty.txt"
   empty.write_text("")
   cases = [
-      (evaluate.main, ["--model", ref_dir, "--tasks", "nonsense"], "unknown task 'nonsense'"),
-      (evaluate.main, ["--model", str(tmp_path / "nope"), "--tasks", "sts"], "nope: no such folder"),
-      (evaluate.main, ["--model", ref_dir, "--checkpoint", "5"], "no checkpoint at step 5"),
-      (encode.main, ["--model", ref_dir, "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "a.npy")],
-       "missing.txt"),
-      (export_hf.main, [ref_dir, str(tmp_path / "e"), "--pooler", "cls", "--checkpoint", "latest", "--masked_lm"],
-       "no masked-LM head"),
+    (evaluate.main, ["--model", ref_dir, "--tasks", "nonsense"], "unknown task 'nonsense'"),
+    (evaluate.main, ["--model", str(tmp_path / "nope"), "--tasks", "sts"], "nope: no such folder"),
+    (evaluate.main, ["--model", ref_dir, "--checkpoint", "5"], "no checkpoint at step 5"),
+    (
+      encode.main,
+      ["--model", ref_dir, "--input", str(tmp_path / "missing.txt"), "--output", str(tmp_path / "a.npy")],
+      "missing.txt",
+    ),
+    (
+      export_hf.main,
+      [ref_dir, str(tmp_path / "e"), "--pooler", "cls", "--checkpoint", "latest", "--masked_lm"],
+      "no masked-LM head",
+    ),
   ]
   for main, argv, expected in cases:
     capsys.readouterr()

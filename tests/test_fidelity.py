@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -23,8 +22,11 @@ def test_dclr_as_released_sets_poolers_padding_and_complementary_dropout():
   needs = objectives.needs(config)
   assert not needs.attend_padding and not needs.complementary_dropout
   config.dclr.as_released = True
-  with pytest.raises(configuration.ConfigError, match=r"dclr.as_released pools as the released code .* not "
-                     r"model.pooler='cls', model.mlp_only_train=True, model.test_pooler='', model.dev_pooler=''"):
+  with pytest.raises(
+    configuration.ConfigError,
+    match=r"dclr.as_released pools as the released code .* not "
+    r"model.pooler='cls', model.mlp_only_train=True, model.test_pooler='', model.dev_pooler=''",
+  ):
     configuration.validate(config)  # Its poolers would be silently replaced: refused.
   config = helpers.tiny_config("m", "d", "dclr_as_released")
   configuration.validate(config)
@@ -39,17 +41,27 @@ def test_dclr_as_released_trains_and_selects_as_the_released_code(tiny_model_dir
   complementary = str(tmp_path / "simcse")  # A jaxcse workdir as the complementary model.
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2}), complementary)
   workdir = str(tmp_path / "dclr")
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr_as_released", **{
-      "train.max_steps": 3, "dclr.complementary_model": complementary})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    "dclr_as_released",
+    **{"train.max_steps": 3, "dclr.complementary_model": complementary},
+  )
   summary = train.train_and_evaluate(config, workdir)
   loaded = loading.load_model(workdir)
   assert loaded.spec.pooling.test_pooler == "cls_before_pooler" and loaded.spec.pooling.dev_pooler == "bert_pooler"
   # The best checkpoint was selected on the pooler layer's output, padding attended: recompute that score.
-  embed = embedder_lib.BucketedEmbedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size, attend_padding=True)
-  scores = sts_metrics.dev_scores_and_embeddings(lambda s: embed(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
+  embed = embedder_lib.BucketedEmbedder(
+    loaded.spec, "bert_pooler", batch_size=config.eval.batch_size, attend_padding=True
+  )
+  scores = sts_metrics.dev_scores_and_embeddings(
+    lambda s: embed(s, loaded.params), sts_data.load_dev_sets(small_data_dir)
+  )[0]
   assert (scores["stsb_dev"] + scores["sickr_dev"]) / 2 == pytest.approx(summary["best_metric"], abs=1e-12)
   masked = embedder_lib.BucketedEmbedder(loaded.spec, "bert_pooler", batch_size=config.eval.batch_size)
-  other = sts_metrics.dev_scores_and_embeddings(lambda s: masked(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
+  other = sts_metrics.dev_scores_and_embeddings(
+    lambda s: masked(s, loaded.params), sts_data.load_dev_sets(small_data_dir)
+  )[0]
   assert other != scores  # The mask matters, so the check above can fail.
   records = [r for r in helpers.metrics_records(workdir) if "loss" in r]
   assert all("dclr/weight_zero_frac" in r for r in records)
@@ -71,12 +83,15 @@ def test_official_world_size_clips_the_per_gpu_mean():
   config = helpers.tiny_config("m", "d", "simcse_sup")
   assert config.train.official_world_size == 4
   tx = train_step.make_optimizer(config.train, 100)
-  reference = optax.chain(optax.scale(0.25), optax.clip_by_global_norm(1.0),
-                          optax.adamw(train_step.make_schedule(config.train, 100), b1=0.9, b2=0.999, eps=1e-8,
-                                      weight_decay=0.0))
+  reference = optax.chain(
+    optax.scale(0.25),
+    optax.clip_by_global_norm(1.0),
+    optax.adamw(train_step.make_schedule(config.train, 100), b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0),
+  )
+  state, ref_state = tx.init(params), reference.init(params)
   for _ in range(3):  # Equal over several steps (Adam's moments see the scaled, clipped gradient).
-    got, state = tx.update(grads, tx.init(params) if _ == 0 else state, params)
-    want, ref_state = reference.update(grads, reference.init(params) if _ == 0 else ref_state, params)
+    got, state = tx.update(grads, state, params)
+    want, ref_state = reference.update(grads, ref_state, params)
     np.testing.assert_allclose(got["w"], want["w"], rtol=1e-6)
   # Clipping changes Adam's updates through the history of clipped gradients: a norm-2 gradient then a norm-20 one
   # is clipped to (g1 / 2, g2 / 20) on one GPU, but to (g1 / 4, g2 / 20) as the per-GPU mean of four.

@@ -34,35 +34,38 @@ CHUNK = 4  # 4 chunks of the 16-example batch.
 
 # Every objective: sup SimCSE, MixCSE, DCLR with its frozen complementary model, unsup SimCSE with the MLM loss.
 METHODS = {
-    "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
-    "mixcse": ("mixcse", {}),
-    "dclr": ("dclr", {"dclr.loss_form": "infonce"}),
-    "simcse_mlm": ("base", {"mlm.enabled": True}),
+  "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
+  "mixcse": ("mixcse", {}),
+  "dclr": ("dclr", {"dclr.loss_form": "infonce"}),
+  "simcse_mlm": ("base", {"mlm.enabled": True}),
 }
 MESH_METHOD = "simcse_mlm"
 
 
 @functools.lru_cache(maxsize=None)
-def _one_step(model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int,
-              cache_gradients: bool = True) -> tuple[dict, dict]:
+def _one_step(
+  model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int, cache_gradients: bool = True
+) -> tuple[dict, dict]:
   """One SGD step at lr 1 on all devices (the update is minus the gradient); returns (metrics, flat new params).
 
   In float64 (``helpers.in_float64``): chunked and whole-batch steps, or 1 and 2 devices, differ only in the
   order of their sums, which float64 leaves at ~1e-15 on any CPU.
   """
   with compat.enable_x64(True):
-    return _one_step_float64(model_dir, data_dir, method, dropout=dropout, chunk=chunk,
-                             cache_gradients=cache_gradients)
+    return _one_step_float64(model_dir, data_dir, method, dropout=dropout, chunk=chunk, cache_gradients=cache_gradients)
 
 
-def _one_step_float64(model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int,
-                      cache_gradients: bool) -> tuple[dict, dict]:
+def _one_step_float64(
+  model_dir: str, data_dir: str, method: str, *, dropout: float, chunk: int, cache_gradients: bool
+) -> tuple[dict, dict]:
   config_name, overrides = METHODS[method]
-  config = helpers.tiny_config(model_dir, data_dir, config_name, **{
-      "train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides})
+  config = helpers.tiny_config(
+    model_dir, data_dir, config_name, **{"train.batch_size": BATCH, "train.grad_cache_chunk": chunk, **overrides}
+  )
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
-  spec, params = helpers.in_float64(*models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed,
-                                                            with_mlm_head=config.mlm.enabled))
+  spec, params = helpers.in_float64(
+    *models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed, with_mlm_head=config.mlm.enabled)
+  )
   corpus = data_lib.load_corpus(config.data.train, root=data_dir)
   batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
   mesh = distributed.make_mesh()
@@ -73,10 +76,10 @@ def _one_step_float64(model_dir: str, data_dir: str, method: str, *, dropout: fl
     complementary, comp_params = helpers.in_float64(loaded.spec, loaded.params)
     comp_params = jax.device_put(comp_params, replicated)
   tx = optax.sgd(1.0)
-  state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
-                         replicated)
-  step = jax.jit(train_step.make_train_step(config, spec, tx, complementary, cache_gradients=cache_gradients),
-                 donate_argnums=0)
+  state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)), replicated)
+  step = jax.jit(
+    train_step.make_train_step(config, spec, tx, complementary, cache_gradients=cache_gradients), donate_argnums=0
+  )
   state, metrics = step(state, jax.device_put(batch, NamedSharding(mesh, PartitionSpec("data"))), comp_params)
   return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
 
@@ -121,10 +124,15 @@ def test_grad_cache_replays_dropout(tiny_model_dir, small_data_dir):
 def test_grad_cache_on_two_devices(tiny_model_dir, small_data_dir, tmp_path):
   # The batch sharded over a 2-device data mesh: chunks span both devices, the compiler does the rest.
   out = str(tmp_path / "two.npz")
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "JAX_PLATFORMS": "cpu",
-         "JAX_ENABLE_X64": "1"}
-  subprocess.run([sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out], env=env,
-                 check=True, cwd=REPO)
+  env = {
+    **os.environ,
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "JAX_PLATFORMS": "cpu",
+    "JAX_ENABLE_X64": "1",
+  }
+  subprocess.run(
+    [sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out], env=env, check=True, cwd=REPO
+  )
   two = np.load(out)
   assert int(two["devices"]) == 2
   metrics, params = _one_step(tiny_model_dir, small_data_dir, MESH_METHOD, dropout=0.1, chunk=CHUNK)
@@ -155,9 +163,11 @@ def test_batch_512_in_chunks_of_64_needs_the_memory_of_batch_64(tiny_model_dir, 
   cached_512 = _compiled_bytes(spec, params, config, 512, 64)
   plain_512 = _compiled_bytes(spec, params, config, 512, 0)
   param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
-  print(f"\ntiny model ({param_bytes / 2**20:.2f} MiB params), len 16, AdamW: arguments + temporaries "
-        f"plain batch 64 {plain_64 / 2**20:.2f} MiB, cached batch 512 / chunk 64 {cached_512 / 2**20:.2f} MiB, "
-        f"plain batch 512 {plain_512 / 2**20:.2f} MiB")
+  print(
+    f"\ntiny model ({param_bytes / 2**20:.2f} MiB params), len 16, AdamW: arguments + temporaries "
+    f"plain batch 64 {plain_64 / 2**20:.2f} MiB, cached batch 512 / chunk 64 {cached_512 / 2**20:.2f} MiB, "
+    f"plain batch 512 {plain_512 / 2**20:.2f} MiB"
+  )
   # One chunk's activations as the plain batch-64 step, plus at most the gradient accumulator of the scan.
   assert cached_512 <= plain_64 + param_bytes
   assert cached_512 < plain_512 / 3
@@ -186,8 +196,9 @@ def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
 
     def batch_loss(z):  # InfoNCE of each row against all rows: every chunk's gradient depends on every other chunk.
       logits = z @ z.T / 0.5
-      return -jax.numpy.mean(jax.nn.log_softmax(logits - 1e3 * np.eye(len(z)), axis=1)[np.arange(len(z)),
-                                                                                        (np.arange(len(z)) + 1) % len(z)]), {}
+      return -jax.numpy.mean(
+        jax.nn.log_softmax(logits - 1e3 * np.eye(len(z)), axis=1)[np.arange(len(z)), (np.arange(len(z)) + 1) % len(z)]
+      ), {}
 
     def chunk_loss(p, chunk):
       return jax.numpy.sum(jax.numpy.tanh(embed(p, chunk)) ** 2), {"rows": jax.numpy.asarray(chunk["x"].shape[0])}
@@ -201,8 +212,9 @@ def test_value_and_grad_on_a_linear_embedding_equals_the_plain_gradient():
     chunks = gradcache.to_chunks(xs, 3)
     np.testing.assert_array_equal(gradcache.from_chunks(chunks["x"]), xs["x"])  # Strided chunks, back in order.
     for cache in (True, False):
-      (value, parts), grads = gradcache.value_and_grad(params, chunks, embed=embed, batch_loss=batch_loss,
-                                                       chunk_loss=chunk_loss, chunk_weight=weight, cache=cache)
+      (value, parts), grads = gradcache.value_and_grad(
+        params, chunks, embed=embed, batch_loss=batch_loss, chunk_loss=chunk_loss, chunk_weight=weight, cache=cache
+      )
       np.testing.assert_allclose(value, want_value, rtol=1e-12)
       assert int(parts.chunk_aux["rows"]) == 12
       for key in params:

@@ -53,6 +53,7 @@ def test_a_legacy_workdir_resumes_to_the_same_run(workdir):
     config = ml_collections.ConfigDict(json.load(f))
   train.train_and_evaluate(config, workdir)
   expected = _expected()
+
   def by_step(lines):  # A step has a training line and, at evaluations, an eval/ line.
     return {(m["step"], any(k.startswith("eval/") for k in m)): m for m in lines}
 

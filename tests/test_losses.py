@@ -62,8 +62,9 @@ def test_matches_numpy_reference_unsupervised(batch, dim, temperature):
 @pytest.mark.parametrize("weight", [0.0, 1.0, -2.5])
 def test_matches_numpy_reference_with_hard_negatives(batch, dim, temperature, weight):
   z1, z2, z3 = (random_normal(batch + dim + k, batch, dim) for k in range(3))
-  got = float(_loss(jnp.asarray(z1), jnp.asarray(z2), jnp.asarray(z3), temperature=temperature,
-                          hard_negative_weight=weight))
+  got = float(
+    _loss(jnp.asarray(z1), jnp.asarray(z2), jnp.asarray(z3), temperature=temperature, hard_negative_weight=weight)
+  )
   want = np_simcse_loss(z1, z2, z3, temperature=temperature, hard_negative_weight=weight)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -113,8 +114,7 @@ def test_grads_unsupervised():
   # float64 only inside this test: finite differences in float32 are too noisy.
   with compat.enable_x64(True):
     z1, z2 = jnp.asarray(random_normal(0, 4, 5), jnp.float64), jnp.asarray(random_normal(1, 4, 5), jnp.float64)
-    test_util.check_grads(jax.jit(lambda a, b: simcse_loss(a, b, temperature=0.1)), (z1, z2), order=1,
-                          modes=["rev"])
+    test_util.check_grads(jax.jit(lambda a, b: simcse_loss(a, b, temperature=0.1)), (z1, z2), order=1, modes=["rev"])
 
 
 def test_grads_with_hard_negatives():
@@ -147,8 +147,9 @@ def test_row_permutation_invariance(hard):
   h = z3 if hard else None
   perm = np.random.default_rng(3).permutation(8)
   base = float(_loss(z1, z2, h, temperature=0.05, hard_negative_weight=0.5))
-  permuted = float(_loss(z1[perm], z2[perm], None if h is None else h[perm], temperature=0.05,
-                               hard_negative_weight=0.5))
+  permuted = float(
+    _loss(z1[perm], z2[perm], None if h is None else h[perm], temperature=0.05, hard_negative_weight=0.5)
+  )
   np.testing.assert_allclose(permuted, base, rtol=1e-5)
   # Permuting only the positives breaks the pairing: a very different loss.
   shuffled = float(_loss(z1, z2[perm], h, temperature=0.05, hard_negative_weight=0.5))
@@ -159,8 +160,7 @@ def test_scale_invariance():
   z1, z2, z3 = (jnp.asarray(random_normal(k, 5, 9)) for k in range(3))
   scales = jnp.asarray(np.random.default_rng(7).uniform(0.01, 100.0, size=(5, 1)), jnp.float32)
   base = float(_loss(z1, z2, z3, temperature=0.05, hard_negative_weight=0.2))
-  scaled = float(_loss(z1 * scales, z2 * scales[::-1], z3 * 3.0, temperature=0.05,
-                             hard_negative_weight=0.2))
+  scaled = float(_loss(z1 * scales, z2 * scales[::-1], z3 * 3.0, temperature=0.05, hard_negative_weight=0.2))
   np.testing.assert_allclose(scaled, base, rtol=1e-5)
 
 
@@ -206,15 +206,15 @@ def test_perfect_separation_approaches_zero():
 
 
 @pytest.mark.parametrize(
-    "shape1,shape2,shape3",
-    [
-        ((8,), (8,), None),  # Not [batch, dim].
-        ((2, 3, 4), (2, 3, 4), None),
-        ((4, 8), (4, 7), None),  # Dims differ.
-        ((4, 8), (3, 8), None),  # Batches differ.
-        ((4, 8), (4, 8), (3, 8)),  # Hard negatives of the wrong batch.
-        ((4, 8), (4, 8), (4, 7)),
-    ],
+  "shape1,shape2,shape3",
+  [
+    ((8,), (8,), None),  # Not [batch, dim].
+    ((2, 3, 4), (2, 3, 4), None),
+    ((4, 8), (4, 7), None),  # Dims differ.
+    ((4, 8), (3, 8), None),  # Batches differ.
+    ((4, 8), (4, 8), (3, 8)),  # Hard negatives of the wrong batch.
+    ((4, 8), (4, 8), (4, 7)),
+  ],
 )
 def test_shape_errors(shape1, shape2, shape3):
   z3 = None if shape3 is None else jnp.zeros(shape3)

@@ -20,13 +20,13 @@ from jax import test_util
 import jaxcse.training.losses
 from jaxcse.core import compat
 from jaxcse.training.losses import (
-    cosine_similarity_matrix,
-    dclr_initial_noise,
-    dclr_instance_weights,
-    dclr_loss,
-    dclr_noise_negatives,
-    mixcse_loss,
-    simcse_loss,
+  cosine_similarity_matrix,
+  dclr_initial_noise,
+  dclr_instance_weights,
+  dclr_loss,
+  dclr_noise_negatives,
+  mixcse_loss,
+  simcse_loss,
 )
 from tests.helpers import random_normal
 
@@ -42,10 +42,19 @@ _simcse = jax.jit(simcse_loss)
 _cosine = jax.jit(cosine_similarity_matrix)
 
 
-def _mixcse(z1, z2, *, temperature=0.05, mix_lambda=0.2, neighbour="roll", symmetric=True, stop_gradient=True,
-            rng=None):
-  return _mixcse_jit(z1, z2, temperature=temperature, mix_lambda=mix_lambda, neighbour=neighbour,
-                     symmetric=symmetric, stop_gradient=stop_gradient, rng=rng)
+def _mixcse(
+  z1, z2, *, temperature=0.05, mix_lambda=0.2, neighbour="roll", symmetric=True, stop_gradient=True, rng=None
+):
+  return _mixcse_jit(
+    z1,
+    z2,
+    temperature=temperature,
+    mix_lambda=mix_lambda,
+    neighbour=neighbour,
+    symmetric=symmetric,
+    stop_gradient=stop_gradient,
+    rng=rng,
+  )
 
 
 def _noise(z1, z2, noise, *, temperature=0.05, steps=4, step_size=1e-3):
@@ -79,8 +88,9 @@ def _np_logsumexp(x: np.ndarray) -> float:
   return float(m + np.log(np.sum(np.exp(x - m))))
 
 
-def np_mixcse_loss(z1, z2, *, temperature, mix_lambda, nb12, nb21, symmetric=True, mix_src=None,
-                   normalise_mix=False) -> float:
+def np_mixcse_loss(
+  z1, z2, *, temperature, mix_lambda, nb12, nb21, symmetric=True, mix_src=None, normalise_mix=False
+) -> float:
   """MixCSE from its definition, one row at a time.
 
   Row i: [cos(z1_i, z2_j) | cos(z1_i, m_k) | cos(n_i, z2_j)] / tau, label i, with
@@ -169,8 +179,9 @@ def np_noise_negatives(z1, z2, noise, *, temperature, steps, step_size) -> np.nd
 
 def np_instance_weights(c1, c2, phi) -> np.ndarray:
   batch = len(c1)
-  return np.array([[1.0 if i == j or not _np_cos(c1[i], c2[j]) > phi else 0.0 for j in range(batch)]
-                   for i in range(batch)])
+  return np.array(
+    [[1.0 if i == j or not _np_cos(c1[i], c2[j]) > phi else 0.0 for j in range(batch)] for i in range(batch)]
+  )
 
 
 def np_dclr_loss(z1, z2, noise, weights, *, temperature, form) -> float:
@@ -206,7 +217,9 @@ def np_dclr_loss(z1, z2, noise, weights, *, temperature, form) -> float:
 def test_doctests_of_new_functions():
   runner = doctest.DocTestRunner()
   for name in ("mixcse_loss", "dclr_initial_noise", "dclr_noise_negatives", "dclr_instance_weights", "dclr_loss"):
-    (test,) = doctest.DocTestFinder().find(getattr(jaxcse.training.losses, name), name, globs=vars(jaxcse.training.losses).copy())
+    (test,) = doctest.DocTestFinder().find(
+      getattr(jaxcse.training.losses, name), name, globs=vars(jaxcse.training.losses).copy()
+    )
     assert test.examples, f"{name} has no doctest example"
     runner.run(test)
   result = runner.summarize(verbose=False)
@@ -217,24 +230,34 @@ def test_doctests_of_new_functions():
 # MixCSE: golden values.
 
 
-@pytest.mark.parametrize("batch,dim,neighbour,symmetric", [
-    (3, 3, "roll", True), (3, 3, "roll", False), (3, 3, "hardest", False),
-    (8, 16, "roll", True), (8, 16, "roll", False), (8, 16, "hardest", True),
-])
+@pytest.mark.parametrize(
+  "batch,dim,neighbour,symmetric",
+  [
+    (3, 3, "roll", True),
+    (3, 3, "roll", False),
+    (3, 3, "hardest", False),
+    (8, 16, "roll", True),
+    (8, 16, "roll", False),
+    (8, 16, "hardest", True),
+  ],
+)
 def test_mixcse_matches_numpy(batch, dim, neighbour, symmetric):
   for seed, (temperature, mix_lambda) in itertools.product((0, 1), [(0.05, 0.2), (0.5, 0.6)]):
     z1 = random_normal(seed, batch, dim)
     z2 = z1 + 0.5 * random_normal(seed + 7, batch, dim)
     nb12, nb21 = np_roll_neighbours(batch) if neighbour == "roll" else np_hardest_neighbours(z1, z2)
-    want = np_mixcse_loss(z1, z2, temperature=temperature, mix_lambda=mix_lambda, nb12=nb12, nb21=nb21,
-                          symmetric=symmetric)
-    got = float(_mixcse(z1, z2, temperature=temperature, mix_lambda=mix_lambda, neighbour=neighbour,
-                        symmetric=symmetric))
+    want = np_mixcse_loss(
+      z1, z2, temperature=temperature, mix_lambda=mix_lambda, nb12=nb12, nb21=nb21, symmetric=symmetric
+    )
+    got = float(
+      _mixcse(z1, z2, temperature=temperature, mix_lambda=mix_lambda, neighbour=neighbour, symmetric=symmetric)
+    )
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
     if neighbour == "roll":
       # The default is the official layout: its matrix form (np.roll neighbours, rolled-identity zeroing) too.
-      official = np_mixcse_official_matrix_form(z1, z2, temperature=temperature, mix_lambda=mix_lambda,
-                                                symmetric=symmetric)
+      official = np_mixcse_official_matrix_form(
+        z1, z2, temperature=temperature, mix_lambda=mix_lambda, symmetric=symmetric
+      )
       np.testing.assert_allclose(got, official, rtol=2e-5, atol=1e-6)
 
 
@@ -258,8 +281,7 @@ def test_mixcse_by_hand():
   # Without the third block: log(e + 4 + e^c) - 1 = log(7.992758) - 1 = 1.0785359.
   z = np.eye(3, dtype=np.float32)
   c = 0.2 / math.sqrt(0.68)
-  assert float(_mixcse(z, z, temperature=1.0)) == pytest.approx(math.log(math.e + 6 + 2 * math.exp(c)) - 1,
-                                                                 rel=1e-6)
+  assert float(_mixcse(z, z, temperature=1.0)) == pytest.approx(math.log(math.e + 6 + 2 * math.exp(c)) - 1, rel=1e-6)
   single = float(_mixcse(z, z, temperature=1.0, symmetric=False))
   assert single == pytest.approx(math.log(math.e + 4 + math.exp(c)) - 1, rel=1e-6)
 
@@ -297,7 +319,8 @@ def test_mixcse_random_neighbour_is_a_valid_map():
   assert len(seen) > 3
   # Same key, same value.
   assert float(_mixcse(z1, z2, neighbour="random", rng=jax.random.key(5))) == float(
-      _mixcse(z1, z2, neighbour="random", rng=jax.random.key(5)))
+    _mixcse(z1, z2, neighbour="random", rng=jax.random.key(5))
+  )
 
 
 def test_mixcse_lambda_one_mixes_are_the_positives():
@@ -323,8 +346,9 @@ def test_mixcse_check_grads_without_stop_gradient(neighbour, symmetric):
   z2 = z1 + 0.5 * random_normal(1, 4, 5).astype(np.float64)
   with compat.enable_x64(True):
     z1, z2 = jnp.asarray(z1), jnp.asarray(z2)
-    f = jax.jit(lambda a, b: mixcse_loss(a, b, temperature=0.1, neighbour=neighbour, symmetric=symmetric,
-                                         stop_gradient=False))
+    f = jax.jit(
+      lambda a, b: mixcse_loss(a, b, temperature=0.1, neighbour=neighbour, symmetric=symmetric, stop_gradient=False)
+    )
     test_util.check_grads(f, (z1, z2), order=1, modes=["rev"])
 
 
@@ -449,8 +473,14 @@ def test_noise_negatives_match_numpy(batch, num, dim, x64):
     want = np_noise_negatives(z1, z2, n0, temperature=temperature, steps=4, step_size=step_size)
     if x64:
       with compat.enable_x64(True):
-        got = _noise(z1.astype(np.float64), z2.astype(np.float64), n0.astype(np.float64), temperature=temperature,
-                     steps=4, step_size=step_size)
+        got = _noise(
+          z1.astype(np.float64),
+          z2.astype(np.float64),
+          n0.astype(np.float64),
+          temperature=temperature,
+          steps=4,
+          step_size=step_size,
+        )
         assert got.shape == (num, dim) and got.dtype == jnp.float64
       # Compare the displacement, which is what the ascent computes (1e-3 per step against noise of size ~1).
       np.testing.assert_allclose(np.asarray(got) - n0, want - n0, rtol=1e-7, atol=1e-12)
@@ -481,8 +511,9 @@ def test_noise_ascent_increases_its_objective_every_step():
       values.append(np_noise_objective_and_grad(z1, z2, noise, 0.05)[0])
       if len(values) == 5:
         # The steps compose: four single steps are the reference's steps=4.
-        np.testing.assert_allclose(noise, np_noise_negatives(z1, z2, start, temperature=0.05, steps=4,
-                                                             step_size=1e-3), rtol=1e-12)
+        np.testing.assert_allclose(
+          noise, np_noise_negatives(z1, z2, start, temperature=0.05, steps=4, step_size=1e-3), rtol=1e-12
+        )
   assert all(b > a for a, b in zip(values, values[1:])), values
 
 
@@ -503,8 +534,14 @@ def test_dclr_full_step_jits():
   z1, z2, c1, c2 = (random_normal(k, 8, 16) for k in range(4))
   rng = jax.random.key(0)
   loss = float(step(z1, z2, c1, c2, rng))
-  want = np_dclr_loss(z1, z2, np.asarray(_noise(z1, z2, dclr_initial_noise(rng, 8, 16))),
-                      np_instance_weights(c1, c2, 0.9), temperature=0.05, form="official")
+  want = np_dclr_loss(
+    z1,
+    z2,
+    np.asarray(_noise(z1, z2, dclr_initial_noise(rng, 8, 16))),
+    np_instance_weights(c1, c2, 0.9),
+    temperature=0.05,
+    form="official",
+  )
   np.testing.assert_allclose(loss, want, rtol=1e-5)
   assert loss != float(step(z1, z2, c1, c2, jax.random.key(1)))  # Fresh noise each step.
 
@@ -579,8 +616,7 @@ def test_instance_weights_carry_no_gradient_and_jit():
   g = jax.jit(jax.grad(lambda a: jnp.sum(dclr_instance_weights(a, c2, phi=0.2) * probe)))(c1)
   assert np.abs(np.asarray(g)).max() == 0.0
   c = jnp.asarray(random_normal(2, 3, 2))  # The doctest's shapes.
-  np.testing.assert_array_equal(np.asarray(dclr_instance_weights(c, c, phi=0.2)),
-                                np.asarray(_weights(c, c, phi=0.2)))
+  np.testing.assert_array_equal(np.asarray(dclr_instance_weights(c, c, phi=0.2)), np.asarray(_weights(c, c, phi=0.2)))
 
 
 # ------------------------------------------------------------------------
@@ -595,11 +631,18 @@ def _dclr_inputs(seed: int, batch: int, num: int, dim: int):
   return z1, z2, noise, weights
 
 
-@pytest.mark.parametrize("batch,num,dim,form,use_weights", [
-    (1, 0, 3, "official", True), (1, 0, 3, "infonce", True),
-    (3, 7, 5, "official", True), (3, 7, 5, "infonce", True), (3, 7, 5, "official", False),
-    (8, 0, 16, "official", True), (8, 0, 16, "infonce", True),
-])
+@pytest.mark.parametrize(
+  "batch,num,dim,form,use_weights",
+  [
+    (1, 0, 3, "official", True),
+    (1, 0, 3, "infonce", True),
+    (3, 7, 5, "official", True),
+    (3, 7, 5, "infonce", True),
+    (3, 7, 5, "official", False),
+    (8, 0, 16, "official", True),
+    (8, 0, 16, "infonce", True),
+  ],
+)
 def test_dclr_loss_matches_numpy(batch, num, dim, form, use_weights):
   for seed, temperature in itertools.product((0, 1), (0.05, 0.5)):
     z1, z2, noise, weights = _dclr_inputs(seed, batch, num, dim)
@@ -666,8 +709,11 @@ def test_dclr_check_grads():
     z1, z2, noise, weights = (jnp.asarray(x, jnp.float64) for x in (z1, z2, noise, weights))
     assert z1.dtype == jnp.float64
     # Both forms at once, as a vector: rev mode checks a random combination of the two.
-    f = jax.jit(lambda a, b: jnp.stack([dclr_loss(a, b, noise, weights, temperature=0.1, form=form)
-                                        for form in ("official", "infonce")]))
+    f = jax.jit(
+      lambda a, b: jnp.stack(
+        [dclr_loss(a, b, noise, weights, temperature=0.1, form=form) for form in ("official", "infonce")]
+      )
+    )
     test_util.check_grads(f, (z1, z2), order=1, modes=["rev"])
 
 
@@ -676,8 +722,12 @@ def test_dclr_gradient_is_finite_when_a_probability_saturates():
   # = log 0 into the gradient; nor may log(0) weights in the InfoNCE form.
   z = np.eye(4, dtype=np.float32)
   w = np.zeros((4, 4), np.float32)
-  grads = jax.jit(lambda a: (jax.grad(lambda a: dclr_loss(a, z, None, None, temperature=1e-3))(a),
-                             jax.grad(lambda a: dclr_loss(a, z, None, w, temperature=1e-3, form="infonce"))(a)))(z)
+  grads = jax.jit(
+    lambda a: (
+      jax.grad(lambda a: dclr_loss(a, z, None, None, temperature=1e-3))(a),
+      jax.grad(lambda a: dclr_loss(a, z, None, w, temperature=1e-3, form="infonce"))(a),
+    )
+  )(z)
   for grad in grads:
     assert np.isfinite(np.asarray(grad)).all()
 

@@ -34,8 +34,15 @@ def _ids(rows: int, length: int, seed: int = 0):
 def test_mask_positions_is_berts_exact_count_masking():
   ids, mask = _ids(2000, 64)
   masked, positions, labels, weights = mlm.mask_positions(
-      jax.random.key(0), ids, mask, mask_token_id=103, vocab_size=5000, special_ids=SPECIAL, probability=0.15,
-      num_predictions=10)
+    jax.random.key(0),
+    ids,
+    mask,
+    mask_token_id=103,
+    vocab_size=5000,
+    special_ids=SPECIAL,
+    probability=0.15,
+    num_predictions=10,
+  )
   ids, masked, positions, labels, weights = map(np.asarray, (ids, masked, positions, labels, weights))
   candidates = mask.sum(axis=1) - 2  # Everything but [CLS] and [SEP].
   expected = np.minimum(10, np.maximum(1, np.round(0.15 * candidates)))
@@ -64,8 +71,9 @@ def test_logits_at_positions_equal_the_full_logits_gathered(tiny_model_dir):
   at = models.mlm_logits_at(spec, params, ids, mask, positions, train=False)
   assert at.shape == (2, 3, spec.hf_config.vocab_size)
   # The same ops on the same rows (float32: the head's matmul on 3 rows vs 12 rounds alike to ~1e-6).
-  np.testing.assert_allclose(at, np.take_along_axis(np.asarray(full), np.asarray(positions)[..., None], axis=1),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    at, np.take_along_axis(np.asarray(full), np.asarray(positions)[..., None], axis=1), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_cross_entropy_sums_by_hand():
@@ -103,7 +111,7 @@ def test_packed_batches_hold_every_sentence_once_per_epoch(tokenizer):
           seen.append(tuple(body[start:j]))
           start = j + 1
   layout = packed._layout(0)
-  left_out = sum(len(s) for s in layout[packed.steps_per_epoch * 4:])
+  left_out = sum(len(s) for s in layout[packed.steps_per_epoch * 4 :])
   assert len(seen) + left_out == len(sentences) and len(set(seen)) == len(seen)
   assert tuple(pieces[-1][:22]) in seen  # The long sentence, cut to max_seq_len - 2.
   # Dense: most positions are real tokens.
@@ -113,8 +121,9 @@ def test_packed_batches_hold_every_sentence_once_per_epoch(tokenizer):
   again = _packed(tokenizer, sentences)
   np.testing.assert_array_equal(again.batch(3)["input_ids"], packed.batch(3)["input_ids"])
   assert not np.array_equal(packed.batch(0)["input_ids"], packed.batch(packed.steps_per_epoch)["input_ids"])
-  np.testing.assert_array_equal(packed.batch(2, positions=np.array([1, 3]))["input_ids"],
-                                packed.batch(2)["input_ids"][[1, 3]])
+  np.testing.assert_array_equal(
+    packed.batch(2, positions=np.array([1, 3]))["input_ids"], packed.batch(2)["input_ids"][[1, 3]]
+  )
   # keep_last: the last partial batch is kept, filled with empty (all-padding) rows.
   last = _packed(tokenizer, sentences, keep_last=True)
   assert last.steps_per_epoch * 4 >= len(last._layout(0)) > (last.steps_per_epoch - 1) * 4
@@ -152,8 +161,23 @@ def test_wordpiece_command_trains_a_loadable_vocabulary(small_data_dir, tmp_path
   from transformers import AutoTokenizer
 
   out = str(tmp_path / "wp")
-  assert wordpiece.main(["--corpus", "corpora/small.txt", "--data_dir", small_data_dir, "--vocab_size", "300",
-                         "--out", out, "--heldout_fraction", "0.05"]) == 0
+  assert (
+    wordpiece.main(
+      [
+        "--corpus",
+        "corpora/small.txt",
+        "--data_dir",
+        small_data_dir,
+        "--vocab_size",
+        "300",
+        "--out",
+        out,
+        "--heldout_fraction",
+        "0.05",
+      ]
+    )
+    == 0
+  )
   tok = AutoTokenizer.from_pretrained(out)
   assert len(tok) <= 300 and tok.convert_tokens_to_ids("[MASK]") == 4
   record = json.load(open(os.path.join(out, "wordpiece.json")))
@@ -161,22 +185,41 @@ def test_wordpiece_command_trains_a_loadable_vocabulary(small_data_dir, tmp_path
 
 
 def _tiny_pretraining(tiny_data_dir: str, **overrides):
-  return helpers.tiny_config("unused", tiny_data_dir, "pretrain_mlm", **{
-      "model.architecture.num_hidden_layers": 2, "model.architecture.hidden_size": 32,
-      "model.architecture.num_attention_heads": 2, "model.architecture.intermediate_size": 64,
-      "model.architecture.max_position_embeddings": 32, "data.max_seq_len": 32, "data.heldout_fraction": 0.05,
-      "train.warmup_steps": 2, "train.learning_rate": 3e-3, **overrides})
+  return helpers.tiny_config(
+    "unused",
+    tiny_data_dir,
+    "pretrain_mlm",
+    **{
+      "model.architecture.num_hidden_layers": 2,
+      "model.architecture.hidden_size": 32,
+      "model.architecture.num_attention_heads": 2,
+      "model.architecture.intermediate_size": 64,
+      "model.architecture.max_position_embeddings": 32,
+      "data.max_seq_len": 32,
+      "data.heldout_fraction": 0.05,
+      "train.warmup_steps": 2,
+      "train.learning_rate": 3e-3,
+      **overrides,
+    },
+  )
 
 
 def test_pretraining_from_random_init_learns_and_exports_a_bert(small_data_dir, tmp_path):
   workdir = str(tmp_path / "mlm")
-  summary = train.train_and_evaluate(_tiny_pretraining(small_data_dir, **{
-      "train.max_steps": 40, "eval.every": 20, "eval.at_start": True, "checkpoint.every": 20}), workdir)
+  summary = train.train_and_evaluate(
+    _tiny_pretraining(
+      small_data_dir, **{"train.max_steps": 40, "eval.every": 20, "eval.at_start": True, "checkpoint.every": 20}
+    ),
+    workdir,
+  )
   records = helpers.metrics_records(workdir)
   evals = [r for r in records if "eval/metric" in r]
   assert [r["step"] for r in evals] == [0, 20, 40]
   # Held-out loss starts at ~log(8192) = 9.0 and falls as the model learns the token distribution (8.0 after 40 steps).
-  assert evals[0]["eval/heldout_mlm_loss"] > 8.5 and evals[-1]["eval/heldout_mlm_loss"] < evals[0]["eval/heldout_mlm_loss"] - 0.5
+  assert (
+    evals[0]["eval/heldout_mlm_loss"] > 8.5
+    and evals[-1]["eval/heldout_mlm_loss"] < evals[0]["eval/heldout_mlm_loss"] - 0.5
+  )
   assert evals[-1]["eval/heldout_mlm_accuracy"] > evals[0]["eval/heldout_mlm_accuracy"]
   assert summary["best_metric"] == max(r["eval/heldout_mlm_accuracy"] for r in evals)
   train_records = [r for r in records if "loss" in r]
@@ -203,8 +246,9 @@ def test_pretraining_from_random_init_learns_and_exports_a_bert(small_data_dir, 
   mlm_model, info = BertForMaskedLM.from_pretrained(out, output_loading_info=True)
   assert not info["missing_keys"], info
   with torch.no_grad():
-    logits = mlm_model.eval()(input_ids=torch.tensor(np.asarray(ids)).long(),
-                              attention_mask=torch.tensor(np.asarray(mask)).long()).logits.numpy()
+    logits = mlm_model.eval()(
+      input_ids=torch.tensor(np.asarray(ids)).long(), attention_mask=torch.tensor(np.asarray(mask)).long()
+    ).logits.numpy()
   # float32 in two libraries: the same products summed in another order (~1e-6 of logits of size ~5).
   np.testing.assert_allclose(logits, ours, rtol=1e-4, atol=1e-4)
 
@@ -213,10 +257,12 @@ def test_mlm_config_errors_are_caught_at_load(small_data_dir, tmp_path):
   from jaxcse.training import configuration
 
   workdir = str(tmp_path / "never")
-  for overrides, message in [({"mlm.enabled": True}, "leave mlm.enabled False"),
-                             ({"train.grad_cache_chunk": 4}, "no in-batch negatives"),
-                             ({"data.heldout_fraction": 0.0}, "heldout_mlm_accuracy needs"),
-                             ({"model.tokenizer": ""}, "model.init=random needs model.tokenizer")]:
+  for overrides, message in [
+    ({"mlm.enabled": True}, "leave mlm.enabled False"),
+    ({"train.grad_cache_chunk": 4}, "no in-batch negatives"),
+    ({"data.heldout_fraction": 0.0}, "heldout_mlm_accuracy needs"),
+    ({"model.tokenizer": ""}, "model.init=random needs model.tokenizer"),
+  ]:
     with pytest.raises(configuration.ConfigError, match=message):
       train.train_and_evaluate(_tiny_pretraining(small_data_dir, **overrides), workdir)
   assert not os.path.exists(workdir)

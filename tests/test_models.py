@@ -43,8 +43,9 @@ def test_poolers_by_hand():
   # SimCSE's "first" is hidden_states[1] (first layer's output), not the embedding output hidden_states[0].
   np.testing.assert_allclose(first_last[1], (mean(hs[1], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6)
   # The SimCSE paper's, MixCSE's and DCLR's "first-last": the embedding output hidden_states[0] with the last.
-  np.testing.assert_allclose(poolers.pool("avg_embeddings_last", mask, last, hs)[1],
-                             (mean(hs[0], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6)
+  np.testing.assert_allclose(
+    poolers.pool("avg_embeddings_last", mask, last, hs)[1], (mean(hs[0], 1, 2) + mean(hs[3], 1, 2)) / 2, rtol=1e-6
+  )
   pooled = jnp.ones((2, 2))
   np.testing.assert_array_equal(poolers.pool("bert_pooler", mask, last, hs, pooled), pooled)
   with pytest.raises(ValueError, match="needs the backbone's pooler layer"):
@@ -85,8 +86,12 @@ def test_encoder_cls_mlp_and_padding_invariance(tiny_model_dir):
     b = m.apply({"params": params}, ids2, mask2)
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=pooler)
   # Dropout is on in training mode only, and a different rng gives a different mask.
-  r1 = spec.module_for(spec.pooling.pooler).apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)})
-  r2 = spec.module_for(spec.pooling.pooler).apply({"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)})
+  r1 = spec.module_for(spec.pooling.pooler).apply(
+    {"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(1)}
+  )
+  r2 = spec.module_for(spec.pooling.pooler).apply(
+    {"params": params}, ids, mask, train=True, rngs={"dropout": jax.random.key(2)}
+  )
   assert not np.allclose(r1, r2) and not np.allclose(r1, with_mlp)
 
 
@@ -107,8 +112,9 @@ def test_saved_description_restores_poolers(tiny_model_dir, tmp_path):
   models.save_description(spec, str(tmp_path / "model"))
   loaded = models.from_description(str(tmp_path / "model"))
   assert loaded.pooling == spec.pooling and loaded.pooling.test_pooler == "cls_before_pooler"
-  models.save_description(dataclasses.replace(spec, pooling=models.PoolerSpec("cls", test_pooler_override="avg")),
-                          str(tmp_path / "model2"))
+  models.save_description(
+    dataclasses.replace(spec, pooling=models.PoolerSpec("cls", test_pooler_override="avg")), str(tmp_path / "model2")
+  )
   assert models.from_description(str(tmp_path / "model2")).pooling.test_pooler == "avg"
   assert loaded.hf_config.hidden_size == 32
   with pytest.raises(models.DescriptionError, match="not a jaxcse model description"):
@@ -134,8 +140,10 @@ def _torch_forward(model, ids, mask=None):
   import torch
 
   with torch.no_grad():
-    return model(input_ids=torch.tensor(np.asarray(ids)).long(),
-                 attention_mask=None if mask is None else torch.tensor(np.asarray(mask)).long())
+    return model(
+      input_ids=torch.tensor(np.asarray(ids)).long(),
+      attention_mask=None if mask is None else torch.tensor(np.asarray(mask)).long(),
+    )
 
 
 # float32 in two libraries: the same products summed in another order; activations O(1) after LayerNorm.
@@ -167,16 +175,26 @@ def test_roberta_positions_follow_padding_idx(tmp_path, model_type):
   from safetensors.torch import save_file
   from transformers import AutoConfig, AutoModel
 
-  config = AutoConfig.for_model(model_type, vocab_size=50, hidden_size=16, num_hidden_layers=1,
-                                num_attention_heads=2, intermediate_size=32, max_position_embeddings=40,
-                                pad_token_id=1)
+  config = AutoConfig.for_model(
+    model_type,
+    vocab_size=50,
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=32,
+    max_position_embeddings=40,
+    pad_token_id=1,
+  )
   torch.manual_seed(0)
   model = AutoModel.from_config(config).eval()
   config.save_pretrained(tmp_path)
   save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp_path / "model.safetensors"))
   spec = models.build_spec(config, None, models.PoolerSpec("avg"))
-  backbone, absent, _ = models.weights.fill(jax.eval_shape(lambda: models.init_params(spec, 0))["backbone"],
-                                            models.weights.read_state(str(tmp_path)), where=str(tmp_path))
+  backbone, absent, _ = models.weights.fill(
+    jax.eval_shape(lambda: models.init_params(spec, 0))["backbone"],
+    models.weights.read_state(str(tmp_path)),
+    where=str(tmp_path),
+  )
   assert not absent
   ids = jnp.array([[0, 5, 6, 2, 1, 1]])
   mask = (ids != 1).astype(jnp.int32)
@@ -197,11 +215,17 @@ def _hub_cache(tmp_path, tiny_model_dir, repo_id: str, *, pooler_chain: bool) ->
   shutil.copytree(tiny_model_dir, snapshot)
   if pooler_chain:  # sentence-transformers' mean pooling, as all-mpnet-base-v2 declares it.
     (snapshot / "1_Pooling").mkdir()
-    (snapshot / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32,
-                                                                   "pooling_mode_mean_tokens": True}))
-    (snapshot / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    (snapshot / "1_Pooling" / "config.json").write_text(
+      json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True})
+    )
+    (snapshot / "modules.json").write_text(
+      json.dumps(
+        [
+          {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+          {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        ]
+      )
+    )
   (repo / "refs").mkdir()
   (repo / "refs" / "main").write_text(commit)
   return str(cache), commit
@@ -228,8 +252,9 @@ def test_hub_model_reads_its_pooling_from_the_hub_snapshot(tiny_model_dir, tmp_p
   monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", cache2)
   caplog.clear()
   assert loading.load_model("someone/plain").spec.pooling.test_pooler == "cls"
-  assert any("no sentence-transformers pooling config" in r.getMessage() and "'cls'" in r.getMessage()
-             for r in caplog.records)
+  assert any(
+    "no sentence-transformers pooling config" in r.getMessage() and "'cls'" in r.getMessage() for r in caplog.records
+  )
 
 
 def test_attend_padding_is_the_model_without_a_mask_on_a_batch_cut_at_its_longest(tiny_model_dir):
@@ -274,8 +299,9 @@ def test_the_config_switch_reaches_the_encoder_and_its_mlm_head(tiny_model_dir, 
   from tests import helpers
 
   for per_element in (False, True):
-    config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"model.attention_dropout_per_element": per_element,
-                                                                    "mlm.enabled": True})
+    config = helpers.tiny_config(
+      tiny_model_dir, small_data_dir, **{"model.attention_dropout_per_element": per_element, "mlm.enabled": True}
+    )
     spec = configured.model(config).spec
     assert spec.backbone.shared_attention_dropout is (not per_element)
     assert spec.mlm.module.shared_attention_dropout is (not per_element)

@@ -38,8 +38,9 @@ def _outputs(family: str, dtype):
   cast = lambda tree: jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype), tree)  # noqa: E731
   base = bert.BertModel(config, dtype)
   shapes = jax.eval_shape(lambda: base.init(jax.random.key(0), ids, mask))["params"]
-  params, absent, _ = weights.fill(shapes, state, prefixes=("", FAMILIES[family].backbone_prefix + "."),
-                                   optional=("pooler",), where=folder)
+  params, absent, _ = weights.fill(
+    shapes, state, prefixes=("", FAMILIES[family].backbone_prefix + "."), optional=("pooler",), where=folder
+  )
   assert absent == ["pooler"]  # A masked-LM checkpoint has no NSP pooler; the recording gave it one.
   params["pooler"] = {"dense": {"kernel": golden["pooler_kernel"], "bias": golden["pooler_bias"]}}
   out = base.apply({"params": cast(params)}, ids, mask, output_hidden_states=True)
@@ -48,8 +49,12 @@ def _outputs(family: str, dtype):
   mlm_params, _, used = weights.fill(mlm_shapes, state, where=folder)
   weights.check_all_used(state, used, ignored=(), where=folder)  # Every recorded tensor is a parameter of ours.
   logits = mlm.apply({"params": cast(mlm_params)}, ids, mask)
-  ours = {"last_hidden_state": out.last_hidden_state, "pooler_output": out.pooler_output,
-          "hidden_states": np.stack(out.hidden_states), "logits": logits}
+  ours = {
+    "last_hidden_state": out.last_hidden_state,
+    "pooler_output": out.pooler_output,
+    "hidden_states": np.stack(out.hidden_states),
+    "logits": logits,
+  }
   return golden, ours
 
 

@@ -51,10 +51,20 @@ def _bound(u: float, config) -> float:
 
 def _torch_folder(family: str, folder: str, **overrides) -> tuple:
   """A random PyTorch masked-LM model of ``family`` saved in ``folder`` (weights perturbed so every part counts)."""
-  config = AutoConfig.for_model(family, vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                                intermediate_size=24, max_position_embeddings=24, pad_token_id=1,
-                                type_vocab_size=1 if family != "bert" else 2, hidden_dropout_prob=0.0,
-                                attention_probs_dropout_prob=0.0, **overrides)
+  config = AutoConfig.for_model(
+    family,
+    vocab_size=40,
+    hidden_size=16,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=24,
+    max_position_embeddings=24,
+    pad_token_id=1,
+    type_vocab_size=1 if family != "bert" else 2,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+    **overrides,
+  )
   torch.manual_seed(0)
   model = AutoModelForMaskedLM.from_config(config).eval()
   with torch.no_grad():  # LayerNorms and biases away from 1 and 0, weights of unit-ish gain: a mistake shows.
@@ -66,8 +76,9 @@ def _torch_folder(family: str, folder: str, **overrides) -> tuple:
       else:
         p.normal_(0.0, 0.3)
   model.save_pretrained(folder)
-  shutil.copy(os.path.join(helpers.REPO, "jaxcse", "pretrained", "wordpiece-wiki-uncased-8k", "tokenizer.json"),
-              folder)  # Any tokenizer: load_pretrained reads one; the ids above are fed directly.
+  shutil.copy(
+    os.path.join(helpers.REPO, "jaxcse", "pretrained", "wordpiece-wiki-uncased-8k", "tokenizer.json"), folder
+  )  # Any tokenizer: load_pretrained reads one; the ids above are fed directly.
   for name in ("tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
     source = os.path.join(helpers.REPO, "jaxcse", "pretrained", "wordpiece-wiki-uncased-8k", name)
     if os.path.exists(source):
@@ -78,8 +89,7 @@ def _torch_folder(family: str, folder: str, **overrides) -> tuple:
 def _torch_outputs(model, dtype):
   model = model.to(dtype)
   with torch.no_grad():
-    out = model(input_ids=torch.tensor(IDS).long(), attention_mask=torch.tensor(MASK).long(),
-                output_hidden_states=True)
+    out = model(input_ids=torch.tensor(IDS).long(), attention_mask=torch.tensor(MASK).long(), output_hidden_states=True)
   return [h.numpy() for h in out.hidden_states], out.logits.numpy()
 
 
@@ -145,8 +155,11 @@ def test_minilm_real_weights_equal_pytorch():
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["A man is playing a guitar.", "Music."], 12)
   model = AutoModel.from_pretrained(folder).eval().double()
   with torch.no_grad():
-    theirs = model(input_ids=torch.tensor(np.asarray(ids)).long(), attention_mask=torch.tensor(np.asarray(mask)).long(),
-                   output_hidden_states=True).hidden_states
+    theirs = model(
+      input_ids=torch.tensor(np.asarray(ids)).long(),
+      attention_mask=torch.tensor(np.asarray(mask)).long(),
+      output_hidden_states=True,
+    ).hidden_states
   with compat.enable_x64(True):
     spec64, params64 = helpers.in_float64(spec, params)
     ours = spec64.backbone.apply({"params": params64["backbone"]}, ids, mask, output_hidden_states=True).hidden_states
@@ -170,13 +183,15 @@ def test_gradients_match_finite_differences_in_float64(tiny_model_dir):
 
     grads = jax.grad(loss)(params)
     leaves = jax.tree_util.tree_leaves_with_path(params)
-    picked = [p for p in leaves if "query" in jax.tree_util.keystr(p[0]) or "LayerNorm" in jax.tree_util.keystr(
-        p[0])][:3]
+    picked = [p for p in leaves if "query" in jax.tree_util.keystr(p[0]) or "LayerNorm" in jax.tree_util.keystr(p[0])][
+      :3
+    ]
     eps = 1e-6
     for path, leaf in picked:
       direction = np.random.default_rng(0).normal(size=leaf.shape)
       shift = lambda t: jax.tree_util.tree_map_with_path(  # noqa: E731
-          lambda q, x: x + t * direction if q == path else x, params)
+        lambda q, x: x + t * direction if q == path else x, params
+      )
       numeric = (loss(shift(eps)) - loss(shift(-eps))) / (2 * eps)
       analytic = float(np.sum(np.asarray(_leaf(grads, path)) * direction))
       # Central differences: truncation O(eps^2) and rounding O(u / eps) of a loss of size ~10.
@@ -239,8 +254,11 @@ def test_a_missing_tensor_is_one_error_naming_it(tiny_model_dir, tmp_path):
 
 
 def test_an_unexpected_tensor_is_one_error_naming_it(tiny_model_dir, tmp_path):
-  folder = _edited(tiny_model_dir, tmp_path, lambda s: s.update({"encoder.layer.2.output.dense.weight":
-                                                                  np.zeros((32, 64), np.float32)}))
+  folder = _edited(
+    tiny_model_dir,
+    tmp_path,
+    lambda s: s.update({"encoder.layer.2.output.dense.weight": np.zeros((32, 64), np.float32)}),
+  )
   with pytest.raises(weights.WeightsError, match=r"tensors the model does not use: encoder\.layer\.2\.output"):
     models.load_pretrained(folder, models.PoolerSpec("avg"))
 
@@ -251,14 +269,14 @@ def test_a_tensor_of_another_shape_is_one_error_naming_it(tiny_model_dir, tmp_pa
     models.load_pretrained(folder, models.PoolerSpec("avg"))
 
 
-def test_a_missing_nsp_pooler_is_initialised_with_one_line_unless_a_pooler_reads_it(tiny_model_dir, tmp_path,
-                                                                                    caplog):
+def test_a_missing_nsp_pooler_is_initialised_with_one_line_unless_a_pooler_reads_it(tiny_model_dir, tmp_path, caplog):
   folder = _edited(tiny_model_dir, tmp_path, lambda s: [s.pop(k) for k in list(s) if k.startswith("pooler.")])
   with caplog.at_level(logging.INFO, logger="jaxcse"):
     _, params = models.load_pretrained(folder, models.PoolerSpec("avg"))
   assert "pooler" in params["backbone"]
   assert [r.getMessage() for r in caplog.records if "NSP pooler" in r.getMessage()] == [
-      f"{folder} has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)"]
+    f"{folder} has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)"
+  ]
   with pytest.raises(weights.WeightsError, match="pooler 'bert_pooler' needs the checkpoint's pooler layer"):
     models.load_pretrained(folder, models.PoolerSpec("bert_pooler"))
   # Evaluation loads with the checkpoint's pooler layer as the cls MLP: only a pooler with an MLP needs it there.

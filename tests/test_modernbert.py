@@ -35,10 +35,24 @@ U64, U32, U_BF16 = 2.0**-53, 2.0**-24, 2.0**-8
 
 
 def tiny_config(**overrides):
-  kwargs = dict(vocab_size=100, hidden_size=32, num_attention_heads=4, num_hidden_layers=4, intermediate_size=48,
-                global_attn_every_n_layers=3, local_attention=8, max_position_embeddings=64, pad_token_id=0,
-                bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, embedding_dropout=0.0,
-                attention_dropout=0.0, mlp_dropout=0.0)
+  kwargs = dict(
+    vocab_size=100,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_hidden_layers=4,
+    intermediate_size=48,
+    global_attn_every_n_layers=3,
+    local_attention=8,
+    max_position_embeddings=64,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+    cls_token_id=1,
+    sep_token_id=2,
+    embedding_dropout=0.0,
+    attention_dropout=0.0,
+    mlp_dropout=0.0,
+  )
   kwargs.update(overrides)
   config = transformers.ModernBertConfig(**kwargs)
   assert set(config.layer_types) == {"full_attention", "sliding_attention"}
@@ -108,7 +122,7 @@ def saved_torch_model(config, folder):
   with torch.no_grad():
     for name, p in model.named_parameters():
       if p.ndim == 2 and "embeddings" not in name:
-        p.normal_(0.0, p.shape[1]**-0.5)
+        p.normal_(0.0, p.shape[1] ** -0.5)
       elif p.ndim == 2:
         p.normal_(0.0, 1.0)
       elif name.endswith("norm.weight"):
@@ -129,8 +143,9 @@ def torch_reference(tmp_path_factory):
 def torch_outputs(model, dtype=torch.float32):
   ids, mask = batch()
   with torch.no_grad():
-    out = model.to(dtype)(input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
-                          output_hidden_states=True)
+    out = model.to(dtype)(
+      input_ids=torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask), output_hidden_states=True
+    )
   model.float()
   return out.logits.numpy(), [h.numpy() for h in out.hidden_states]
 
@@ -167,7 +182,7 @@ def _float64_rotary(monkeypatch, model):
 
   def rotate(q, k, cos, sin, unsqueeze_dim=1):
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
-    half = lambda x: torch.cat([-x[..., x.shape[-1] // 2:], x[..., :x.shape[-1] // 2]], dim=-1)  # noqa: E731
+    half = lambda x: torch.cat([-x[..., x.shape[-1] // 2 :], x[..., : x.shape[-1] // 2]], dim=-1)  # noqa: E731
     return q * cos + half(q) * sin, k * cos + half(k) * sin
 
   monkeypatch.setattr(rotary, "forward", tables)
@@ -177,13 +192,17 @@ def _float64_rotary(monkeypatch, model):
 def _compare(config, ours, logits, ref_logits, ref_hidden, bound, what):
   assert len(ours.hidden_states) == len(ref_hidden) == config.num_hidden_layers + 1
   np.testing.assert_array_equal(ours.hidden_states[-1], ours.last_hidden_state)
-  report = {"last_hidden_state": _max_diff(real_tokens(ours.last_hidden_state), real_tokens(ref_hidden[-1])),
-            "logits": _max_diff(real_tokens(logits), real_tokens(ref_logits))}
+  report = {
+    "last_hidden_state": _max_diff(real_tokens(ours.last_hidden_state), real_tokens(ref_hidden[-1])),
+    "logits": _max_diff(real_tokens(logits), real_tokens(ref_logits)),
+  }
   for i, (h, r) in enumerate(zip(ours.hidden_states, ref_hidden)):
     report[f"hidden_states[{i}]"] = _max_diff(real_tokens(h), real_tokens(r))
   worst = max(rel for _, rel in report.values())
-  print(f"\n{what}: bound {bound:.2e} (relative to max |ref|), worst {worst:.2e}; "
-        + ", ".join(f"{k} abs {a:.1e} rel {r:.1e}" for k, (a, r) in report.items()))
+  print(
+    f"\n{what}: bound {bound:.2e} (relative to max |ref|), worst {worst:.2e}; "
+    + ", ".join(f"{k} abs {a:.1e} rel {r:.1e}" for k, (a, r) in report.items())
+  )
   assert worst <= bound, report
 
 
@@ -219,8 +238,12 @@ def test_rotary_tables_match_transformers(torch_reference):
   positions = torch.arange(config.max_position_embeddings)[None]
   for layer_type in set(config.layer_types):
     ref = model.model.rotary_emb(torch.zeros(1, dtype=torch.float32), positions, layer_type)
-    ours = mb.rotary_tables(jnp.asarray(positions.numpy()), config.rope_parameters[layer_type]["rope_theta"],
-                            config.hidden_size // config.num_attention_heads, jnp.float32)
+    ours = mb.rotary_tables(
+      jnp.asarray(positions.numpy()),
+      config.rope_parameters[layer_type]["rope_theta"],
+      config.hidden_size // config.num_attention_heads,
+      jnp.float32,
+    )
     for r, o in zip(ref, ours):
       np.testing.assert_allclose(np.asarray(o), r.numpy(), rtol=0, atol=2 * U32)  # |cos|, |sin| <= 1: an ulp <= 2u.
 
@@ -228,8 +251,10 @@ def test_rotary_tables_match_transformers(torch_reference):
 @pytest.mark.parametrize("variant", ["tied", "untied", "all_biases"])
 def test_weight_names(tmp_path, variant):
   """Every saved tensor fills a leaf of our tree and every leaf has a tensor: nothing missing, nothing unexpected."""
-  overrides = {"untied": dict(tie_word_embeddings=False),
-               "all_biases": dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True)}
+  overrides = {
+    "untied": dict(tie_word_embeddings=False),
+    "all_biases": dict(norm_bias=True, attention_bias=True, mlp_bias=True, classifier_bias=True),
+  }
   config = tiny_config(**overrides.get(variant, {}))
   _, tensors = saved_torch_model(config, str(tmp_path))
   shapes = param_shapes(mb.ModernBertForMaskedLM(config, tied=variant != "untied"))
@@ -296,13 +321,16 @@ def test_finite_differences_float64():
         plus, minus = dict(flat), dict(flat)
         plus[path], minus[path] = flat[path] + step * direction, flat[path] - step * direction
         return float(f(flax.traverse_util.unflatten_dict(plus)) - f(flax.traverse_util.unflatten_dict(minus))) / (
-            2 * step)
+          2 * step
+        )
 
       numeric, coarse = derivative(h), derivative(2 * h)
       analytic = float(jnp.sum(grads[path] * direction))
       bound = abs(coarse - numeric) + rounding
-      print(f"\n{'/'.join(path)}: analytic {analytic:.12g} numeric {numeric:.12g}, diff "
-            f"{abs(numeric - analytic):.1e}, bound {bound:.1e}")
+      print(
+        f"\n{'/'.join(path)}: analytic {analytic:.12g} numeric {numeric:.12g}, diff "
+        f"{abs(numeric - analytic):.1e}, bound {bound:.1e}"
+      )
       assert abs(numeric - analytic) <= bound
 
 
@@ -311,8 +339,11 @@ def test_dropout_only_in_training():
   module = mb.ModernBertForMaskedLM(config)
   ids, mask = batch()
   params = module.init(jax.random.key(0), ids, mask)["params"]
-  run = lambda deterministic, seed: np.asarray(module.apply(  # noqa: E731
-      {"params": params}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(seed)}))
+  run = lambda deterministic, seed: np.asarray(
+    module.apply(  # noqa: E731
+      {"params": params}, ids, mask, deterministic=deterministic, rngs={"dropout": jax.random.key(seed)}
+    )
+  )
   np.testing.assert_array_equal(run(True, 1), run(True, 2))
   np.testing.assert_array_equal(run(True, 1), np.asarray(module.apply({"params": params}, ids, mask)))
   np.testing.assert_array_equal(run(False, 1), run(False, 1))
@@ -331,7 +362,8 @@ def test_attention_paths_agree():
   ids, mask = batch()
   params = mb.ModernBertForMaskedLM(config).init(jax.random.key(0), ids, mask)["params"]
   explicit = mb.ModernBertForMaskedLM(tiny_config(attention_dropout=1e-30)).apply(
-      {"params": params}, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(0)})
+    {"params": params}, ids, mask, deterministic=False, rngs={"dropout": jax.random.key(0)}
+  )
   fused = mb.ModernBertForMaskedLM(config).apply({"params": params}, ids, mask)
   _, rel = _max_diff(real_tokens(explicit), real_tokens(fused))
   assert rel <= _bound(config, U32), rel
@@ -361,8 +393,9 @@ def test_gradient_checkpointing_changes_nothing():
   _, rel = _max_diff(remat.apply({"params": params}, ids, mask), plain.apply({"params": params}, ids, mask))
   assert rel <= _bound(config, U32), rel
   grads = [jax.grad(_scalar(m, ids, mask))(params) for m in (plain, remat)]
-  for (path, g), r in zip(flax.traverse_util.flatten_dict(grads[0]).items(),
-                          flax.traverse_util.flatten_dict(grads[1]).values()):
+  for (path, g), r in zip(
+    flax.traverse_util.flatten_dict(grads[0]).items(), flax.traverse_util.flatten_dict(grads[1]).values()
+  ):
     _, rel = _max_diff(r, g)
     assert rel <= _bound(config, U32), ("/".join(path), rel)
 

@@ -29,19 +29,28 @@ class JaxcseSTSBDev(AbsTaskSTS):
   min_score = 0
   max_score = 5
   metadata = mteb.TaskMetadata(
-      name="JaxcseSTSBDev",
-      dataset={"path": "jaxcse/senteval-stsb-dev", "revision": "local"},  # Never downloaded: see load_data.
-      description="STS Benchmark dev (1,500 pairs) from SentEval's sts-dev.csv, as jaxcse's dev evaluation reads it.",
-      type="STS", category="t2t", modalities=["text"], eval_splits=["validation"], eval_langs=["eng-Latn"],
-      main_score="cosine_spearman",
+    name="JaxcseSTSBDev",
+    dataset={"path": "jaxcse/senteval-stsb-dev", "revision": "local"},  # Never downloaded: see load_data.
+    description="STS Benchmark dev (1,500 pairs) from SentEval's sts-dev.csv, as jaxcse's dev evaluation reads it.",
+    type="STS",
+    category="t2t",
+    modalities=["text"],
+    eval_splits=["validation"],
+    eval_langs=["eng-Latn"],
+    main_score="cosine_spearman",
   )
 
   def load_data(self, num_proc=None, *, timer=None, **kwargs) -> None:
     if self.data_loaded:
       return
     pairs = sts_data.load_dev_sets(sickr=False)["stsb_dev"]
-    self.dataset = DatasetDict({"validation": Dataset.from_dict(
-        {"sentence1": pairs.sent1, "sentence2": pairs.sent2, "score": pairs.gold.tolist()})})
+    self.dataset = DatasetDict(
+      {
+        "validation": Dataset.from_dict(
+          {"sentence1": pairs.sent1, "sentence2": pairs.sent2, "score": pairs.gold.tolist()}
+        )
+      }
+    )
     self.data_loaded = True
 
 
@@ -104,8 +113,14 @@ def test_evaluate_stsb_dev_matches_jaxcse(encoder, offline):
   embeddings, where jaxcse's (SentEval's) is float64; checked below: in float64 it gives jaxcse's number exactly.
   """
   model = encoder.mteb()
-  results = mteb.evaluate(model, tasks=[JaxcseSTSBDev()], encode_kwargs={"batch_size": 1},
-                          cache=mteb.ResultCache(offline / "results"), co2_tracker=False, show_progress_bar=False)
+  results = mteb.evaluate(
+    model,
+    tasks=[JaxcseSTSBDev()],
+    encode_kwargs={"batch_size": 1},
+    cache=mteb.ResultCache(offline / "results"),
+    co2_tracker=False,
+    show_progress_bar=False,
+  )
   assert not results.exceptions
   [task_result] = results.task_results
   [scores] = task_result.scores["validation"]

@@ -68,8 +68,13 @@ from tests import helpers  # noqa: E402
 
 def _env(**extra: str) -> dict[str, str]:
   env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_") and k != "XLA_FLAGS"}
-  return {**env, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-          "PYTHONPATH": REPO, **extra}
+  return {
+    **env,
+    "JAX_PLATFORMS": "cpu",
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    "PYTHONPATH": REPO,
+    **extra,
+  }
 
 
 def _launch(commands: list[tuple[list[str], dict[str, str]]], tmp_path, name: str) -> list[str]:
@@ -107,15 +112,31 @@ def _cli(workdir: str, model_dir: str, data_dir: str) -> list[str]:
 def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_dir, tmp_path):
   # The reference: one process with two (simulated) devices, the same 2-way data mesh.
   reference = str(tmp_path / "reference")
-  _launch([(_cli(reference, tiny_model_dir, small_data_dir),
-            _env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))], tmp_path, "reference")
+  _launch(
+    [(_cli(reference, tiny_model_dir, small_data_dir), _env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))],
+    tmp_path,
+    "reference",
+  )
 
   # Two processes with one device each; the first run stops (as if it crashed) before step index 4.
   workdir = str(tmp_path / "two_processes")
   address = f"127.0.0.1:{helpers.unused_port()}"
-  worker = [sys.executable, os.path.abspath(__file__), "worker", "--coordinator_address", address,
-            "--model_dir", tiny_model_dir, "--data_dir", small_data_dir, "--workdir", workdir,
-            "--interrupt_at", str(INTERRUPT_AT), "--process_id"]
+  worker = [
+    sys.executable,
+    os.path.abspath(__file__),
+    "worker",
+    "--coordinator_address",
+    address,
+    "--model_dir",
+    tiny_model_dir,
+    "--data_dir",
+    small_data_dir,
+    "--workdir",
+    workdir,
+    "--interrupt_at",
+    str(INTERRUPT_AT),
+    "--process_id",
+  ]
   outputs = _launch([(worker + [str(i)], _env()) for i in range(2)], tmp_path, "interrupted")
   for i, out in enumerate(outputs):
     assert f"process {i}: interrupted before step index {INTERRUPT_AT}" in out
@@ -125,9 +146,17 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
 
   # The resumed run: the CLI, with the process settings in the environment as a launcher would set them.
   address = f"127.0.0.1:{helpers.unused_port()}"
-  outputs = _launch([(_cli(workdir, tiny_model_dir, small_data_dir),
-                      _env(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)))
-                     for i in range(2)], tmp_path, "resumed")
+  outputs = _launch(
+    [
+      (
+        _cli(workdir, tiny_model_dir, small_data_dir),
+        _env(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
+      )
+      for i in range(2)
+    ],
+    tmp_path,
+    "resumed",
+  )
   for i, out in enumerate(outputs):
     assert f"process {i} of 2; 1 local of 2 devices" in out and "resumed" in out
     assert "differs from the saved config.json" not in out  # The CLI flags rebuild the worker's config.
@@ -172,5 +201,7 @@ def test_process_rows_follow_the_sharding():
   np.testing.assert_array_equal(distributed.process_rows(sharding, 8), np.arange(8))
   # A host whose devices are not adjacent in the mesh (TPU topologies): its slices, ascending, as
   # jax.make_array_from_process_local_data lays out local rows; a replicated slice counts once.
-  np.testing.assert_array_equal(distributed.process_rows(_Sharding(slice(6, 8), slice(0, 2), slice(6, 8)), 8), [0, 1, 6, 7])
+  np.testing.assert_array_equal(
+    distributed.process_rows(_Sharding(slice(6, 8), slice(0, 2), slice(6, 8)), 8), [0, 1, 6, 7]
+  )
   np.testing.assert_array_equal(distributed.process_rows(_Sharding(slice(None)), 4), np.arange(4))

@@ -31,9 +31,15 @@ def kernel(tmp_path, monkeypatch) -> str:
   pytest.importorskip("ipykernel")
   spec_dir = tmp_path / "jupyter" / "kernels" / KERNEL
   spec_dir.mkdir(parents=True)
-  (spec_dir / "kernel.json").write_text(json.dumps({
-      "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-      "display_name": "jaxcse tests", "language": "python"}))
+  (spec_dir / "kernel.json").write_text(
+    json.dumps(
+      {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "jaxcse tests",
+        "language": "python",
+      }
+    )
+  )
   monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
   return KERNEL
 
@@ -48,16 +54,20 @@ def run_notebook(name: str, kernel: str, workdir: str, env: dict[str, str], monk
   monkeypatch.setenv("JAXCSE_DATA_DIR", helpers.shared_data_dir())
   for key, value in env.items():
     monkeypatch.setenv(key, value)
-  client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300,
-                                   resources={"metadata": {"path": NOTEBOOKS}})
+  client = nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300, resources={"metadata": {"path": NOTEBOOKS}})
   client.execute()
   return nb
 
 
 def text_output(nb) -> str:
   """All stdout of the executed notebook."""
-  return "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs
-                 if out.output_type == "stream" and out.name == "stdout")
+  return "".join(
+    out.get("text", "")
+    for cell in nb.cells
+    if cell.cell_type == "code"
+    for out in cell.outputs
+    if out.output_type == "stream" and out.name == "stdout"
+  )
 
 
 def test_quickstart_notebook(kernel, tmp_path, monkeypatch):
@@ -77,8 +87,9 @@ def test_tpu_notebook_on_four_devices_keeps_the_global_batch(kernel, tmp_path, m
   # The smoke setting's global batch is 8 on any device count (the real one 64, as the paper): on 4 devices, 2
   # rows each; a per-device batch times the device count would make it 16 here (and 8 on one v5e chip).
   workdir = str(tmp_path / "tpu")
-  nb = run_notebook("tpu.ipynb", kernel, workdir, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
-                    monkeypatch)
+  nb = run_notebook(
+    "tpu.ipynb", kernel, workdir, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, monkeypatch
+  )
   out = text_output(nb)
   assert "4 cpu devices; mesh axes {'data': 4}" in out
   assert "rows 0:2, shape (2, 1, 32)" in out and "rows 6:8, shape (2, 1, 32)" in out

@@ -15,8 +15,18 @@ from jaxcse.storage import checkpoints, loading
 from jaxcse import encode, evaluate, export_hf, models, train
 from jaxcse.core import files
 from tests import helpers
-from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
-                           lines_said, saved_params, train_cli_args, warnings_naming)
+from tests.helpers import (
+  SCHEDULE,
+  assert_same_params,
+  checkpoint_steps,
+  damage,
+  exploded_params,
+  largest_file,
+  lines_said,
+  saved_params,
+  train_cli_args,
+  warnings_naming,
+)
 
 
 def _set_aside(workdir: str) -> dict[str, str]:
@@ -42,8 +52,9 @@ def _copy(ref_dir: str, tmp_path, name: str = "w") -> str:
 # 1. No usable latest checkpoint: the run starts over, and the intact best checkpoints are kept (set aside).
 
 
-def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(reference, tiny_model_dir, small_data_dir,
-                                                                    tmp_path, caplog):
+def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog
+):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
   latest, best = checkpoint_steps(workdir, checkpoints.LATEST_DIR), checkpoint_steps(workdir, checkpoints.BEST_DIR)
@@ -73,8 +84,10 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(reference, t
 
 
 def _everything(workdir: str) -> dict[str, list[int]]:
-  return {sub: checkpoint_steps(workdir, sub)
-          for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)}
+  return {
+    sub: checkpoint_steps(workdir, sub)
+    for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)
+  }
 
 
 def _change_hidden_size(workdir: str) -> str:
@@ -89,7 +102,8 @@ def _change_hidden_size(workdir: str) -> str:
 
 
 def test_a_changed_model_description_is_refused_by_the_trainer_and_nothing_is_set_aside(
-    reference, tiny_model_dir, small_data_dir, tmp_path, capsys):
+  reference, tiny_model_dir, small_data_dir, tmp_path, capsys
+):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   changed = _change_hidden_size(workdir)
@@ -118,9 +132,11 @@ def test_every_reader_refuses_a_damaged_model_description_in_one_line(reference,
   lines = tmp_path / "in.txt"
   lines.write_text("a sentence\n")
   before = _everything(workdir)
-  for main, argv in [(encode.main, ["--model", workdir, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
-                     (export_hf.main, [workdir, str(tmp_path / "export")]),
-                     (evaluate.main, ["--model", workdir, "--tasks", "sts"])]:
+  for main, argv in [
+    (encode.main, ["--model", workdir, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
+    (export_hf.main, [workdir, str(tmp_path / "export")]),
+    (evaluate.main, ["--model", workdir, "--tasks", "sts"]),
+  ]:
     capsys.readouterr()
     assert main(argv) == 1, argv
     err = capsys.readouterr().err.strip().splitlines()
@@ -131,14 +147,22 @@ def test_every_reader_refuses_a_damaged_model_description_in_one_line(reference,
 
 
 def test_a_description_without_its_record_loads_unverified_and_resuming_records_it(
-    reference, tiny_model_dir, small_data_dir, tmp_path, caplog):
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog
+):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  record = os.path.join(workdir, checkpoints.MODEL_DIR, models.DESCRIPTION_RECORD)
-  with open(record) as f:
-    written = json.load(f)
+  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  record = os.path.join(model_dir, models.DESCRIPTION_RECORD)
+  # As an older jaxcse left it (tests/fixtures/legacy_workdir, too): no record, format_version 1, no inputs.json.
+  os.remove(record)
+  os.remove(os.path.join(workdir, train.INPUTS_FILE))
+  info_path = os.path.join(model_dir, models.JAXCSE_MODEL_FILE)
+  with open(info_path) as f:
+    info = json.load(f)
+  with open(info_path, "w") as f:
+    json.dump({**info, "format_version": 1}, f, indent=2)
+  written = files.folder_digests(model_dir, record=models.DESCRIPTION_RECORD)
   assert {"config.json", "tokenizer.json", models.JAXCSE_MODEL_FILE} <= set(written)
-  os.remove(record)  # As an older jaxcse left it (tests/fixtures/legacy_workdir, too).
   assert loading.load_model(workdir).step == 9
   assert len(warnings_naming(caplog, "its files are read unverified")) == 1
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
@@ -157,8 +181,11 @@ def test_a_model_description_is_written_whole_or_not_at_all(reference, tmp_path,
     raise Exception("No space left on device (os error 28)")
 
   monkeypatch.setattr(type(spec.tokenizer), "save_pretrained", full_disk)
-  with pytest.raises(models.DescriptionError, match=f"^{folder}: could not write the model description "
-                                                    r"\(Exception: No space left on device"):
+  with pytest.raises(
+    models.DescriptionError,
+    match=f"^{folder}: could not write the model description "
+    r"\(Exception: No space left on device",
+  ):
     models.save_description(spec, folder)
   assert {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)} == before
   assert sorted(os.listdir(tmp_path)) == ["model"]  # No model.tmp or model.old left.
@@ -186,8 +213,9 @@ def test_a_full_disk_at_a_fresh_start_is_one_line(tiny_model_dir, small_data_dir
 # 6. A changed corpus, an exploded best checkpoint and --restart's TensorBoard.
 
 
-def test_a_resume_on_a_changed_corpus_is_refused_before_anything_changes(reference, tiny_model_dir, small_data_dir,
-                                                                         tmp_path):
+def test_a_resume_on_a_changed_corpus_is_refused_before_anything_changes(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
@@ -223,15 +251,22 @@ def test_resume_sets_aside_an_exploded_best_checkpoint(reference, tiny_model_dir
   assert "best-9" in _set_aside(workdir)
   # The resume point, step 9, is evaluated again and is the best once more; readers serve it.
   assert summary["best_step"] == 9 and loading.load_model(workdir).step == 9
-  np.testing.assert_array_equal(encode.Encoder.load(workdir).embed(["a sentence"]),
-                                encode.Encoder.load(ref_dir).embed(["a sentence"]))
+  np.testing.assert_array_equal(
+    encode.Encoder.load(workdir).embed(["a sentence"]), encode.Encoder.load(ref_dir).embed(["a sentence"])
+  )
 
 
 def test_restart_clears_everything_the_old_run_wrote(tmp_path):
   workdir = str(tmp_path / "w")
-  written = ["config.json", train.INPUTS_FILE, "metrics.jsonl", "summary.json",
-             os.path.join(train.TENSORBOARD_DIR, "events.out.tfevents.1"),
-             os.path.join(checkpoints.MODEL_DIR, "config.json"), os.path.join(checkpoints.BEST_DIR, "3", "x")]
+  written = [
+    "config.json",
+    train.INPUTS_FILE,
+    "metrics.jsonl",
+    "summary.json",
+    os.path.join(train.TENSORBOARD_DIR, "events.out.tfevents.1"),
+    os.path.join(checkpoints.MODEL_DIR, "config.json"),
+    os.path.join(checkpoints.BEST_DIR, "3", "x"),
+  ]
   for name in written:
     os.makedirs(os.path.dirname(os.path.join(workdir, name)), exist_ok=True)
     open(os.path.join(workdir, name), "w").close()
@@ -292,10 +327,18 @@ train.run()
 
 # Each point once; the first step (where the segfault was seen, in 2 of 4 tries) at 6 delays: a defect that shows
 # in half the tries shows in at least one of these 7 with probability 1 - 2**-7 > 99%.
-SIGINT_POINTS = [("read_inputs", 0), ("resume", 0), *[("first_step", d) for d in (0, 0.1, 0.25, 0.5, 1, 2)],
-                 ("after_first_step", 0), ("evaluation", 0.05), ("save", 0.01)]
-INTERRUPTED = (r"interrupted at step \d+; rerun the same command to resume \((from the start: no checkpoint yet|from "
-               r"its checkpoint at step \d+)\)")
+SIGINT_POINTS = [
+  ("read_inputs", 0),
+  ("resume", 0),
+  *[("first_step", d) for d in (0, 0.1, 0.25, 0.5, 1, 2)],
+  ("after_first_step", 0),
+  ("evaluation", 0.05),
+  ("save", 0.01),
+]
+INTERRUPTED = (
+  r"interrupted at step \d+; rerun the same command to resume \((from the start: no checkpoint yet|from "
+  r"its checkpoint at step \d+)\)"
+)
 
 
 def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where: str | None, delay: float):
@@ -305,8 +348,9 @@ def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where:
   args = train_cli_args(workdir, tiny_model_dir, small_data_dir, **SCHEDULE)
   env = {**os.environ, "SIGINT_AT": where or "", "SIGINT_DELAY": str(delay)}
   script = SIGINT_TRAIN if where else "import sys; from jaxcse import train; sys.argv[0] = 'jaxcse.train'; train.run()"
-  return subprocess.run([sys.executable, "-c", script, *args], cwd=helpers.REPO, capture_output=True, text=True,
-                        env=env, timeout=600)
+  return subprocess.run(
+    [sys.executable, "-c", script, *args], cwd=helpers.REPO, capture_output=True, text=True, env=env, timeout=600
+  )
 
 
 def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_dir, small_data_dir, tmp_path):
@@ -318,8 +362,9 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
     workdir = str(tmp_path / f"w{i}")
     run = _sigint_train(workdir, tiny_model_dir, small_data_dir, where, delay)
     said = lines_said(run.stderr)
-    expected = (r"interrupted before the run started; the workdir is as it was" if where == "read_inputs" else
-                INTERRUPTED)
+    expected = (
+      r"interrupted before the run started; the workdir is as it was" if where == "read_inputs" else INTERRUPTED
+    )
     if run.returncode != 130 or len(said) != 1 or not re.fullmatch(expected, said[0]):
       bad[(where, delay)] = (run.returncode, said[-3:])
     elif where == "read_inputs" and os.path.exists(workdir):

@@ -35,12 +35,26 @@ def _write(path, data):
       json.dump(data, f)
 
 
-def _fake_run(out, group, name, *, avg, stsb_dev, selection=None, steps=(0, 125, 250), best_step=250, scores=False,
-              temperature=0.05, align_uniform=None):
+def _fake_run(
+  out,
+  group,
+  name,
+  *,
+  avg,
+  stsb_dev,
+  selection=None,
+  steps=(0, 125, 250),
+  best_step=250,
+  scores=False,
+  temperature=0.05,
+  align_uniform=None,
+):
   """A finished run as run_study.sh leaves it: results JSON, and metrics/summary/config under runs/."""
   selection = stsb_dev if selection is None else selection
-  _write(os.path.join(out, "results", group, f"{name}.json"),
-         {"model": f"workdirs/{group}/{name}", "summary": {"Avg": avg, "alignment": 0.2, "uniformity": -2.0}})
+  _write(
+    os.path.join(out, "results", group, f"{name}.json"),
+    {"model": f"workdirs/{group}/{name}", "summary": {"Avg": avg, "alignment": 0.2, "uniformity": -2.0}},
+  )
   records = []
   for i, step in enumerate(steps):
     if step:
@@ -48,8 +62,11 @@ def _fake_run(out, group, name, *, avg, stsb_dev, selection=None, steps=(0, 125,
       if scores:
         record.update(pos_score=0.9, neg_score=0.3 - 0.001 * step, mix_score=0.5 - 0.001 * step)
       records.append(record)
-    record = {"step": step, "eval/stsb_dev": (stsb_dev if step == best_step else stsb_dev - 5) / 100,
-              "eval/metric": (selection if step == best_step else selection - 5) / 100}
+    record = {
+      "step": step,
+      "eval/stsb_dev": (stsb_dev if step == best_step else stsb_dev - 5) / 100,
+      "eval/metric": (selection if step == best_step else selection - 5) / 100,
+    }
     if align_uniform is not None:
       record.update({"eval/alignment": align_uniform[i][0], "eval/uniformity": align_uniform[i][1]})
     records.append(record)
@@ -66,9 +83,13 @@ AVG_WOBBLE = {"p0.0": {1: 0.5, 2: -0.5, 3: 1.0}, "p0.2": {1: -1.0, 2: 0.25, 3: 0
 def study(tmp_path):
   out = str(tmp_path / "study")
   # The grid: SimCSE's best rate is 3e-4 (selection 60 > 55), MixCSE's 1e-3, DCLR's 1e-4 (its own metric).
-  for name, dev, sel, avg in [("simcse-lr1e-4-seed1", 55.0, None, 45.0), ("simcse-lr3e-4-seed1", 60.0, None, 50.0),
-                              ("mixcse-lr1e-3-seed1", 61.0, None, 51.0), ("dclr-lr1e-4-seed1", 58.0, 56.0, 48.0),
-                              ("dclr-lr3e-4-seed1", 59.0, 54.0, 49.0)]:
+  for name, dev, sel, avg in [
+    ("simcse-lr1e-4-seed1", 55.0, None, 45.0),
+    ("simcse-lr3e-4-seed1", 60.0, None, 50.0),
+    ("mixcse-lr1e-3-seed1", 61.0, None, 51.0),
+    ("dclr-lr1e-4-seed1", 58.0, 56.0, 48.0),
+    ("dclr-lr3e-4-seed1", 59.0, 54.0, 49.0),
+  ]:
     _fake_run(out, "lr_grid", name, avg=avg, stsb_dev=dev, selection=sel, scores=name.startswith("mixcse"))
   for seed, avg in [(2, 52.0), (3, 54.0)]:
     _fake_run(out, "main", f"simcse-lr3e-4-seed{seed}", avg=avg, stsb_dev=60.0)
@@ -86,9 +107,17 @@ def study(tmp_path):
       wobble = AVG_WOBBLE.get(row, {}).get(seed, 0.0)
       _fake_run(out, "dropout", f"{row}-lr3e-4-seed{seed}", avg=base - 10 + delta + wobble, stsb_dev=base + delta)
   # Dynamics: the four runs of SimCSE's Fig. 2 and DCLR's three, with alignment and uniformity at every evaluation.
-  for i, name in enumerate(["simcse-lr3e-4-seed1", "no_dropout-lr3e-4-seed1", "fixed0.1-lr3e-4-seed1",
-                            "delete_one_word-lr3e-4-seed1", "dclr-lr1e-4-seed1", "dclr_loss_x128-lr1e-4-seed1",
-                            "dclr_eps_div128-lr1e-4-seed1"]):
+  for i, name in enumerate(
+    [
+      "simcse-lr3e-4-seed1",
+      "no_dropout-lr3e-4-seed1",
+      "fixed0.1-lr3e-4-seed1",
+      "delete_one_word-lr3e-4-seed1",
+      "dclr-lr1e-4-seed1",
+      "dclr_loss_x128-lr1e-4-seed1",
+      "dclr_eps_div128-lr1e-4-seed1",
+    ]
+  ):
     trajectory = [(0.10, -1.5), (0.15 + 0.1 * i, -2.0 - 0.1 * i), (0.18 + 0.2 * i, -2.4 - 0.1 * i)]
     _fake_run(out, "dynamics", name, avg=50.0 + i, stsb_dev=60.0, align_uniform=trajectory)
   return out
@@ -118,8 +147,9 @@ def test_tables_and_plots_of_a_fake_study(summarize, study, capsys):
   # p 0); p 0.0 and p 0.2 wobble, so Holm multiplies the smaller of their two p values by 2 (two tests rank
   # below it: p 0) and keeps the larger (times 1) unless it is below that.
   p_00 = stats.ttest_rel(p00, [48.0, 50.0, 52.0]).pvalue
-  p_02 = stats.ttest_rel([45.0 + d + AVG_WOBBLE["p0.2"][s] for s, d in [(1, -2.0), (2, 0.0), (3, 2.0)]],
-                         [48.0, 50.0, 52.0]).pvalue
+  p_02 = stats.ttest_rel(
+    [45.0 + d + AVG_WOBBLE["p0.2"][s] for s, d in [(1, -2.0), (2, 0.0), (3, 2.0)]], [48.0, 50.0, 52.0]
+  ).pvalue
   low, high = sorted([p_00, p_02])
   holm_00 = 2 * low if p_00 == low else max(2 * low, high)
   assert f"| {summarize.cell(p00)} | {np.mean(p00) - 50.0:+.2f} (p Holm {holm_00:.3f}) | 50.00 ± 2.00 |" in text
@@ -180,27 +210,41 @@ def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, 
   for seed, base in [(1, 48.0), (2, 50.0), (3, 52.0)]:  # The study's dropout/p0.1: 48, 50, 52 (seeds 1-3).
     _fake_run(study, "augment", f"crop10-lr3e-4-seed{seed}", avg=base + 3.0, stsb_dev=60.0)
     none = 54.0 + seed
-    for row, gain in [("none", 0.0), ("crop10", {1: 0.2, 2: 0.4, 3: 0.3}[seed]), ("crop30", {1: 0.0, 2: 0.1, 3: -0.1}[seed])]:
+    for row, gain in [
+      ("none", 0.0),
+      ("crop10", {1: 0.2, 2: 0.4, 3: 0.3}[seed]),
+      ("crop30", {1: 0.0, 2: 0.1, 3: -0.1}[seed]),
+    ]:
       _fake_run(study, "horizon", f"{row}-lr3e-4-seed{seed}", avg=none + gain, stsb_dev=61.0, best_step=125)
-      _write(os.path.join(study, "results", "horizon", f"{row}-lr3e-4-seed{seed}-last.json"),
-             {"summary": {"Avg": none + gain - 1.0}})
+      _write(
+        os.path.join(study, "results", "horizon", f"{row}-lr3e-4-seed{seed}-last.json"),
+        {"summary": {"Avg": none + gain - 1.0}},
+      )
     _fake_run(study, "mask", f"p0.1-lr3e-4-seed{seed}", avg=base + 1.0, stsb_dev=59.0)
-    _fake_run(study, "mask", f"crop10-lr3e-4-seed{seed}", avg=base + 1.0 + {1: 2.5, 2: 2.1, 3: 3.0}[seed], stsb_dev=60.0)
+    _fake_run(
+      study, "mask", f"crop10-lr3e-4-seed{seed}", avg=base + 1.0 + {1: 2.5, 2: 2.1, 3: 3.0}[seed], stsb_dev=60.0
+    )
   official = os.path.join(study, "official-seed{}.json")
   for seed, avg in [(1, 49.0), (2, 51.0), (3, 52.0)]:
     _write(official.format(seed), {"summary": {"Avg": avg}})
   runs = summarize.load_runs(study)
   horizon = "\n".join(summarize.horizon_table(study, runs))
   crop10 = [55.2, 56.4, 57.3]  # None (54 + seed) plus its gains; the last step 1 below each.
-  assert (f"| crop 10% | 3 | {summarize.cell(crop10)} | {summarize.cell([v - 1.0 for v in crop10])} | 61.00 ± 0.00 | "
-          "125, 125, 125 | +0.20, +0.40, +0.30 | +3.00, +3.00, +3.00 |") in horizon
+  assert (
+    f"| crop 10% | 3 | {summarize.cell(crop10)} | {summarize.cell([v - 1.0 for v in crop10])} | 61.00 ± 0.00 | "
+    "125, 125, 125 | +0.20, +0.40, +0.30 | +3.00, +3.00, +3.00 |"
+  ) in horizon
   assert "| untrained encoder (no training) | – | 38.21 | – | 53.17 | – | – | – |" in "\n".join(
-      summarize.horizon_table(study, runs, {"sts_avg": 38.21, "stsb_dev": 53.17}))
+    summarize.horizon_table(study, runs, {"sts_avg": 38.21, "stsb_dev": 53.17})
+  )
   assert "| untrained encoder (no training) | – | 38.21 | – | – | 53.17 |" in "\n".join(
-      summarize.mask_table(runs, official, {"sts_avg": 38.21, "stsb_dev": 53.17}))
+    summarize.mask_table(runs, official, {"sts_avg": 38.21, "stsb_dev": 53.17})
+  )
   half = stats.t.ppf(0.975, 2) * np.std([0.2, 0.4, 0.3], ddof=1) / np.sqrt(3)
-  assert f"mean 0.30, 95% interval [{0.3 - half:+.2f}, {0.3 + half:+.2f}] over 3 seeds; crop 30% below crop 10%: yes" \
-         in horizon
+  assert (
+    f"mean 0.30, 95% interval [{0.3 - half:+.2f}, {0.3 + half:+.2f}] over 3 seeds; crop 30% below crop 10%: yes"
+    in horizon
+  )
   assert "Verdict by the pre-registered rule: the horizon (mean paired gain <= +0.5)." in horizon
   mask = "\n".join(summarize.mask_table(runs, official))
   assert "| None (dropout 0.1) | 3 | 51.00 ± 2.00 | 50.00 ± 2.00 | +1.00, +1.00, +1.00 | 59.00 ± 0.00 |" in mask
@@ -215,8 +259,11 @@ def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, 
   assert summarize.reversal_verdict({1: 0.2, 2: 0.4, 3: 0.3}, extra_condition=False) == "undecided (between the two)"
   # The horizon's "gain gone" needs crop 30% measured on the same seeds: untested is not "undecided".
   assert summarize.horizon_verdict({1: 0.2, 2: 0.4, 3: 0.3}, {1: 0.0}, True).startswith(
-      "no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is untested "
-      "(seed(s) 2, 3 not run)")
-  assert summarize.horizon_verdict({1: 0.2, 2: 0.4, 3: 0.3}, {1: 0.0, 2: 0.1, 3: -0.1}, True) == \
-      "the horizon (mean paired gain <= +0.5)"
+    "no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is untested "
+    "(seed(s) 2, 3 not run)"
+  )
+  assert (
+    summarize.horizon_verdict({1: 0.2, 2: 0.4, 3: 0.3}, {1: 0.0, 2: 0.1, 3: -0.1}, True)
+    == "the horizon (mean paired gain <= +0.5)"
+  )
   assert summarize.horizon_verdict({1: 2.2, 2: 2.4, 3: 2.3}, {}, False) == "not the horizon (>= +2.0 in every seed)"

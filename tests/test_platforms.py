@@ -1,10 +1,13 @@
-"""jaxcse asks jax for its CPU only when this machine has no accelerator and nobody chose the platforms."""
+"""jaxcse asks jax for its CPU only when this machine has no accelerator and nobody chose the platforms; on the CPU
+only, glibc's malloc keeps XLA's buffers; the commands turn on jax's persistent compilation cache."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+
+import pytest
 
 from jaxcse.core import platforms
 
@@ -34,8 +37,9 @@ def test_the_users_choice_is_kept_even_when_empty(tmp_path):
 def _platforms_after(code: str) -> str:
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   env["PYTHONPATH"] = REPO
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
-                        cwd=REPO).stdout.strip()
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True, cwd=REPO
+  ).stdout.strip()
 
 
 def test_importing_jaxcse_applies_it_before_jax_starts():
@@ -47,3 +51,165 @@ def test_importing_jaxcse_applies_it_before_jax_starts():
 
 def test_a_program_that_imported_jax_first_keeps_jaxs_choice():
   assert _platforms_after("import jax, os, jaxcse; print(os.environ.get('JAX_PLATFORMS'))") == "None"
+
+
+class _Libc:
+  """Records ``mallopt`` calls as glibc would take them (1: accepted)."""
+
+  def __init__(self):
+    self.calls = []
+
+  def mallopt(self, parameter, value):
+    self.calls.append((parameter, value))
+    return 1
+
+
+@pytest.mark.parametrize(
+  "environ",
+  [
+    {"JAX_PLATFORMS": "cpu"},
+    {},  # No choice and no accelerator (a program that imported jax first): jax ends up on the CPU.
+  ],
+)
+def test_mallopt_is_set_when_jax_runs_on_the_cpu_only(environ, tmp_path):
+  libc = _Libc()
+  assert platforms.keep_xla_cpu_buffers(environ, libc=libc, patterns=(str(tmp_path / "accel*"),))
+  assert libc.calls == [(platforms.M_ARENA_MAX, 1), (platforms.M_MMAP_MAX, 0), (platforms.M_TRIM_THRESHOLD, -1)]
+
+
+def test_mallopt_is_left_alone_where_jax_may_find_an_accelerator(tmp_path):
+  (tmp_path / "accel0").touch()
+  libc = _Libc()
+  assert not platforms.keep_xla_cpu_buffers({}, libc=libc, patterns=(str(tmp_path / "accel*"),))
+  assert libc.calls == []
+
+
+@pytest.mark.parametrize(
+  "environ",
+  [
+    {"JAX_PLATFORMS": "cuda"},
+    {"JAX_PLATFORMS": ""},  # jax's own discovery, asked for: it may use an accelerator.
+    {"JAX_PLATFORMS": "cpu", "JAXCSE_MALLOPT": "0"},  # The opt-out.
+    {"JAX_PLATFORMS": "cpu", "GLIBC_TUNABLES": "glibc.malloc.arena_max=2"},  # The user's own malloc settings.
+  ],
+)
+def test_mallopt_is_left_alone(environ):
+  libc = _Libc()
+  assert not platforms.keep_xla_cpu_buffers(environ, libc=libc)
+  assert libc.calls == []
+
+
+# A program whose 128 MiB temporary buffer XLA:CPU allocates at every call, the way a train step allocates its own,
+# on one core (as the step was measured: with two threads other allocations fault too, with and without mallopt).
+_FAULTS_PER_CALL = """
+import os, resource, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+if sys.argv[1] == "jax_first":  # As benchmarks/bench.py and many programs do, JAX_PLATFORMS unset.
+  import jax, jax.numpy as jnp, jaxcse
+else:
+  import jaxcse, jax, jax.numpy as jnp
+f = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b.T)
+a, b = jnp.ones((4096, 16)), jnp.ones((16, 8192)) / 16
+temp = f.lower(a, b).compile().memory_analysis().temp_size_in_bytes
+for _ in range(2):
+  f(a, b).block_until_ready()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):
+  f(a, b).block_until_ready()
+print(temp, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 4)
+"""
+
+
+@pytest.mark.skipif(platforms.glibc() is None, reason="mallopt is glibc's")
+@pytest.mark.parametrize("order", ["jaxcse_first", "jax_first"])
+@pytest.mark.parametrize("opt_out", [False, True])
+def test_xlas_cpu_buffers_are_not_mapped_afresh_every_call(opt_out, order):
+  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "JAXCSE_MALLOPT", "JAX_PLATFORMS")}
+  env.update(PYTHONPATH=REPO, **({"JAXCSE_MALLOPT": "0"} if opt_out else {}))
+  if order == "jaxcse_first":
+    env["JAX_PLATFORMS"] = "cpu"
+  elif platforms.has_accelerator():
+    pytest.skip("jax would choose an accelerator here")
+  out = subprocess.run(
+    [sys.executable, "-c", _FAULTS_PER_CALL, order], capture_output=True, text=True, env=env, check=True, cwd=REPO
+  ).stdout.split()
+  pages, faults = int(out[0]) / 4096, float(out[1])
+  assert pages >= 2**15  # Over glibc's 64 MiB arena heap: mapped afresh on a worker thread's arena.
+  # Measured on one core: 0 faults per call with jaxcse's mallopt, one per page of the buffer (32,769) without. The
+  # bound, an eighth of the pages, leaves room for the program's other allocations.
+  if opt_out:
+    assert faults >= pages
+  else:
+    assert faults < pages / 8
+
+
+_CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE", "JAXCSE_COMPILATION_CACHE", "XDG_CACHE_HOME")
+
+
+def _cache_env(tmp_path, **extra) -> dict[str, str]:
+  """This environment without any compilation-cache choice, the user's cache home in ``tmp_path``, plus ``extra``."""
+  env = {k: v for k, v in os.environ.items() if k not in _CACHE_ENV}
+  env.update(
+    PYTHONPATH=REPO,
+    JAX_PLATFORMS="cpu",
+    XDG_CACHE_HOME=str(tmp_path / "home_cache"),
+    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+    **extra,
+  )
+  return env
+
+
+_USE_CACHE_THEN_COMPILE = """
+from jaxcse.core import platforms
+import jax, jax.numpy as jnp
+print(platforms.use_compilation_cache())
+jax.jit(lambda x: x * 2 + 1)(jnp.ones(3)).block_until_ready()
+"""
+
+
+@pytest.mark.parametrize(
+  "choice", ["default", "JAX_COMPILATION_CACHE_DIR", "JAXCSE_COMPILATION_CACHE=0", "JAX_ENABLE_COMPILATION_CACHE=false"]
+)
+def test_the_compilation_cache_is_on_in_jaxcses_folder_unless_chosen_otherwise(tmp_path, choice):
+  jaxcse_folder, own = tmp_path / "home_cache" / "jaxcse" / "jax", tmp_path / "own"
+  extra = {
+    "default": {},
+    "JAX_COMPILATION_CACHE_DIR": {"JAX_COMPILATION_CACHE_DIR": str(own)},
+    "JAXCSE_COMPILATION_CACHE=0": {"JAXCSE_COMPILATION_CACHE": "0"},
+    "JAX_ENABLE_COMPILATION_CACHE=false": {"JAX_ENABLE_COMPILATION_CACHE": "false"},
+  }[choice]
+  printed = subprocess.run(
+    [sys.executable, "-c", _USE_CACHE_THEN_COMPILE],
+    capture_output=True,
+    text=True,
+    check=True,
+    env=_cache_env(tmp_path, **extra),
+    cwd=REPO,
+  ).stdout.strip()
+  expected = {"default": jaxcse_folder, "JAX_COMPILATION_CACHE_DIR": own}.get(choice)
+  assert printed == str(expected)
+  for folder in (jaxcse_folder, own):
+    written = folder.is_dir() and any(folder.iterdir())
+    assert written == (folder == expected), folder
+
+
+def test_a_command_compiles_into_the_cache(tmp_path, tiny_model_dir):
+  (tmp_path / "in.txt").write_text("a sentence\nanother one\n")
+  subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.encode",
+      "--model",
+      tiny_model_dir,
+      "--input",
+      str(tmp_path / "in.txt"),
+      "--output",
+      str(tmp_path / "out.npy"),
+    ],
+    capture_output=True,
+    check=True,
+    env=_cache_env(tmp_path),
+    cwd=REPO,
+  )
+  assert any((tmp_path / "home_cache" / "jaxcse" / "jax").iterdir())

@@ -27,8 +27,17 @@ def assert_png(path: str, min_size: tuple[int, int] = (300, 200)) -> np.ndarray:
 
 
 def write_results(path: str, model: str, avg: float, alignment: float, uniformity: float) -> None:
-  helpers.write_text(path, json.dumps({"model": model, "pooler": "cls", "tasks": {},
-                                       "summary": {"Avg": avg, "alignment": alignment, "uniformity": uniformity}}))
+  helpers.write_text(
+    path,
+    json.dumps(
+      {
+        "model": model,
+        "pooler": "cls",
+        "tasks": {},
+        "summary": {"Avg": avg, "alignment": alignment, "uniformity": uniformity},
+      }
+    ),
+  )
 
 
 def test_synthetic_runs_with_every_key(tmp_path, capsys):
@@ -46,7 +55,11 @@ def test_synthetic_runs_with_every_key(tmp_path, capsys):
   assert "left out" not in captured.err and "skipping" not in captured.err, captured.err
   written = captured.out.split()
   assert sorted(os.path.basename(p) for p in written) == [
-      "align_uniform.png", "compare_training.png", "mixcse_training.png", "simcse_training.png"]
+    "align_uniform.png",
+    "compare_training.png",
+    "mixcse_training.png",
+    "simcse_training.png",
+  ]
   six_panels = assert_png(str(out / "mixcse_training.png"))
   assert six_panels.shape[0] > 700  # Two rows of three panels.
   for path in written:
@@ -78,9 +91,17 @@ def test_results_found_in_workdir_and_test_split_map(tmp_path, capsys):
 
 def test_best_eval_is_the_kept_checkpoint():
   """Highest eval/metric, earliest step on ties (training keeps the first of equal scores)."""
-  run = plot.Run("w", "w", train=[], evals=[
-      {"step": 0, "eval/metric": 0.5}, {"step": 3, "eval/metric": 0.7}, {"step": 6, "eval/metric": 0.7},
-      {"step": 9, "eval/metric": float("nan")}])
+  run = plot.Run(
+    "w",
+    "w",
+    train=[],
+    evals=[
+      {"step": 0, "eval/metric": 0.5},
+      {"step": 3, "eval/metric": 0.7},
+      {"step": 6, "eval/metric": 0.7},
+      {"step": 9, "eval/metric": float("nan")},
+    ],
+  )
   assert run.best_eval()["step"] == 3
 
 
@@ -89,8 +110,9 @@ def test_tiny_real_run(tiny_model_dir, small_data_dir, tmp_path, capsys):
   from jaxcse import train
 
   workdir = str(tmp_path / "mixcse_tiny")
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "mixcse",
-                               **{"train.max_steps": 2, "eval.every": 1, "checkpoint.every": 2})
+  config = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, "mixcse", **{"train.max_steps": 2, "eval.every": 1, "checkpoint.every": 2}
+  )
   train.train_and_evaluate(config, workdir)
   capsys.readouterr()
   assert plot.main([workdir]) == 0  # Default output: WORKDIR/plots.
@@ -106,14 +128,17 @@ def test_tiny_real_run(tiny_model_dir, small_data_dir, tmp_path, capsys):
   assert (os.path.join(workdir, "plots", "align_uniform.png") in written) == has_map, captured.err
 
 
-@pytest.mark.parametrize("content, message", [
+@pytest.mark.parametrize(
+  "content, message",
+  [
     ("", "metrics.jsonl: empty"),
     ('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4\n', "metrics.jsonl:2: not valid JSON"),
     ('{"step": 1, "loss": 0.5}\n\n[1, 2]\n', "metrics.jsonl:3: expected a JSON object"),
     ('{"loss": 0.5}\n', "metrics.jsonl:1: the record has no integer 'step'"),
     ('{"step": 1, "loss": "0.5"}\n', "metrics.jsonl:1: 'loss' is '0.5', not a number"),
     ('{"step": 1, "steps_per_sec": 2}\n', "metrics.jsonl:1: neither a train record"),
-])
+  ],
+)
 def test_broken_metrics_file(tmp_path, capsys, content, message):
   workdir = tmp_path / "run"
   helpers.write_text(str(workdir / "metrics.jsonl"), content)

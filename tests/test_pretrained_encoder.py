@@ -10,7 +10,6 @@ import json
 import os
 import re
 
-import jax
 import numpy as np
 import pytest
 
@@ -53,7 +52,9 @@ def test_loads_by_name_and_computes_as_pytorch_transformers(folder):
   bert, info = BertModel.from_pretrained(folder, output_loading_info=True)
   assert not info["missing_keys"], info  # Only the MLM head's weights are left over, as for any BertForMaskedLM.
   with torch.no_grad():
-    torch_out = bert.double().eval()(input_ids=torch.tensor(np.asarray(ids)).long(),
-                                     attention_mask=torch.tensor(np.asarray(mask)).long()).last_hidden_state.numpy()
+    torch_out = (
+      bert.double()
+      .eval()(input_ids=torch.tensor(np.asarray(ids)).long(), attention_mask=torch.tensor(np.asarray(mask)).long())
+      .last_hidden_state.numpy()
+    )
   np.testing.assert_allclose(torch_out, ours, rtol=0, atol=1e-10)
-

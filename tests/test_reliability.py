@@ -21,9 +21,20 @@ from jaxcse.inference import embedder
 from jaxcse import encode, evaluate, export_hf, train
 from jaxcse.core import files
 from tests import helpers
-from tests.helpers import (SCHEDULE, assert_same_params, checkpoint_steps, damage, exploded_params, largest_file,
-                           lines_said, metrics_records, saved_params, train_cli_args, train_interrupted,
-                           warnings_naming)
+from tests.helpers import (
+  SCHEDULE,
+  assert_same_params,
+  checkpoint_steps,
+  damage,
+  exploded_params,
+  largest_file,
+  lines_said,
+  metrics_records,
+  saved_params,
+  train_cli_args,
+  train_interrupted,
+  warnings_naming,
+)
 
 REPO = helpers.REPO
 
@@ -64,25 +75,36 @@ if sigint:
         os.kill(os.getpid(), signal.SIGINT)
       yield batch
   data_lib.Batches.iterate = interrupted
+save_after = os.environ.get("INTERRUPT_SAVE_AFTER_S")  # Ctrl-C saves the state it stops at after this much work.
+if save_after:
+  train.INTERRUPT_SAVE_AFTER_S = float(save_after)
 sys.argv[0] = "jaxcse.train"
 train.run()
 """
 
 
-def _train_cli(workdir: str, tiny_model_dir: str, small_data_dir: str, env: dict | None = None,
-               **overrides) -> subprocess.CompletedProcess:
+def _train_cli(
+  workdir: str, tiny_model_dir: str, small_data_dir: str, env: dict | None = None, **overrides
+) -> subprocess.CompletedProcess:
   """The train command on SCHEDULE (+ overrides), with the faults of ``env`` injected."""
   args = train_cli_args(workdir, tiny_model_dir, small_data_dir, **{**SCHEDULE, **overrides})
-  return subprocess.run([sys.executable, "-c", INJECTED_TRAIN, *args], cwd=REPO, capture_output=True, text=True,
-                        env={**os.environ, **(env or {})}, timeout=600)
+  return subprocess.run(
+    [sys.executable, "-c", INJECTED_TRAIN, *args],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    env={**os.environ, **(env or {})},
+    timeout=600,
+  )
 
 
 # --------------------------------------------------------------------------
 # 1. A full disk while appending to metrics.jsonl.
 
 
-def test_a_torn_last_metrics_line_is_dropped_with_a_warning_on_resume(reference, tiny_model_dir, small_data_dir,
-                                                                      tmp_path, caplog):
+def test_a_torn_last_metrics_line_is_dropped_with_a_warning_on_resume(
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog
+):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)  # A finished run; as if killed while appending after its checkpoint at 8.
@@ -97,7 +119,8 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning_on_resume(reference,
 
 
 def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the_file(
-    reference, tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+  reference, tiny_model_dir, small_data_dir, tmp_path, monkeypatch
+):
   """The file-size limit (RLIMIT_FSIZE) stands for a full disk: a write crossing it is cut short, then fails."""
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
@@ -129,8 +152,9 @@ def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
-def test_a_disk_that_fills_while_logging_needs_no_hand_edit(tiny_model_dir, small_data_dir, small_disk, tmp_path,
-                                                            monkeypatch):
+def test_a_disk_that_fills_while_logging_needs_no_hand_edit(
+  tiny_model_dir, small_data_dir, small_disk, tmp_path, monkeypatch
+):
   """A real file system that fills (a tmpfs): whichever write fails, the run stops in one error naming the file,
   every line of metrics.jsonl is whole, and once there is space again the same command finishes the run."""
   disk = small_disk("32m")
@@ -199,8 +223,9 @@ def test_a_damaged_line_inside_metrics_is_an_error_naming_the_line(tmp_path):
 # 2. A kill between orbax's write and the checksum record; damaged files without and with the record.
 
 
-def test_a_kill_before_the_checksum_record_leaves_an_incomplete_checkpoint(reference, tiny_model_dir, small_data_dir,
-                                                                         tmp_path):
+def test_a_kill_before_the_checksum_record_leaves_an_incomplete_checkpoint(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   killed = _train_cli(workdir, tiny_model_dir, small_data_dir, {"KILL_BEFORE_RECORD_OF": "latest/8"})
@@ -233,17 +258,22 @@ def test_every_reader_falls_back_past_a_checkpoint_without_its_record(reference,
   lines = tmp_path / "in.txt"
   lines.write_text("a sentence\n")
   out = str(tmp_path / "x.npy")
-  for main, argv in [(encode.main, ["--model", workdir, "--input", str(lines), "--output", out]),
-                     (export_hf.main, [workdir, str(tmp_path / "export")])]:
+  for main, argv in [
+    (encode.main, ["--model", workdir, "--input", str(lines), "--output", out]),
+    (export_hf.main, [workdir, str(tmp_path / "export")]),
+  ]:
     caplog.clear()
     assert main(argv) == 0
     assert len(warnings_naming(caplog, f"best/{best[-1]}")) == 1
     assert "Traceback" not in capsys.readouterr().err
-  np.testing.assert_array_equal(np.load(out), encode.Encoder.load(ref_dir, checkpoint=str(best[0])).embed(["a sentence"]))
+  np.testing.assert_array_equal(
+    np.load(out), encode.Encoder.load(ref_dir, checkpoint=str(best[0])).embed(["a sentence"])
+  )
 
 
-def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_checkpoint(reference, tiny_model_dir,
-                                                                                      small_data_dir, tmp_path, caplog):
+def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_checkpoint(
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog
+):
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
@@ -262,7 +292,8 @@ def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_chec
 
 
 def test_a_resume_that_would_change_the_result_is_refused_before_anything_changes(
-    reference, tiny_model_dir, small_data_dir, tmp_path, monkeypatch, caplog):
+  reference, tiny_model_dir, small_data_dir, tmp_path, monkeypatch, caplog
+):
   caplog.set_level(logging.INFO, logger="jaxcse")
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
@@ -270,8 +301,11 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   train_interrupted(config, workdir, 7)  # Latest 4; best 6 (after it: stale).
   before = {sub: checkpoint_steps(workdir, sub) for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR)}
   metrics_before = open(os.path.join(workdir, "metrics.jsonl")).read()
-  changed = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      **SCHEDULE, "train.max_steps": 5, "train.learning_rate": 1e-4, "checkpoint.every": 100})
+  changed = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{**SCHEDULE, "train.max_steps": 5, "train.learning_rate": 1e-4, "checkpoint.every": 100},
+  )
   made = []
   manager = checkpoints.manager
   monkeypatch.setattr(checkpoints, "manager", lambda *a, **k: made.append(manager(*a, **k)) or made[-1])
@@ -287,11 +321,15 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   assert open(os.path.join(workdir, "metrics.jsonl")).read() == metrics_before
   assert not any("recomputes" in r.getMessage() or "evaluates that step" in r.getMessage() for r in caplog.records)
   # What cannot change the result may change: the same run finishes exactly as the uninterrupted one.
-  harmless = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      **SCHEDULE, "train.log_every": 2, "eval.batch_size": 7, "checkpoint.every": 3})
+  harmless = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.log_every": 2, "eval.batch_size": 7, "checkpoint.every": 3}
+  )
   summary = train.train_and_evaluate(harmless, workdir)
-  assert any("best/6 is intact but was saved after the resume point, step 4: the resumed run evaluates that step "
-             "again; moved to" in r.getMessage() for r in caplog.records)
+  assert any(
+    "best/6 is intact but was saved after the resume point, step 4: the resumed run evaluates that step "
+    "again; moved to" in r.getMessage()
+    for r in caplog.records
+  )
   assert summary["best_step"] == ref_summary["best_step"]
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
   assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
@@ -320,10 +358,16 @@ def test_config_fields_of_another_jaxcse_version_are_a_warning_not_a_refusal(tin
 
 def test_the_trainer_never_saves_a_checkpoint_whose_outputs_overflow(tiny_model_dir, small_data_dir, fresh_workdir):
   # As in the issue: lr 1e30 with clipping; after step 1 every weight is ~1e30, finite, and the forward overflows.
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.learning_rate": 1e30, "checkpoint.every": 1, "eval.every": 10_000, "eval.at_end": False})
-  with pytest.raises(train.NonFiniteLossError, match=r"after step 1 the model's outputs \(.*\) are not finite on a "
-                                                     r"probe batch .* The last good checkpoint is none"):
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{"train.learning_rate": 1e30, "checkpoint.every": 1, "eval.every": 10_000, "eval.at_end": False},
+  )
+  with pytest.raises(
+    train.NonFiniteLossError,
+    match=r"after step 1 the model's outputs \(.*\) are not finite on a "
+    r"probe batch .* The last good checkpoint is none",
+  ):
     train.train_and_evaluate(config, fresh_workdir)
   assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
 
@@ -367,8 +411,9 @@ def test_encode_refusing_a_model_leaves_no_partial_output(reference, tmp_path):
 # 5. A damaged best checkpoint when training resumes.
 
 
-def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(reference, tiny_model_dir,
-                                                                           small_data_dir, tmp_path, caplog):
+def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(
+  reference, tiny_model_dir, small_data_dir, tmp_path, caplog
+):
   ref_dir, ref_summary = reference
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   best = checkpoint_steps(ref_dir, checkpoints.BEST_DIR)
@@ -403,9 +448,12 @@ def test_a_full_disk_during_a_save_is_one_line(tiny_model_dir, small_data_dir, s
   disk = small_disk("32m")
   workdir = os.path.join(disk, "w")
   # 1 MB left when the save of latest/8 starts: orbax's write threads fail partway (each logged a traceback).
-  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"FILL_DISK_BEFORE_SAVE_OF": "latest/8",
-                                                             "FILLER": os.path.join(disk, "filler"),
-                                                             "LEAVE": str(1 << 20)})
+  run = _train_cli(
+    workdir,
+    tiny_model_dir,
+    small_data_dir,
+    {"FILL_DISK_BEFORE_SAVE_OF": "latest/8", "FILLER": os.path.join(disk, "filler"), "LEAVE": str(1 << 20)},
+  )
   said = lines_said(run.stderr)
   assert run.returncode == 1 and len(said) == 1, said[:20]
   assert said[0].startswith("error: could not write checkpoint") and "latest/8" in said[0]
@@ -413,14 +461,60 @@ def test_a_full_disk_during_a_save_is_one_line(tiny_model_dir, small_data_dir, s
 
 
 def test_ctrl_c_is_one_line_and_the_same_command_resumes(reference, tiny_model_dir, small_data_dir, tmp_path):
+  """Ctrl-C soon after a checkpoint (here: any time after it, as if younger than INTERRUPT_SAVE_AFTER_S) saves
+  nothing more: the run resumes from that checkpoint."""
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
-  run = _train_cli(workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "6"})
+  run = _train_cli(
+    workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "6", "INTERRUPT_SAVE_AFTER_S": "1e9"}
+  )
   assert run.returncode == 130
-  assert lines_said(run.stderr) == ["interrupted at step 6; rerun the same command to resume (from its checkpoint at "
-                               "step 4)"]
+  assert lines_said(run.stderr) == [
+    "interrupted at step 6; rerun the same command to resume (from its checkpoint at step 4)"
+  ]
   assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
+
+
+def test_ctrl_c_saves_the_state_it_stops_at_and_the_resumed_run_is_the_same(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
+  """Ctrl-C lost up to checkpoint.every steps of work; now the state it stops at is saved (when the newest
+  checkpoint is older than INTERRUPT_SAVE_AFTER_S, here 0) and the same command resumes from there, to the
+  uninterrupted run's parameters and metrics steps."""
+  ref_dir, _ = reference
+  workdir = str(tmp_path / "w")
+  run = _train_cli(
+    workdir, tiny_model_dir, small_data_dir, {"SIGINT_AT_STEP_INDEX": "7", "INTERRUPT_SAVE_AFTER_S": "0"}
+  )
+  assert run.returncode == 130
+  assert lines_said(run.stderr) == [
+    "interrupted at step 7; rerun the same command to resume (from its checkpoint at step 7)"
+  ]
+  latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
+  assert 7 in latest.all_steps() and checkpoints.verify(latest, 7) is None
+  latest.close()
+  assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
+  assert [r["step"] for r in metrics_records(workdir)] == [r["step"] for r in metrics_records(ref_dir)]
+  assert (
+    json.load(open(os.path.join(workdir, "summary.json")))["best_step"]
+    == json.load(open(os.path.join(ref_dir, "summary.json")))["best_step"]
+  )
+
+
+def test_a_finished_run_run_again_keeps_its_record(reference, tiny_model_dir, small_data_dir, tmp_path):
+  """The same command on a finished run trains nothing and rewrites nothing: summary.json's provenance (the wall
+  time the run took, when it was made) is the run's, not the rerun's."""
+  ref_dir, ref_summary = reference
+  workdir = str(tmp_path / "w")
+  shutil.copytree(ref_dir, workdir)
+  kept = {name: open(os.path.join(workdir, name), "rb").read() for name in ("summary.json", "metrics.jsonl")}
+  summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
+  assert {k: summary[k] for k in ("steps", "best_step", "best_metric")} == {
+    k: ref_summary[k] for k in ("steps", "best_step", "best_metric")
+  }
+  assert {name: open(os.path.join(workdir, name), "rb").read() for name in kept} == kept
 
 
 def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
@@ -432,6 +526,7 @@ def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_d
   manager, close = checkpoints.manager, ocp.CheckpointManager.close
   monkeypatch.setattr(checkpoints, "manager", lambda *a, **k: made.append(manager(*a, **k)) or made[-1])
   monkeypatch.setattr(ocp.CheckpointManager, "close", lambda self: (closed.append(self), close(self))[1])
+
   def fail(*args, **kwargs):
     raise train.WorkdirError("stopped after the managers were made")
 
@@ -448,14 +543,26 @@ def test_inference_settings_that_cannot_work_are_one_line(reference, tmp_path, c
   lines.write_text("a sentence\n")
   out = str(tmp_path / "x.npy")
   cases = [
-      (encode.main, ["--model", ref_dir, "--input", str(lines), "--output", out, "--batch_size", "0"],
-       "batch_size must be >= 1, not 0"),
-      (evaluate.main, ["--model", ref_dir, "--tasks", "STSBenchmark", "--batch_size", "0"],
-       "batch_size must be >= 1, not 0"),
-      (encode.main, ["--model", ref_dir, "--input", str(lines), "--output", out, "--max_seq_len", "1"],
-       "max_seq_len must be at least 3"),
-      (encode.main, ["--model", ref_dir, "--input", str(lines), "--output", out, "--max_seq_len", "0"],
-       "max_seq_len must be at least 3"),  # Not silently the model's 128.
+    (
+      encode.main,
+      ["--model", ref_dir, "--input", str(lines), "--output", out, "--batch_size", "0"],
+      "batch_size must be >= 1, not 0",
+    ),
+    (
+      evaluate.main,
+      ["--model", ref_dir, "--tasks", "STSBenchmark", "--batch_size", "0"],
+      "batch_size must be >= 1, not 0",
+    ),
+    (
+      encode.main,
+      ["--model", ref_dir, "--input", str(lines), "--output", out, "--max_seq_len", "1"],
+      "max_seq_len must be at least 3",
+    ),
+    (
+      encode.main,
+      ["--model", ref_dir, "--input", str(lines), "--output", out, "--max_seq_len", "0"],
+      "max_seq_len must be at least 3",
+    ),  # Not silently the model's 128.
   ]
   for main, argv, expected in cases:
     capsys.readouterr()
@@ -466,9 +573,25 @@ def test_inference_settings_that_cannot_work_are_one_line(reference, tmp_path, c
 
 
 def test_an_unknown_config_field_names_only_that_field(tmp_path):
-  run = subprocess.run([sys.executable, "-m", "jaxcse.train", "--config", os.path.join(REPO, "configs", "base.py"),
-                        "--workdir", str(tmp_path / "w"), "--config.model.name=x", "--config.train.batch_size=8",
-                        "--config.train.bogus=1"], cwd=REPO, capture_output=True, text=True, timeout=300)
+  run = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.train",
+      "--config",
+      os.path.join(REPO, "configs", "base.py"),
+      "--workdir",
+      str(tmp_path / "w"),
+      "--config.model.name=x",
+      "--config.train.batch_size=8",
+      "--config.train.bogus=1",
+    ],
+    cwd=REPO,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   assert run.returncode == 1
-  assert run.stderr.strip().splitlines() == ["error: unknown config field 'bogus' in config.train.bogus (the config "
-                                             "file lists every field)"]
+  assert run.stderr.strip().splitlines() == [
+    "error: unknown config field 'bogus' in config.train.bogus (the config file lists every field)"
+  ]

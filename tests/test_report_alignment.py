@@ -23,6 +23,7 @@ _numeric_embed = helpers.numeric_embed
 
 # --- alignment and uniformity -----------------------------------------------------------------------------------
 
+
 def test_alignment_matches_hand_computed_values():
   x, y = np.array([A, A, A]), np.array([A, B, C])
   # ||a - a||^2 = 0, ||a - b||^2 = 1 + 1 = 2, ||a - c||^2 = 2^2 = 4: mean 6 / 3 = 2.
@@ -71,22 +72,27 @@ def test_bad_inputs_are_errors():
 
 # --- on STS-B files and through the CLI -------------------------------------------------------------------------
 
+
 @pytest.fixture
 def stsb_root(tmp_path):
   """STS-B in SentEval's format (genre, file, year, id, score, sentence 1, sentence 2) with 2-d "sentences"."""
   folder = os.path.join(str(tmp_path), "senteval", "downstream", "STS", "STSBenchmark")
   rows = [
-      ("5.000", "1 0", "1 0"),     # positive, ||a - a||^2 = 0
-      ("4.000", "1 0", "0 1"),     # positive (>= 4), ||a - b||^2 = 2
-      ("3.999", "0 1", "-1 0"),    # not positive
-      ("0.500", "1  1", "-1 0"),   # not positive; "1  1" is read as "1 1"
+    ("5.000", "1 0", "1 0"),  # positive, ||a - a||^2 = 0
+    ("4.000", "1 0", "0 1"),  # positive (>= 4), ||a - b||^2 = 2
+    ("3.999", "0 1", "-1 0"),  # not positive
+    ("0.500", "1  1", "-1 0"),  # not positive; "1  1" is read as "1 1"
   ]
-  _write(os.path.join(folder, "sts-test.csv"),
-         "".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s}\t{s1}\t{s2}\n" for i, (s, s1, s2) in enumerate(rows)))
-  _write(os.path.join(folder, "sts-dev.csv"),
-         "main-captions\tMSRvid\t2012test\t0001\t5.000\t1 0\t1 0\n"
-         "main-captions\tMSRvid\t2012test\t0002\t1.000\t1 0\t0 1\n"
-         "main-captions\tMSRvid\t2012test\t0003\t0.000\t1 0\t-1 0\n")
+  _write(
+    os.path.join(folder, "sts-test.csv"),
+    "".join(f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s}\t{s1}\t{s2}\n" for i, (s, s1, s2) in enumerate(rows)),
+  )
+  _write(
+    os.path.join(folder, "sts-dev.csv"),
+    "main-captions\tMSRvid\t2012test\t0001\t5.000\t1 0\t1 0\n"
+    "main-captions\tMSRvid\t2012test\t0002\t1.000\t1 0\t0 1\n"
+    "main-captions\tMSRvid\t2012test\t0003\t0.000\t1 0\t-1 0\n",
+  )
   return str(tmp_path)
 
 
@@ -125,14 +131,18 @@ def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monke
 
   # No model: the CLI's loading and embedding are replaced by the toy embedder.
   fake_spec = types.SimpleNamespace(pooling=types.SimpleNamespace(test_pooler="avg"), revision=None)
-  monkeypatch.setattr(loading, "load_model",
-                      lambda path, checkpoint, pooler, revision: loading.Loaded(fake_spec, None, described=True))
-  monkeypatch.setattr(embedder, "BucketedEmbedder",
-                      lambda spec, pooler, batch_size: lambda s, params, progress=None: _numeric_embed(s))
+  monkeypatch.setattr(
+    loading, "load_model", lambda path, checkpoint, pooler, revision: loading.Loaded(fake_spec, None, described=True)
+  )
+  monkeypatch.setattr(
+    embedder, "BucketedEmbedder", lambda spec, pooler, batch_size: lambda s, params, progress=None: _numeric_embed(s)
+  )
   out = str(tmp_path / "out" / "results.json")
   assert evaluate.main(["--model", "fake", "--tasks", tasks, "--data_dir", stsb_root, "--output", out]) == 0
   result = json.load(open(out))
-  assert result["provenance"]["model"] == "fake" and "STS/STSBenchmark/sts-test.csv" in result["provenance"]["data_sha256"]
+  assert (
+    result["provenance"]["model"] == "fake" and "STS/STSBenchmark/sts-test.csv" in result["provenance"]["data_sha256"]
+  )
   au = result["tasks"]["align_uniform"]
   assert au["alignment"] == pytest.approx(1.0) and au["uniformity"] == pytest.approx(TOY_UNIFORMITY)
   assert result["summary"]["alignment"] == 1.0
@@ -172,11 +182,11 @@ def test_report_single_results_in_the_papers_layout():
 
 def test_report_groups_seed_suffixes_into_mean_and_sample_std():
   results = {
-      "mixcse-seed1": _result(70.0, alignment=0.2, uniformity=-2.5),
-      "mixcse-seed2": _result(71.0, alignment=0.3, uniformity=-2.0),
-      "mixcse-seed13": _result(75.0),
-      "simcse-seed1": _result(60.0),
-      "baseline": _result(50.0),
+    "mixcse-seed1": _result(70.0, alignment=0.2, uniformity=-2.5),
+    "mixcse-seed2": _result(71.0, alignment=0.3, uniformity=-2.0),
+    "mixcse-seed13": _result(75.0),
+    "simcse-seed1": _result(60.0),
+    "baseline": _result(50.0),
   }
   text = report.format_report(results, group_by_seed=True)
   assert text.splitlines()[0].startswith("| model | runs | STS12 |")
@@ -201,8 +211,16 @@ def test_report_without_grouping_keeps_one_row_per_file():
 
 
 def test_report_transfer_table_only_with_transfer_keys():
-  transfer = {"MR": 81.18, "CR": 86.46, "SUBJ": 94.45, "MPQA": 88.88, "SST2": 85.5, "TREC": 89.8, "MRPC": 74.43,
-              "Avg_transfer": 85.81}
+  transfer = {
+    "MR": 81.18,
+    "CR": 86.46,
+    "SUBJ": 94.45,
+    "MPQA": 88.88,
+    "SST2": 85.5,
+    "TREC": 89.8,
+    "MRPC": 74.43,
+    "Avg_transfer": 85.81,
+  }
   text = report.format_report({"simcse": _result(70.0, **transfer), "sts-only": _result(60.0)})
   sts_table, transfer_table = text.split("\n\n")
   assert transfer_table.splitlines()[0] == "| model | MR | CR | SUBJ | MPQA | SST-2 | TREC | MRPC | Avg |"
@@ -213,8 +231,16 @@ def test_report_transfer_table_only_with_transfer_keys():
 
 
 def test_report_of_transfer_results_only_has_no_empty_sts_table():
-  transfer = {"MR": 61.2, "CR": 68.0, "SUBJ": 77.97, "MPQA": 73.78, "SST2": 63.65, "TREC": 65.4, "MRPC": 71.42,
-              "Avg_transfer": 68.77}
+  transfer = {
+    "MR": 61.2,
+    "CR": 68.0,
+    "SUBJ": 77.97,
+    "MPQA": 73.78,
+    "SST2": 63.65,
+    "TREC": 65.4,
+    "MRPC": 71.42,
+    "Avg_transfer": 68.77,
+  }
   text = report.format_report({"raw-avg": {"summary": transfer}})
   assert "\n\n" not in text and text.splitlines()[0].startswith("| model | MR |")
   assert _rows(text)["raw-avg"][-1] == "68.77"

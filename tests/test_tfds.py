@@ -61,7 +61,6 @@ def prepared(tmp_path_factory):
   return _prepare(tmp_path_factory, LINES)
 
 
-
 def test_tfds_corpus_equals_the_text_file(prepared):
   text_path, tfds_dir = prepared
   corpus = data.load_corpus(f"tfds:{NAME}:train", tfds_data_dir=tfds_dir)
@@ -82,18 +81,24 @@ def test_training_batches_through_tfds_equal_those_of_the_text_file(prepared, to
     np.testing.assert_array_equal(a["attention_mask"], b["attention_mask"])
 
 
-@pytest.mark.parametrize("spec, expected", [
+@pytest.mark.parametrize(
+  "spec, expected",
+  [
     (f"tfds:{NAME}:1.0.0:train", LINES),  # A version in the name.
     (f"tfds:{NAME}:train[10:20]", LINES[10:20]),  # A slice with a colon in the split.
     (f"tfds:{NAME}:train[:5]+train[-3:]", LINES[:5] + LINES[-3:]),
-])
+  ],
+)
 def test_spec_versions_and_split_slices(prepared, spec, expected):
   assert data.load_corpus(spec, tfds_data_dir=prepared[1]).columns["sent0"] == expected
 
 
 def test_missing_feature_lists_the_available_ones(prepared):
-  with pytest.raises(DataError, match=rf"tfds:{NAME}:train: no feature 'sentence'; set data.tfds_text_feature to one "
-                     r"of: line \(Scalar\), text \(Text\)"):
+  with pytest.raises(
+    DataError,
+    match=rf"tfds:{NAME}:train: no feature 'sentence'; set data.tfds_text_feature to one "
+    r"of: line \(Scalar\), text \(Text\)",
+  ):
     data.load_corpus(f"tfds:{NAME}:train", tfds_data_dir=prepared[1], tfds_text_feature="sentence")
 
 
@@ -129,19 +134,26 @@ def test_empty_texts_are_skipped_and_counted_or_an_error(tmp_path_factory, caplo
 def test_package_works_without_tfds_and_names_the_pip_package():
   # A fresh interpreter where `import tensorflow_datasets` fails, as on a machine without it.
   code = (
-      "import sys; sys.modules['tensorflow_datasets'] = None\n"
-      "from jaxcse import data\n"
-      "assert data.load_corpus('corpora/nli_sample.csv', root=sys.argv[1]).columns['sent0']\n"
-      "try:\n"
-      "  data.load_corpus('tfds:imdb_reviews:train')\n"
-      "except data.DataError as e:\n"
-      "  print(e)\n"
+    "import sys; sys.modules['tensorflow_datasets'] = None\n"
+    "from jaxcse import data\n"
+    "assert data.load_corpus('corpora/nli_sample.csv', root=sys.argv[1]).columns['sent0']\n"
+    "try:\n"
+    "  data.load_corpus('tfds:imdb_reviews:train')\n"
+    "except data.DataError as e:\n"
+    "  print(e)\n"
   )
   root = os.environ.get("JAXCSE_DATA_DIR") or os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
   if not os.path.isfile(os.path.join(root, "corpora", "nli_sample.csv")):
     pytest.skip(f"no corpora/nli_sample.csv under {root}")
-  out = subprocess.run([sys.executable, "-c", code, root], capture_output=True, text=True, timeout=120,
-                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  out = subprocess.run(
+    [sys.executable, "-c", code, root],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+  )
   assert out.returncode == 0, out.stderr
-  assert ("tfds:imdb_reviews:train: reading TFDS datasets needs the tensorflow-datasets and array-record packages "
-          "(pip install tensorflow-datasets array-record)") in out.stdout
+  assert (
+    "tfds:imdb_reviews:train: reading TFDS datasets needs the tensorflow-datasets and array-record packages "
+    "(pip install tensorflow-datasets array-record)"
+  ) in out.stdout

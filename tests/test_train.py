@@ -49,12 +49,16 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   # (Another batch size rounds the embeddings differently, and a Spearman over 60 pairs moves by ~1e-4 when two
   # nearly tied cosines swap ranks.)
   embedder = embedder_lib.BucketedEmbedder(loaded.spec, batch_size=config.eval.batch_size)
-  dev = sts_metrics.dev_scores_and_embeddings(lambda s: embedder(s, loaded.params), sts_data.load_dev_sets(small_data_dir))[0]
+  dev = sts_metrics.dev_scores_and_embeddings(
+    lambda s: embedder(s, loaded.params), sts_data.load_dev_sets(small_data_dir)
+  )[0]
   assert dev["stsb_dev"] == best_record["eval/stsb_dev"]
   # The evaluation CLI takes the workdir too.
   out = os.path.join(fresh_workdir, "eval.json")
-  assert evaluate.main(["--model", fresh_workdir, "--tasks", "STSBenchmark", "--data_dir", small_data_dir,
-                        "--output", out]) == 0
+  assert (
+    evaluate.main(["--model", fresh_workdir, "--tasks", "STSBenchmark", "--data_dir", small_data_dir, "--output", out])
+    == 0
+  )
   result = json.load(open(out))
   assert result["pooler"] == "cls_before_pooler"
   # A checkpoint folder works too, and --checkpoint picks one by step.
@@ -65,19 +69,30 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
     np.testing.assert_array_equal(a, b)
   with pytest.raises(FileNotFoundError, match="no checkpoint at step 5"):
     loading.load_model(fresh_workdir, checkpoint="5")
-  assert result["summary"]["STSBenchmark"] == pytest.approx(round(result["tasks"]["STSBenchmark"]["test"]["spearman"] * 100, 2))
+  assert result["summary"]["STSBenchmark"] == pytest.approx(
+    round(result["tasks"]["STSBenchmark"]["test"]["spearman"] * 100, 2)
+  )
 
 
 def test_resume_after_kill_matches_uninterrupted_run(tiny_model_dir, small_data_dir, tmp_path):
   steps = 300
-  overrides = {"train.max_steps": steps, "eval.every": 10_000, "eval.at_end": False, "checkpoint.every": 20,
-               "train.log_every": 1}
+  overrides = {
+    "train.max_steps": steps,
+    "eval.every": 10_000,
+    "eval.at_end": False,
+    "checkpoint.every": 20,
+    "train.log_every": 1,
+  }
   reference = str(tmp_path / "reference")
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), reference)
 
   killed = str(tmp_path / "killed")
-  cmd = [sys.executable, "-m", "jaxcse.train",
-         *helpers.train_cli_args(killed, tiny_model_dir, small_data_dir, **overrides)]
+  cmd = [
+    sys.executable,
+    "-m",
+    "jaxcse.train",
+    *helpers.train_cli_args(killed, tiny_model_dir, small_data_dir, **overrides),
+  ]
   proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
   metrics_path = os.path.join(killed, "metrics.jsonl")
   deadline = time.time() + 240
@@ -111,10 +126,18 @@ def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_dat
   results = {}
   for n in (1, 2):
     out = str(tmp_path / f"step_{n}.npz")
-    env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}", "JAX_PLATFORMS": "cpu",
-           "JAX_ENABLE_X64": "1"}
-    subprocess.run([sys.executable, os.path.join(REPO, "tests", "helpers.py"), "one_step", tiny_model_dir,
-                    small_data_dir, out], check=True, env=env, cwd=REPO)
+    env = {
+      **os.environ,
+      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}",
+      "JAX_PLATFORMS": "cpu",
+      "JAX_ENABLE_X64": "1",
+    }
+    subprocess.run(
+      [sys.executable, os.path.join(REPO, "tests", "helpers.py"), "one_step", tiny_model_dir, small_data_dir, out],
+      check=True,
+      env=env,
+      cwd=REPO,
+    )
     results[n] = dict(np.load(out))
   assert int(results[1]["devices"]) == 1 and int(results[2]["devices"]) == 2
   for key in results[1]:
@@ -130,7 +153,8 @@ def test_two_devices_equal_one_device_for_every_method(tiny_model_dir, small_dat
       np.testing.assert_allclose(results[1][key], results[2][key], rtol=1e-10, atol=1e-8, err_msg=key)
   # The steps did train, and the methods differ from each other.
   initial = flax.traverse_util.flatten_dict(
-      models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42)[1], sep="/")
+    models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=42)[1], sep="/"
+  )
   query = "backbone/encoder/layer/0/attention/self/query/kernel"
   assert not np.allclose(initial[query], results[1][f"simcse/adamw:{query}"])
   losses = [float(results[1][f"{name}/sgd:loss"]) for name in helpers.STEP_VARIANTS]
@@ -183,8 +207,9 @@ def test_mask_tokens_follows_bert_masking():
   ids = jax.random.randint(jax.random.key(0), (64, 128), 5, 1000)
   ids = ids.at[:, 0].set(101).at[:, -1].set(102)  # [CLS] ... [SEP]
   mask = jnp.ones_like(ids).at[:8, 64:].set(0)
-  masked, labels = mlm.mask_tokens(jax.random.key(1), ids, mask, mask_token_id=103, vocab_size=1000,
-                                     special_ids=(101, 102, 0), probability=0.15)
+  masked, labels = mlm.mask_tokens(
+    jax.random.key(1), ids, mask, mask_token_id=103, vocab_size=1000, special_ids=(101, 102, 0), probability=0.15
+  )
   chosen = labels >= 0
   assert not chosen[:, 0].any() and not chosen[:, -1].any() and not chosen[:8, 64:].any()
   np.testing.assert_array_equal(labels[chosen], ids[chosen])
@@ -200,9 +225,18 @@ def test_mask_tokens_follows_bert_masking():
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, small_data_dir, fresh_workdir):
   # An absurd learning rate after one warmup step at rate 0 (a good checkpoint 1): Adam moves every weight by ~1e38
   # in step 2; the weights are finite but the forward pass overflows, so state 2 is not good (nor saved).
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{
-      "train.learning_rate": 1e38, "train.warmup_steps": 2, "train.max_grad_norm": 0.0, "checkpoint.every": 1,
-      "eval.every": 10_000, "eval.at_end": False})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    **{
+      "train.learning_rate": 1e38,
+      "train.warmup_steps": 2,
+      "train.max_grad_norm": 0.0,
+      "checkpoint.every": 1,
+      "eval.every": 10_000,
+      "eval.at_end": False,
+    },
+  )
   with pytest.raises(train.NonFiniteLossError, match=r"(?:non-finite loss .* at step|after step) (\d+)") as info:
     train.train_and_evaluate(config, fresh_workdir)
   bad_step = int(re.search(r"(?:at step|after step) (\d+)", info.value.args[0]).group(1))
@@ -240,22 +274,29 @@ def test_pretrained_mlm_head_is_loaded_not_reinitialised(tiny_model_dir, tmp_pat
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, ["a [MASK] sentence"], 8)
   ours = models.mlm_logits(spec, params, ids, mask, train=False)
   with torch.no_grad():
-    theirs = BertForMaskedLM.from_pretrained(mlm_dir).eval()(input_ids=torch.tensor(np.asarray(ids)).long(),
-                                                           attention_mask=torch.tensor(np.asarray(mask)).long())
+    theirs = BertForMaskedLM.from_pretrained(mlm_dir).eval()(
+      input_ids=torch.tensor(np.asarray(ids)).long(), attention_mask=torch.tensor(np.asarray(mask)).long()
+    )
   np.testing.assert_allclose(ours, theirs.logits.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_dir, small_data_dir, fresh_workdir):
   # Temperature 1 and the InfoNCE form keep the loss O(1) on this random model, so weight changes show.
-  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{
-      "train.max_steps": 2, "loss.temperature": 1.0, "dclr.loss_form": "infonce"})
+  config = helpers.tiny_config(
+    tiny_model_dir,
+    small_data_dir,
+    "dclr",
+    **{"train.max_steps": 2, "loss.temperature": 1.0, "dclr.loss_form": "infonce"},
+  )
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), seed=0)
   complementary = loading.load_model(tiny_model_dir)
-  batches = data_lib.Batches(data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer,
-                             batch_size=8, max_seq_len=16, seed=0)
+  batches = data_lib.Batches(
+    data_lib.load_corpus(config.data.train, root=small_data_dir), spec.tokenizer, batch_size=8, max_seq_len=16, seed=0
+  )
   # phi at the median complementary similarity: about half the negatives get weight 0.
-  c = embedder_lib.BucketedEmbedder(complementary.spec)([batches.corpus.columns["sent0"][r] for r in batches.indices(0)],
-                                                complementary.params)
+  c = embedder_lib.BucketedEmbedder(complementary.spec)(
+    [batches.corpus.columns["sent0"][r] for r in batches.indices(0)], complementary.params
+  )
   cos = (c / np.linalg.norm(c, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
   config.dclr.phi = float(np.median(cos[~np.eye(8, dtype=bool)]))
   tx = train_step.make_optimizer(config.train, 2)
@@ -279,8 +320,9 @@ def test_dclr_complementary_model_gets_no_gradient_and_is_not_saved(tiny_model_d
 def test_auxiliary_mlm_heads(tiny_model_dir, small_data_dir, tmp_path, head):
   """SimCSE's do_mlm head is untied: the MLM loss then reaches the word embeddings only through the encoder."""
   mlm_dir = helpers.make_tiny_mlm_dir(tiny_model_dir, str(tmp_path / "tiny_mlm"))  # A (random) pretrained head.
-  spec, params = models.load_pretrained(mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, mlm_head=head,
-                                        seed=5)
+  spec, params = models.load_pretrained(
+    mlm_dir, models.PoolerSpec("cls", True), with_mlm_head=True, mlm_head=head, seed=5
+  )
   embeddings = np.asarray(params["backbone"]["embeddings"]["word_embeddings"]["embedding"])
   flat = flax.traverse_util.flatten_dict(params["mlm_head"], sep="/")
   decoder = flat.get("cls/predictions/decoder/kernel")

@@ -19,9 +19,13 @@ FAST = dataclasses.replace(transfer.MODES["dev"], max_epoch=40)
 # Loaders on the real SentEval files.
 
 EXPECTED_SIZES = {
-    "MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},
-    "SST2": {"train": 67349, "dev": 872, "test": 1821}, "TREC": {"train": 5452, "test": 500},
-    "MRPC": {"train": 4076, "test": 1725},
+  "MR": {"all": 10662},
+  "CR": {"all": 3775},
+  "SUBJ": {"all": 10000},
+  "MPQA": {"all": 10606},
+  "SST2": {"train": 67349, "dev": 872, "test": 1821},
+  "TREC": {"train": 5452, "test": 500},
+  "MRPC": {"train": 4076, "test": 1725},
 }
 
 
@@ -95,8 +99,10 @@ def _fake_fit(best_l2, calls):
     calls.append(problems)
     acc = np.where(np.isclose(problems.l2, best_l2), 0.9, 0.6)
     dim = features.shape[1]
-    params = {"w": np.zeros((len(problems.l2), dim, nclasses), np.float32),
-              "b": np.tile(np.arange(nclasses, dtype=np.float32), (len(problems.l2), 1))}
+    params = {
+      "w": np.zeros((len(problems.l2), dim, nclasses), np.float32),
+      "b": np.tile(np.arange(nclasses, dtype=np.float32), (len(problems.l2), 1)),
+    }
     return params, acc
 
   return fit
@@ -152,8 +158,9 @@ def test_probe_learns_separable_data_and_not_random_labels():
 def _toy_task(rng):
   x, y = _blobs(rng, 240, 6, separation=2.0)
   sentences = [f"s{i}" for i in range(240)]
-  task = transfer.TransferTask("TREC", 3, {
-      "train": transfer.Split(sentences[:180], y[:180]), "test": transfer.Split(sentences[180:], y[180:])})
+  task = transfer.TransferTask(
+    "TREC", 3, {"train": transfer.Split(sentences[:180], y[:180]), "test": transfer.Split(sentences[180:], y[180:])}
+  )
   return task, dict(zip(sentences, x))
 
 

@@ -21,10 +21,30 @@ def test_the_wheel_holds_every_pinned_data_file(tmp_path):
   if not os.path.isfile(os.path.join(REPO, "pyproject.toml")):
     pytest.skip("not a source checkout")
   source = tmp_path / "src"  # A clean copy of the package's sources: no build folders of a checkout leak in.
-  shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "__pycache__",
-                                                              "experiments", "notebooks", "benchmarks", "workdirs"))
-  build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                          str(tmp_path / "dist"), str(source)], capture_output=True, text=True, timeout=600)
+  shutil.copytree(
+    REPO,
+    source,
+    ignore=shutil.ignore_patterns(
+      ".git", "build", "*.egg-info", "__pycache__", "experiments", "notebooks", "benchmarks", "workdirs"
+    ),
+  )
+  build = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "pip",
+      "wheel",
+      "--no-deps",
+      "--no-build-isolation",
+      "-q",
+      "-w",
+      str(tmp_path / "dist"),
+      str(source),
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   if build.returncode != 0 and "No module named pip" in build.stderr:
     pytest.skip("pip is not installed")
   assert build.returncode == 0, build.stderr

@@ -49,9 +49,11 @@ def _largest(config: str, target: str) -> str:
 
 
 def rows(targets=TARGETS) -> list[str]:
-  lines = ["| config (batch) | target | memory per device | TFLOP per device and step | bound per step | "
-           "largest batch | run at the bound | at 40% |",
-           "|---|---|---|---|---|---|---|---|"]
+  lines = [
+    "| config (batch) | target | memory per device | TFLOP per device and step | bound per step | "
+    "largest batch | run at the bound | at 40% |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
   for config in CONFIGS:
     for target in targets:
       report = _load(os.path.join(RESULTS, config, f"{target}.json"))
@@ -65,9 +67,11 @@ def rows(targets=TARGETS) -> list[str]:
       m = report["memory_bytes"]
       bound = report["roofline_step_seconds"]
       run = RUN_STEPS[config] * bound
-      lines.append(f"| {label} | {target} | {m['total'] / 2**30:.2f} of {m['device_limit'] / 2**30:.2f} GiB | "
-                   f"{report['flops_per_device'] / 1e12:.3f} | {bound * 1e3:.2f} ms ({report['roofline_bound']}) | "
-                   f"{largest} | {_duration(run)} | {_duration(run / UTILISATION)} |")
+      lines.append(
+        f"| {label} | {target} | {m['total'] / 2**30:.2f} of {m['device_limit'] / 2**30:.2f} GiB | "
+        f"{report['flops_per_device'] / 1e12:.3f} | {bound * 1e3:.2f} ms ({report['roofline_bound']}) | "
+        f"{largest} | {_duration(run)} | {_duration(run / UTILISATION)} |"
+      )
   return lines
 
 
@@ -76,10 +80,12 @@ def missing() -> list[str]:
   lines = []
   for config in CONFIGS:
     absent = [t for t in TARGETS if not os.path.isfile(os.path.join(RESULTS, config, f"{t}.json"))]
-    no_max = [t for t in TARGETS if t not in absent
-              and not os.path.isfile(os.path.join(RESULTS, config, f"{t}.max_batch.json"))]
+    no_max = [
+      t for t in TARGETS if t not in absent and not os.path.isfile(os.path.join(RESULTS, config, f"{t}.max_batch.json"))
+    ]
     gaps = ([f"not compiled on {', '.join(absent)}"] if absent else []) + (
-        [f"no largest batch on {', '.join(no_max)}"] if no_max else [])
+      [f"no largest batch on {', '.join(no_max)}"] if no_max else []
+    )
     lines.append(f"- `{config}`: {'; '.join(gaps) or 'every target compiled, each with its largest batch'}")
   return lines
 

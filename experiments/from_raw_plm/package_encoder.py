@@ -24,8 +24,12 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("workdir")
   parser.add_argument("--name", default="bert-mini-wiki-uncased")
-  parser.add_argument("--shortened_at", type=int, default=None,
-                      help="the step at which the run was resumed with a smaller train.max_steps, if it was")
+  parser.add_argument(
+    "--shortened_at",
+    type=int,
+    default=None,
+    help="the step at which the run was resumed with a smaller train.max_steps, if it was",
+  )
   args = parser.parse_args(argv)
   out = os.path.join(REPO, "jaxcse", "pretrained", args.name)
   subprocess.run([sys.executable, "-m", "jaxcse.export_hf", args.workdir, out, "--masked_lm"], check=True, cwd=REPO)
@@ -47,11 +51,14 @@ def main(argv=None) -> int:
   if args.shortened_at is None:
     schedule, reproduce = "", " (the same numbers on the same CPU and versions: training is deterministic by step)"
   else:  # The saved config.json keeps the schedule the run began with.
-    schedule = (f" (the run began with a {config['train']['max_steps']}-step schedule and was resumed at step "
-                f"{args.shortened_at} with `--config.train.max_steps={summary['steps']}`, for time: the learning rate "
-                f"stepped down there, from the first schedule's value to the second's)")
-    reproduce = (f" (one schedule of {summary['steps']} steps throughout, so close to but not the same numbers as "
-                 f"this run's two)")
+    schedule = (
+      f" (the run began with a {config['train']['max_steps']}-step schedule and was resumed at step "
+      f"{args.shortened_at} with `--config.train.max_steps={summary['steps']}`, for time: the learning rate "
+      f"stepped down there, from the first schedule's value to the second's)"
+    )
+    reproduce = (
+      f" (one schedule of {summary['steps']} steps throughout, so close to but not the same numbers as this run's two)"
+    )
   card = f"""---
 library_name: transformers
 tags: [bert, fill-mask, jaxcse]
@@ -60,25 +67,25 @@ license: cc-by-sa-4.0
 ---
 # jaxcse/{args.name}
 
-A small uncased BERT (BERT-Mini's shape: {arch['num_hidden_layers']} layers, hidden {arch['hidden_size']},
-{arch['num_attention_heads']} heads, FFN {arch['intermediate_size']}, {arch['max_position_embeddings']} positions,
-a {len(open(os.path.join(out, 'vocab.txt')).read().split())}-token WordPiece vocabulary trained on the same text)
+A small uncased BERT (BERT-Mini's shape: {arch["num_hidden_layers"]} layers, hidden {arch["hidden_size"]},
+{arch["num_attention_heads"]} heads, FFN {arch["intermediate_size"]}, {arch["max_position_embeddings"]} positions,
+a {len(open(os.path.join(out, "vocab.txt")).read().split())}-token WordPiece vocabulary trained on the same text)
 pretrained by jaxcse with BERT's masked-language-model objective from random initialisation, on one 2-core CPU.
 It is the raw encoder that jaxcse's SimCSE, MixCSE and DCLR comparison starts from (experiments/from_raw_plm).
 It is a masked language model, not a sentence encoder: fine-tune it (e.g. with SimCSE) first.
 
 - Data: `corpora/wiki_offline.txt` (151,990 Wikipedia sentences; its README lists the sources, CC BY-SA), less the
-  1% held out by content hash (`jaxcse.data.is_heldout`); sentences packed into {config['data']['max_seq_len']}-token
+  1% held out by content hash (`jaxcse.data.is_heldout`); sentences packed into {config["data"]["max_seq_len"]}-token
   sequences.
 - Objective: 15% of the tokens predicted (80% [MASK], 10% random, 10% kept), the output layer tied to the word
   embeddings. No dropout while pretraining; `config.json` keeps BERT's 0.1 for fine-tuning.
-- Optimisation: AdamW, lr {config['train']['learning_rate']}, {config['train']['warmup_steps']} warmup steps then
-  linear decay to 0 at step {summary['steps']}{schedule}, batch {config['train']['batch_size']}, weight decay
-  {config['train']['weight_decay']}, beta2 {config['train']['adam_b2']}, clipping at {config['train']['max_grad_norm']}.
-- This checkpoint: step {summary['best_step']} of {summary['steps']} ({tokens / 1e6:.1f}M token positions), the best
-  held-out masked-token accuracy: **{100 * best['eval/heldout_mlm_accuracy']:.2f}%** (held-out loss
-  {best['eval/heldout_mlm_loss']:.3f} over {best['eval/heldout_mlm_tokens']} masked tokens); its mean-pooled STS-B dev
-  Spearman: {100 * best['eval/stsb_dev']:.2f}.
+- Optimisation: AdamW, lr {config["train"]["learning_rate"]}, {config["train"]["warmup_steps"]} warmup steps then
+  linear decay to 0 at step {summary["steps"]}{schedule}, batch {config["train"]["batch_size"]}, weight decay
+  {config["train"]["weight_decay"]}, beta2 {config["train"]["adam_b2"]}, clipping at {config["train"]["max_grad_norm"]}.
+- This checkpoint: step {summary["best_step"]} of {summary["steps"]} ({tokens / 1e6:.1f}M token positions), the best
+  held-out masked-token accuracy: **{100 * best["eval/heldout_mlm_accuracy"]:.2f}%** (held-out loss
+  {best["eval/heldout_mlm_loss"]:.3f} over {best["eval/heldout_mlm_tokens"]} masked tokens); its mean-pooled STS-B dev
+  Spearman: {100 * best["eval/stsb_dev"]:.2f}.
 - Training time: {seconds / 3600:.2f} h wall time of the training loop (evaluations excluded), on a 2-core CPU shared with
   other jobs for part of the run.
 - Reproduce: `python -m jaxcse.train --config configs/pretrain_mlm.py --workdir W`, then
@@ -92,8 +99,10 @@ BertModel.from_pretrained("PATH"); FlaxBertModel.from_pretrained("PATH")   # or,
 """
   with open(os.path.join(out, "README.md"), "w") as f:
     f.write(card)
-  print(f"wrote {out}: step {summary['best_step']}, held-out accuracy {100 * best['eval/heldout_mlm_accuracy']:.2f}%, "
-        f"model.safetensors sha256 {sha256(weights)}")
+  print(
+    f"wrote {out}: step {summary['best_step']}, held-out accuracy {100 * best['eval/heldout_mlm_accuracy']:.2f}%, "
+    f"model.safetensors sha256 {sha256(weights)}"
+  )
   return 0
 
 

@@ -45,16 +45,22 @@ def main(argv=None) -> int:
   best_raw = raw[best_pooler]["Avg"]
   lines = ["| raw encoder, pooler | STS avg | alignment | uniformity |", "|---|---:|---:|---:|"]
   for pooler, s in sorted(raw.items(), key=lambda kv: -kv[1]["Avg"]):
-    lines.append(f"| {pooler} | {s['Avg']:.2f} | {s.get('alignment', float('nan')):.3f} | "
-                 f"{s.get('uniformity', float('nan')):.3f} |")
+    lines.append(
+      f"| {pooler} | {s['Avg']:.2f} | {s.get('alignment', float('nan')):.3f} | "
+      f"{s.get('uniformity', float('nan')):.3f} |"
+    )
   by_method: dict[str, list[tuple[int, dict]]] = collections.defaultdict(list)
   for path in sorted(glob.glob(f"{results}/*-seed*.json")):
     m = re.fullmatch(r"(.+)-seed(\d+)\.json", os.path.basename(path))
     by_method[m.group(1)].append((int(m.group(2)), json.load(open(path))["summary"]))
-  lines += ["", f"Best raw baseline: {best_pooler}, STS avg {best_raw:.2f}.", "",
-            "| method | seeds | STS avg | gain over best raw | alignment | uniformity | best step per seed "
-            "| transfer avg (seed 1) | DCLR zero-weight fraction |",
-            "|---|---:|---:|---:|---:|---:|---|---:|---:|"]
+  lines += [
+    "",
+    f"Best raw baseline: {best_pooler}, STS avg {best_raw:.2f}.",
+    "",
+    "| method | seeds | STS avg | gain over best raw | alignment | uniformity | best step per seed "
+    "| transfer avg (seed 1) | DCLR zero-weight fraction |",
+    "|---|---:|---:|---:|---:|---:|---|---:|---:|",
+  ]
   for method, runs in sorted(by_method.items()):
     avgs = [s["Avg"] for _, s in runs]
     best_steps, zero_fracs = [], []
@@ -70,10 +76,11 @@ def main(argv=None) -> int:
     transfer = os.path.join(results, "transfer", f"{method}-seed1.json")
     transfer_avg = f"{json.load(open(transfer))['summary']['Avg_transfer']:.2f}" if os.path.exists(transfer) else ""
     lines.append(
-        f"| {method} | {len(runs)} | {mean_std(avgs)} | {mean_std([a - best_raw for a in avgs])} | "
-        f"{mean_std([s['alignment'] for _, s in runs if 'alignment' in s], 3)} | "
-        f"{mean_std([s['uniformity'] for _, s in runs if 'uniformity' in s], 3)} | {', '.join(best_steps)} | "
-        f"{transfer_avg} | {mean_std(zero_fracs, 3) if zero_fracs else ''} |")
+      f"| {method} | {len(runs)} | {mean_std(avgs)} | {mean_std([a - best_raw for a in avgs])} | "
+      f"{mean_std([s['alignment'] for _, s in runs if 'alignment' in s], 3)} | "
+      f"{mean_std([s['uniformity'] for _, s in runs if 'uniformity' in s], 3)} | {', '.join(best_steps)} | "
+      f"{transfer_avg} | {mean_std(zero_fracs, 3) if zero_fracs else ''} |"
+    )
   raw_transfer = os.path.join(results, "transfer", "raw-avg.json")
   if os.path.exists(raw_transfer):
     lines += ["", f"Raw encoder (avg) transfer avg: {json.load(open(raw_transfer))['summary']['Avg_transfer']:.2f}."]

@@ -29,15 +29,22 @@ def in_batch_negative_cosines(embeddings: np.ndarray, batch_size: int) -> np.nda
   """Cosines of every ordered pair (i, j), i != j, inside each consecutive batch of ``[n, dim]`` embeddings."""
   # The cosine DCLR's instance weights compare with phi (losses.dclr_instance_weights), float32 as in training.
   off_diagonal = ~np.eye(batch_size, dtype=bool)
-  cosines = [np.asarray(losses.cosine_similarity_matrix(block, block))[off_diagonal]
-             for block in np.split(np.asarray(embeddings, np.float32), len(embeddings) // batch_size)]
+  cosines = [
+    np.asarray(losses.cosine_similarity_matrix(block, block))[off_diagonal]
+    for block in np.split(np.asarray(embeddings, np.float32), len(embeddings) // batch_size)
+  ]
   return np.concatenate(cosines)
 
 
 def describe(cosines: np.ndarray, phi: float) -> dict:
-  return {"pairs": int(cosines.size), "mean": float(cosines.mean()), "max": float(cosines.max()),
-          "quantiles": {str(q): float(np.quantile(cosines, q)) for q in QUANTILES},
-          "share_above_phi": float((cosines > phi).mean()), "phi": phi}
+  return {
+    "pairs": int(cosines.size),
+    "mean": float(cosines.mean()),
+    "max": float(cosines.max()),
+    "quantiles": {str(q): float(np.quantile(cosines, q)) for q in QUANTILES},
+    "share_above_phi": float((cosines > phi).mean()),
+    "phi": phi,
+  }
 
 
 def main(argv=None) -> int:
@@ -58,16 +65,25 @@ def main(argv=None) -> int:
     corpus = f.read().splitlines()
   rows = np.random.default_rng(args.seed).choice(len(corpus), size=args.sentences, replace=False)
   sample = [corpus[i] for i in rows]
-  report = {"corpus": args.corpus, "sentences": args.sentences, "batch_size": args.batch_size,
-            "max_seq_len": args.max_seq_len, "seed": args.seed, "models": {}}
+  report = {
+    "corpus": args.corpus,
+    "sentences": args.sentences,
+    "batch_size": args.batch_size,
+    "max_seq_len": args.max_seq_len,
+    "seed": args.seed,
+    "models": {},
+  }
   for spec in args.model:
     name, _, path = spec.partition("=")
     encoder = Encoder.load(path, args.pooler, max_seq_len=args.max_seq_len)
     stats = describe(in_batch_negative_cosines(encoder.embed(sample), args.batch_size), args.phi)
     report["models"][name] = {"path": path, "pooler": encoder.pooler, **stats}
     quantiles = "  ".join(f"q{q}: {v:.3f}" for q, v in stats["quantiles"].items())
-    print(f"{name} ({encoder.pooler}): mean {stats['mean']:.3f}  {quantiles}  max {stats['max']:.3f}  "
-          f"above phi {args.phi}: {stats['share_above_phi']:.2e} of {stats['pairs']} pairs", flush=True)
+    print(
+      f"{name} ({encoder.pooler}): mean {stats['mean']:.3f}  {quantiles}  max {stats['max']:.3f}  "
+      f"above phi {args.phi}: {stats['share_above_phi']:.2e} of {stats['pairs']} pairs",
+      flush=True,
+    )
   if args.json:
     with open(args.json, "w") as f:
       json.dump(report, f, indent=1)

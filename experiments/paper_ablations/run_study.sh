@@ -69,7 +69,7 @@ run() {
   python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
       2>&1 | tee -a "$OUT/logs/$group/train-$name.log"
   cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$group/$name/"
-  python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" \
+  python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" --overwrite \
       2>&1 | tee -a "$OUT/logs/$group/eval-$name.log"
   mv "$f.partial" "$f"
 }

@@ -81,70 +81,95 @@ class Experiment:
 SIMCSE = "Gao, Yao and Chen, SimCSE, EMNLP 2021 (arXiv 2104.08821 v4)"
 SIMCSE_V1 = "arXiv v1 (April 2021), as reproduced in ../shared/seeds/simcse_slides_ko.md"
 EXPERIMENTS = {
-    "dropout": Experiment(
-        "SimCSE: dropout as augmentation",
-        f"{SIMCSE}, Table 3 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 4 (its 0.05 column is not "
-        "in that copy)",
-        "stsb_dev",
-        (Row("p = 0.0 (no dropout)", "model.dropout=0.0", "dropout", "p0.0", 71.1, 64.9),
-         Row("p = 0.01", "model.dropout=0.01", "dropout", "p0.01", 72.6, 69.5),
-         Row("p = 0.05", "model.dropout=0.05", "dropout", "p0.05", 81.1, None),
-         Row("p = 0.1 (SimCSE)", "model.dropout=0.1", "dropout", "p0.1", 82.5, 79.1),
-         Row("p = 0.15", "model.dropout=0.15", "dropout", "p0.15", 81.4, 78.6),
-         Row("p = 0.2", "model.dropout=0.2", "dropout", "p0.2", 80.5, 78.2),
-         Row("p = 0.5", "model.dropout=0.5", "dropout", "p0.5", 71.0, 67.4),
-         Row("fixed 0.1", "augment.same_dropout_mask=True", "dropout", "fixed0.1", 43.6, 45.2))),
-    "augment": Experiment(
-        "SimCSE: discrete augmentations of the second view",
-        f"{SIMCSE}, Table 1 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 2",
-        "stsb_dev",
-        (Row("None (SimCSE, dropout 0.1)", "", "dropout", "p0.1", 82.5, 79.1),
-         Row("crop 10%", "augment.crop=0.1", "augment", "crop10", 77.8, 75.4),
-         Row("crop 20%", "augment.crop=0.2", "augment", "crop20", 71.4, 70.1),
-         Row("crop 30%", "augment.crop=0.3", "augment", "crop30", 63.6, 63.7),
-         Row("word deletion 10%", "augment.word_deletion=0.1", "augment", "word_deletion10", 75.9, 74.7),
-         Row("word deletion 20%", "augment.word_deletion=0.2", "augment", "word_deletion20", 72.2, 71.2),
-         Row("word deletion 30%", "augment.word_deletion=0.3", "augment", "word_deletion30", 68.2, 70.2),
-         Row("delete one word", "augment.delete_one_word=True", "augment", "delete_one_word", 75.9, 74.8),
-         Row("delete one word, w/o dropout", "augment.delete_one_word=True model.dropout=0.0", "augment",
-             "delete_one_word_no_dropout", 74.2, 71.4),
-         Row("MLM 15%", "augment.mlm=0.15", "augment", "mlm15", 62.2, 66.8),
-         Row("crop 10% + MLM 15%", "augment.crop=0.1 augment.mlm=0.15", "augment", "crop10_mlm15", None, 70.8)),
-        note="The published table's synonym replacement row (77.4, nlpaug with WordNet) is not run: no WordNet "
-             "offline here. Its MLM replacement uses BERT-base, the starting model; ours the starting encoder's "
-             "own MLM head."),
-    "mixcse": Experiment(
-        "MixCSE: ablations and the mixing weight",
-        "Zhang et al., MixCSE, AAAI 2022, Table 3 (STS avg of the seven test sets, BERT-base, mean of 5 runs; "
-        "../shared/seeds/mixcse_paper.md); the paper gives no numbers for other lambdas (it trains with 0.2)",
-        "sts_avg",
-        (Row("MixCSE (lambda 0.2)", "mixcse.mix_lambda=0.2", "mixcse", "lam0.2", 77.66),
-         Row("MixCSE_single", "mixcse.symmetric=False", "mixcse", "single", 76.43),
-         Row("MixCSE w/o stop-gradient", "mixcse.stop_gradient=False", "mixcse", "no_stop_gradient", 75.74),
-         Row("lambda 0.1", "mixcse.mix_lambda=0.1", "mixcse", "lam0.1", None),
-         Row("lambda 0.3", "mixcse.mix_lambda=0.3", "mixcse", "lam0.3", None),
-         Row("lambda 0.5", "mixcse.mix_lambda=0.5", "mixcse", "lam0.5", None))),
-    "dclr": Experiment(
-        "DCLR: ablation and variation study",
-        "Zhou et al., DCLR, ACL 2022: the full method's 77.22 is its Table 1 (STS avg, BERT-base); its Table 2 "
-        "(the ablations, STS avg) is an image in every copy readable here, so those numbers are not filled in. "
-        "Its text: removing either component lowers the average, removing instance weighting more; random "
-        "noise and self instance weighting are below the full method",
-        "sts_avg",
-        (Row("DCLR", "", "dclr", "full", 77.22),
-         Row("w/o instance weighting", "dclr.instance_weighting=none", "dclr", "no_instance_weighting", None),
-         Row("w/o noise-based negatives", "dclr.noise_negatives=none", "dclr", "no_noise_negatives", None),
-         Row("random noise (no gradient ascent)", "dclr.noise_negatives=random", "dclr", "random_noise", None),
-         Row("self instance weighting", "dclr.instance_weighting=self", "dclr", "self_instance_weighting", None),
-         Row("instance weighting at phi 0.37 (not in the paper)", "dclr.phi=0.37", "dclr", "phi0.37", None)),
-        note="Knowledge distillation, the paper's other variant, is not a switch of jaxcse."),
+  "dropout": Experiment(
+    "SimCSE: dropout as augmentation",
+    f"{SIMCSE}, Table 3 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 4 (its 0.05 column is not "
+    "in that copy)",
+    "stsb_dev",
+    (
+      Row("p = 0.0 (no dropout)", "model.dropout=0.0", "dropout", "p0.0", 71.1, 64.9),
+      Row("p = 0.01", "model.dropout=0.01", "dropout", "p0.01", 72.6, 69.5),
+      Row("p = 0.05", "model.dropout=0.05", "dropout", "p0.05", 81.1, None),
+      Row("p = 0.1 (SimCSE)", "model.dropout=0.1", "dropout", "p0.1", 82.5, 79.1),
+      Row("p = 0.15", "model.dropout=0.15", "dropout", "p0.15", 81.4, 78.6),
+      Row("p = 0.2", "model.dropout=0.2", "dropout", "p0.2", 80.5, 78.2),
+      Row("p = 0.5", "model.dropout=0.5", "dropout", "p0.5", 71.0, 67.4),
+      Row("fixed 0.1", "augment.same_dropout_mask=True", "dropout", "fixed0.1", 43.6, 45.2),
+    ),
+  ),
+  "augment": Experiment(
+    "SimCSE: discrete augmentations of the second view",
+    f"{SIMCSE}, Table 1 (STS-B dev Spearman, BERT-base); v1: {SIMCSE_V1}, Table 2",
+    "stsb_dev",
+    (
+      Row("None (SimCSE, dropout 0.1)", "", "dropout", "p0.1", 82.5, 79.1),
+      Row("crop 10%", "augment.crop=0.1", "augment", "crop10", 77.8, 75.4),
+      Row("crop 20%", "augment.crop=0.2", "augment", "crop20", 71.4, 70.1),
+      Row("crop 30%", "augment.crop=0.3", "augment", "crop30", 63.6, 63.7),
+      Row("word deletion 10%", "augment.word_deletion=0.1", "augment", "word_deletion10", 75.9, 74.7),
+      Row("word deletion 20%", "augment.word_deletion=0.2", "augment", "word_deletion20", 72.2, 71.2),
+      Row("word deletion 30%", "augment.word_deletion=0.3", "augment", "word_deletion30", 68.2, 70.2),
+      Row("delete one word", "augment.delete_one_word=True", "augment", "delete_one_word", 75.9, 74.8),
+      Row(
+        "delete one word, w/o dropout",
+        "augment.delete_one_word=True model.dropout=0.0",
+        "augment",
+        "delete_one_word_no_dropout",
+        74.2,
+        71.4,
+      ),
+      Row("MLM 15%", "augment.mlm=0.15", "augment", "mlm15", 62.2, 66.8),
+      Row("crop 10% + MLM 15%", "augment.crop=0.1 augment.mlm=0.15", "augment", "crop10_mlm15", None, 70.8),
+    ),
+    note="The published table's synonym replacement row (77.4, nlpaug with WordNet) is not run: no WordNet "
+    "offline here. Its MLM replacement uses BERT-base, the starting model; ours the starting encoder's "
+    "own MLM head.",
+  ),
+  "mixcse": Experiment(
+    "MixCSE: ablations and the mixing weight",
+    "Zhang et al., MixCSE, AAAI 2022, Table 3 (STS avg of the seven test sets, BERT-base, mean of 5 runs; "
+    "../shared/seeds/mixcse_paper.md); the paper gives no numbers for other lambdas (it trains with 0.2)",
+    "sts_avg",
+    (
+      Row("MixCSE (lambda 0.2)", "mixcse.mix_lambda=0.2", "mixcse", "lam0.2", 77.66),
+      Row("MixCSE_single", "mixcse.symmetric=False", "mixcse", "single", 76.43),
+      Row("MixCSE w/o stop-gradient", "mixcse.stop_gradient=False", "mixcse", "no_stop_gradient", 75.74),
+      Row("lambda 0.1", "mixcse.mix_lambda=0.1", "mixcse", "lam0.1", None),
+      Row("lambda 0.3", "mixcse.mix_lambda=0.3", "mixcse", "lam0.3", None),
+      Row("lambda 0.5", "mixcse.mix_lambda=0.5", "mixcse", "lam0.5", None),
+    ),
+  ),
+  "dclr": Experiment(
+    "DCLR: ablation and variation study",
+    "Zhou et al., DCLR, ACL 2022: the full method's 77.22 is its Table 1 (STS avg, BERT-base); its Table 2 "
+    "(the ablations, STS avg) is an image in every copy readable here, so those numbers are not filled in. "
+    "Its text: removing either component lowers the average, removing instance weighting more; random "
+    "noise and self instance weighting are below the full method",
+    "sts_avg",
+    (
+      Row("DCLR", "", "dclr", "full", 77.22),
+      Row("w/o instance weighting", "dclr.instance_weighting=none", "dclr", "no_instance_weighting", None),
+      Row("w/o noise-based negatives", "dclr.noise_negatives=none", "dclr", "no_noise_negatives", None),
+      Row("random noise (no gradient ascent)", "dclr.noise_negatives=random", "dclr", "random_noise", None),
+      Row("self instance weighting", "dclr.instance_weighting=self", "dclr", "self_instance_weighting", None),
+      Row("instance weighting at phi 0.37 (not in the paper)", "dclr.phi=0.37", "dclr", "phi0.37", None),
+    ),
+    note="Knowledge distillation, the paper's other variant, is not a switch of jaxcse.",
+  ),
 }
 # The papers' main results (STS avg of the seven test sets, BERT-base): reference.md, section 3.
-PAPER_MAIN = {"simcse": (76.25, "SimCSE, EMNLP 2021, Table 5"), "mixcse": (77.66, "MixCSE, AAAI 2022, Table 1"),
-              "dclr": (77.22, "DCLR, ACL 2022, Table 1")}
+PAPER_MAIN = {
+  "simcse": (76.25, "SimCSE, EMNLP 2021, Table 5"),
+  "mixcse": (77.66, "MixCSE, AAAI 2022, Table 1"),
+  "dclr": (77.22, "DCLR, ACL 2022, Table 1"),
+}
 # run_study.sh's dynamics stage.
-FIG2_RUNS = (("simcse", "unsup. SimCSE"), ("no_dropout", "no dropout"), ("fixed0.1", "fixed 0.1"),
-             ("delete_one_word", "delete one word"))
+FIG2_RUNS = (
+  ("simcse", "unsup. SimCSE"),
+  ("no_dropout", "no dropout"),
+  ("fixed0.1", "fixed 0.1"),
+  ("delete_one_word", "delete one word"),
+)
 
 
 class StudyError(ValueError):
@@ -190,7 +215,7 @@ def load_runs(out: str) -> list[Run]:
   """Every finished run of the study (a results file), with its run record when copied."""
   runs = []
   for path in sorted(glob.glob(os.path.join(out, "results", "*", "*.json"))):
-    group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[:-len(".json")]
+    group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[: -len(".json")]
     match = RUN_NAME.match(name)
     if name.endswith(LAST_STEP):  # The horizon stage's STS at the last step: read by horizon_table.
       continue
@@ -202,11 +227,20 @@ def load_runs(out: str) -> list[Run]:
       raise StudyError(f"{path}: no 'summary' object (not a jaxcse.evaluate results file)")
     run_dir = os.path.join(out, "runs", group, name)
     best = _best_eval(run_dir)
-    runs.append(Run(group, match["row"], match["lr"], int(match["seed"]), summary.get("Avg"),
-                    None if best is None else best[plot.STSB_DEV] * 100,
-                    None if best is None or plot.EVAL_METRIC not in best else best[plot.EVAL_METRIC] * 100,
-                    summary.get("alignment"), summary.get("uniformity"),
-                    run_dir if os.path.isdir(run_dir) else None))
+    runs.append(
+      Run(
+        group,
+        match["row"],
+        match["lr"],
+        int(match["seed"]),
+        summary.get("Avg"),
+        None if best is None else best[plot.STSB_DEV] * 100,
+        None if best is None or plot.EVAL_METRIC not in best else best[plot.EVAL_METRIC] * 100,
+        summary.get("alignment"),
+        summary.get("uniformity"),
+        run_dir if os.path.isdir(run_dir) else None,
+      )
+    )
   return runs
 
 
@@ -253,6 +287,7 @@ def holm(p_values: list[float]) -> list[float]:
 @dataclasses.dataclass(frozen=True)
 class Paired:
   """One row against its table's baseline, seed by seed (the rows of a table share seeds and data order)."""
+
   n: int  # seeds both have
   mean: float  # the row's mean over those seeds
   d: float  # mean of (row - baseline) over those seeds
@@ -271,15 +306,19 @@ def paired_contrasts(name: str, experiment: Experiment, runs: list[Run], key: st
   for row in experiment.rows:
     if row.row == BASELINES[name] and row.group == base_group:
       continue
-    pairs = [(getattr(r, key), getattr(base[r.seed], key)) for r in _row_runs(runs, row.group, row.row)[0]
-             if r.seed in base and getattr(r, key) is not None]
+    pairs = [
+      (getattr(r, key), getattr(base[r.seed], key))
+      for r in _row_runs(runs, row.group, row.row)[0]
+      if r.seed in base and getattr(r, key) is not None
+    ]
     if len(pairs) >= 2:
       a, b = np.array(pairs).T
       with warnings.catch_warnings():  # Equal differences in every seed: scipy warns, and t is inf or nan.
         warnings.simplefilter("ignore", RuntimeWarning)
         t = stats.ttest_rel(a, b)
-      tested[row.row] = Paired(len(pairs), float(np.mean(a)), float(np.mean(a - b)), float(t.statistic),
-                               float(t.pvalue))
+      tested[row.row] = Paired(
+        len(pairs), float(np.mean(a)), float(np.mean(a - b)), float(t.statistic), float(t.pvalue)
+      )
   family = [r for r, c in tested.items() if np.isfinite(c.p)]
   for r, p_holm in zip(family, holm([tested[r].p for r in family])):
     tested[r] = dataclasses.replace(tested[r], p_holm=p_holm)
@@ -316,14 +355,26 @@ def _paired_cell(contrast: Paired | None, is_baseline: bool) -> str:
   return f"{contrast.d:+.2f} (p Holm {contrast.p_holm:.3f})"
 
 
-def experiment_table(name: str, experiment: Experiment, runs: list[Run],
-                     untrained: dict[str, float] | None = None) -> list[str]:
+def experiment_table(
+  name: str, experiment: Experiment, runs: list[Run], untrained: dict[str, float] | None = None
+) -> list[str]:
   has_v1 = any(r.paper_v1 is not None for r in experiment.rows)
   metric = "STS-B dev" if experiment.metric == "stsb_dev" else "STS avg"
   lines = [f"### {experiment.title} (`{name}`)", "", f"Paper: {experiment.source}.", ""]
   paired = paired_contrasts(name, experiment, runs, "sts_avg")
-  header = ["row", "switch", f"paper ({metric})", *(["paper v1"] if has_v1 else []), "ours: STS avg",
-            f"STS avg: paired d vs {BASELINES[name]}", "ours: STS-B dev", "alignment", "uniformity", "seeds", "lr"]
+  header = [
+    "row",
+    "switch",
+    f"paper ({metric})",
+    *(["paper v1"] if has_v1 else []),
+    "ours: STS avg",
+    f"STS avg: paired d vs {BASELINES[name]}",
+    "ours: STS-B dev",
+    "alignment",
+    "uniformity",
+    "seeds",
+    "lr",
+  ]
   lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
   ours, notes = [], []
   for row in experiment.rows:
@@ -332,26 +383,58 @@ def experiment_table(name: str, experiment: Experiment, runs: list[Run],
       notes.append(f"{row.label}: runs at other rates ({', '.join(other_lrs)}) left out; lr {lr} has the most seeds")
     dev, avg = _values(row_runs, "stsb_dev"), _values(row_runs, "sts_avg")
     ours.append(mean(dev if experiment.metric == "stsb_dev" else avg))
-    lines.append("| " + " | ".join([
-        row.label, f"`{row.switch}`" if row.switch else "", number(row.paper, 2 if name in ("mixcse", "dclr") else 1),
-        *([number(row.paper_v1, 1)] if has_v1 else []), cell(avg),
-        _paired_cell(paired.get(row.row), row.row == BASELINES[name]), cell(dev),
-        number(mean(_values(row_runs, "alignment")), 3), number(mean(_values(row_runs, "uniformity")), 3),
-        str(len(row_runs)), lr or "–"]) + " |")
+    lines.append(
+      "| "
+      + " | ".join(
+        [
+          row.label,
+          f"`{row.switch}`" if row.switch else "",
+          number(row.paper, 2 if name in ("mixcse", "dclr") else 1),
+          *([number(row.paper_v1, 1)] if has_v1 else []),
+          cell(avg),
+          _paired_cell(paired.get(row.row), row.row == BASELINES[name]),
+          cell(dev),
+          number(mean(_values(row_runs, "alignment")), 3),
+          number(mean(_values(row_runs, "uniformity")), 3),
+          str(len(row_runs)),
+          lr or "–",
+        ]
+      )
+      + " |"
+    )
   if untrained is not None:
-    lines.append("| " + " | ".join(["untrained encoder (no training)", "", "", *([""] if has_v1 else []),
-                                    number(untrained["sts_avg"]), "", number(untrained["stsb_dev"]), "–", "–", "–",
-                                    "–"]) + " |")
+    lines.append(
+      "| "
+      + " | ".join(
+        [
+          "untrained encoder (no training)",
+          "",
+          "",
+          *([""] if has_v1 else []),
+          number(untrained["sts_avg"]),
+          "",
+          number(untrained["stsb_dev"]),
+          "–",
+          "–",
+          "–",
+          "–",
+        ]
+      )
+      + " |"
+    )
   lines.append("")
-  for label, papers in (("published", [r.paper for r in experiment.rows]),
-                        *((("v1", [r.paper_v1 for r in experiment.rows]),) if has_v1 else ())):
+  for label, papers in (
+    ("published", [r.paper for r in experiment.rows]),
+    *((("v1", [r.paper_v1 for r in experiment.rows]),) if has_v1 else ()),
+  ):
     tau = kendall(papers, ours)
     if tau is None:
-      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): not given (fewer than {MIN_TAU_ROWS} rows "
-                   "with both numbers).")
+      lines.append(
+        f"Kendall's tau ({label} paper vs ours, {metric}): not given (fewer than {MIN_TAU_ROWS} rows "
+        "with both numbers)."
+      )
     else:
-      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): {tau[0]:+.3f} (p = {tau[1]:.3g}, "
-                   f"{tau[2]} rows).")
+      lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): {tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows).")
   if experiment.note:
     lines += ["", experiment.note]
   for note in notes:
@@ -373,48 +456,75 @@ def best_lrs(runs: list[Run]) -> dict[str, str]:
 
 
 def lr_grid_table(runs: list[Run], best: dict[str, str]) -> list[str]:
-  lines = ["### Learning-rate grid (seed 1)", "",
-           "| method | lr | selection metric at the kept checkpoint | STS-B dev | STS avg | best rate |",
-           "|---|---:|---:|---:|---:|:---:|"]
+  lines = [
+    "### Learning-rate grid (seed 1)",
+    "",
+    "| method | lr | selection metric at the kept checkpoint | STS-B dev | STS avg | best rate |",
+    "|---|---:|---:|---:|---:|:---:|",
+  ]
   grid = [(r.row, r) for r in runs if r.group == "lr_grid"]
   grid += [(CLIPPED_DCLR, r) for r in runs if r.group == "main_clip" and r.row == "dclr" and r.seed == 1]
   for method, r in sorted(grid, key=lambda item: (item[0], float(item[1].lr), item[1].seed)):
-    lines.append(f"| {method} | {r.lr} | {number(r.selection)} | {number(r.stsb_dev)} | {number(r.sts_avg)} | "
-                 f"{'yes' if best.get(method) == r.lr else ''} |")
+    lines.append(
+      f"| {method} | {r.lr} | {number(r.selection)} | {number(r.stsb_dev)} | {number(r.sts_avg)} | "
+      f"{'yes' if best.get(method) == r.lr else ''} |"
+    )
   if not grid:
     lines.append("| (no lr_grid runs yet) | | | | | |")
-  return lines + ["", "Selection metric: STS-B dev (SimCSE, MixCSE), mean of STS-B and SICK-R dev (DCLR), x100. "
-                  f"{CLIPPED_DCLR}: DCLR with max_grad_norm / 128 (not in the paper; run_study.sh main_clip).", ""]
+  return lines + [
+    "",
+    "Selection metric: STS-B dev (SimCSE, MixCSE), mean of STS-B and SICK-R dev (DCLR), x100. "
+    f"{CLIPPED_DCLR}: DCLR with max_grad_norm / 128 (not in the paper; run_study.sh main_clip).",
+    "",
+  ]
 
 
 def main_table(runs: list[Run], best: dict[str, str], untrained: dict[str, float] | None = None) -> list[str]:
-  lines = ["### Main comparison: each method at its own best rate", "",
-           "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |",
-           "|---|---:|---:|---:|---:|---:|"]
+  lines = [
+    "### Main comparison: each method at its own best rate",
+    "",
+    "| method | lr | seeds | STS-B dev | STS avg | paper STS avg (BERT-base) |",
+    "|---|---:|---:|---:|---:|---:|",
+  ]
   ours = []
   for method in METHODS:
     lr = best.get(method)
-    seeds = sorted((r for r in runs if r.row == method and r.lr == lr and r.group in ("lr_grid", "main")),
-                   key=lambda r: r.seed) if lr else []
+    seeds = (
+      sorted(
+        (r for r in runs if r.row == method and r.lr == lr and r.group in ("lr_grid", "main")), key=lambda r: r.seed
+      )
+      if lr
+      else []
+    )
     avg = _values(seeds, "sts_avg")
     ours.append(mean(avg))
     paper, source = PAPER_MAIN[method]
-    lines.append(f"| {method} | {lr or '–'} | {len(seeds)} | {cell(_values(seeds, 'stsb_dev'))} | {cell(avg)} | "
-                 f"{paper:.2f} ({source}) |")
+    lines.append(
+      f"| {method} | {lr or '–'} | {len(seeds)} | {cell(_values(seeds, 'stsb_dev'))} | {cell(avg)} | "
+      f"{paper:.2f} ({source}) |"
+    )
   lr = best.get(CLIPPED_DCLR)
-  clipped = sorted((r for r in runs if r.group == "main_clip" and r.row == "dclr" and r.lr == lr),
-                   key=lambda r: r.seed)
+  clipped = sorted((r for r in runs if r.group == "main_clip" and r.row == "dclr" and r.lr == lr), key=lambda r: r.seed)
   if clipped:  # Not in the paper, not in tau: DCLR with its loss clipped as SimCSE's is, at its own best rate.
-    lines.append(f"| {CLIPPED_DCLR} (max_grad_norm / 128) | {lr} | {len(clipped)} | "
-                 f"{cell(_values(clipped, 'stsb_dev'))} | {cell(_values(clipped, 'sts_avg'))} | – |")
+    lines.append(
+      f"| {CLIPPED_DCLR} (max_grad_norm / 128) | {lr} | {len(clipped)} | "
+      f"{cell(_values(clipped, 'stsb_dev'))} | {cell(_values(clipped, 'sts_avg'))} | – |"
+    )
   if untrained is not None:
-    lines.append(f"| untrained encoder (no training) | – | – | {number(untrained['stsb_dev'])} | "
-                 f"{number(untrained['sts_avg'])} | – |")
+    lines.append(
+      f"| untrained encoder (no training) | – | – | {number(untrained['stsb_dev'])} | "
+      f"{number(untrained['sts_avg'])} | – |"
+    )
   tau = kendall([PAPER_MAIN[m][0] for m in METHODS], ours)
   lines.append("")
-  lines.append("Kendall's tau (paper vs ours, STS avg): " + (
-      f"not given (fewer than {MIN_TAU_ROWS} methods)." if tau is None
-      else f"{tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows)."))
+  lines.append(
+    "Kendall's tau (paper vs ours, STS avg): "
+    + (
+      f"not given (fewer than {MIN_TAU_ROWS} methods)."
+      if tau is None
+      else f"{tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows)."
+    )
+  )
   return lines + [""]
 
 
@@ -466,13 +576,20 @@ def horizon_table(out: str, runs: list[Run], untrained: dict[str, float] | None 
   """Stage horizon: None, crop 10% and crop 30% at 1,500 steps; the pre-registered rule on crop 10%'s gain."""
   if not any(r.group == "horizon" for r in runs):
     return []
-  lines = ["### The longer horizon (`horizon`: 1,500 steps; rule pre-registered in README.md)", "",
-           "| row | seeds | STS avg (kept checkpoint) | STS avg (last step) | STS-B dev (kept) | kept step | "
-           "paired gain over None (kept), per seed | the same at 250 steps |", "|---|---:|---:|---:|---:|---|---|---|"]
+  lines = [
+    "### The longer horizon (`horizon`: 1,500 steps; rule pre-registered in README.md)",
+    "",
+    "| row | seeds | STS avg (kept checkpoint) | STS avg (last step) | STS-B dev (kept) | kept step | "
+    "paired gain over None (kept), per seed | the same at 250 steps |",
+    "|---|---:|---:|---:|---:|---|---|---|",
+  ]
   base = _by_seed(runs, "horizon", "none")
   gains = {}
-  for row, label, short in (("none", "None (dropout 0.1)", "p0.1"), ("crop10", "crop 10%", "crop10"),
-                            ("crop30", "crop 30%", "crop30")):
+  for row, label, short in (
+    ("none", "None (dropout 0.1)", "p0.1"),
+    ("crop10", "crop 10%", "crop10"),
+    ("crop30", "crop 30%", "crop30"),
+  ):
     row_runs, lr, _ = _row_runs(runs, "horizon", row)
     kept = _by_seed(runs, "horizon", row)
     last = _last_step_avg(out, "horizon", row, lr, sorted(kept)) if lr else {}
@@ -481,23 +598,32 @@ def horizon_table(out: str, runs: list[Run], untrained: dict[str, float] | None 
       summary = os.path.join(r.run_dir or "", "summary.json")
       steps.append(str(_load_json(summary).get("best_step")) if r.run_dir and os.path.exists(summary) else "?")
     gains[row] = _gains(kept, base)
-    short_gains = _gains(_by_seed(runs, "augment" if row != "none" else "dropout", short),
-                         _by_seed(runs, "dropout", "p0.1"))
+    short_gains = _gains(
+      _by_seed(runs, "augment" if row != "none" else "dropout", short), _by_seed(runs, "dropout", "p0.1")
+    )
     short_gains = {seed: v for seed, v in short_gains.items() if seed in kept}
-    lines.append(f"| {label} | {len(row_runs)} | {cell(list(kept.values()))} | {cell(list(last.values()))} | "
-                 f"{cell(_values(row_runs, 'stsb_dev'))} | {', '.join(steps) or '–'} | "
-                 f"{'–' if row == 'none' else _per_seed(gains[row])} | "
-                 f"{'–' if row == 'none' else _per_seed(short_gains)} |")
+    lines.append(
+      f"| {label} | {len(row_runs)} | {cell(list(kept.values()))} | {cell(list(last.values()))} | "
+      f"{cell(_values(row_runs, 'stsb_dev'))} | {', '.join(steps) or '–'} | "
+      f"{'–' if row == 'none' else _per_seed(gains[row])} | "
+      f"{'–' if row == 'none' else _per_seed(short_gains)} |"
+    )
   if untrained is not None:
-    lines.append(f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | "
-                 f"{number(untrained['stsb_dev'])} | – | – | – |")
+    lines.append(
+      f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | "
+      f"{number(untrained['stsb_dev'])} | – | – | – |"
+    )
   crop10, crop30 = gains["crop10"], gains["crop30"]
   both = sorted(set(crop10) & set(crop30))
   crop30_below = bool(both) and np.mean([crop30[s] for s in both]) < np.mean([crop10[s] for s in both])
-  lines += ["", f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
-            f"{_interval(list(crop10.values()))} over {len(crop10)} seed{'' if len(crop10) == 1 else 's'}; crop 30% below crop 10%: "
-            f"{'yes' if crop30_below else 'no'}.",
-            "Verdict by the pre-registered rule: " + horizon_verdict(crop10, crop30, crop30_below) + ".", ""]
+  lines += [
+    "",
+    f"Crop 10%'s paired gain: mean {number(mean(list(crop10.values())))}, 95% interval "
+    f"{_interval(list(crop10.values()))} over {len(crop10)} seed{'' if len(crop10) == 1 else 's'}; crop 30% below crop 10%: "
+    f"{'yes' if crop30_below else 'no'}.",
+    "Verdict by the pre-registered rule: " + horizon_verdict(crop10, crop30, crop30_below) + ".",
+    "",
+  ]
   return lines
 
 
@@ -506,53 +632,79 @@ def horizon_verdict(crop10: dict[int, float], crop30: dict[int, float], crop30_b
   verdict = reversal_verdict(crop10, extra_condition=crop30_below)
   missing = sorted(set(crop10) - set(crop30))
   if len(crop10) >= 3 and np.mean(list(crop10.values())) <= 0.5 and missing:
-    return (f"no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is "
-            f"untested (seed(s) {', '.join(map(str, missing))} not run)")
+    return (
+      f"no decision: crop 10%'s condition for the horizon is met (mean paired gain <= +0.5), crop 30%'s is "
+      f"untested (seed(s) {', '.join(map(str, missing))} not run)"
+    )
   return verdict.replace("gain gone", "the horizon").replace("gain kept", "not the horizon")
 
 
-def mask_table(runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES,
-               untrained: dict[str, float] | None = None) -> list[str]:
+def mask_table(
+  runs: list[Run], official_path: str = OFFICIAL_ON_JAXCSE_BATCHES, untrained: dict[str, float] | None = None
+) -> list[str]:
   """Stage mask: None and crop 10% with per-element attention-dropout masks; the pre-registered readings."""
   if not any(r.group == "mask" for r in runs):
     return []
   shared_none, shared_crop = _by_seed(runs, "dropout", "p0.1"), _by_seed(runs, "augment", "crop10")
   mask_none, mask_crop = _by_seed(runs, "mask", "p0.1"), _by_seed(runs, "mask", "crop10")
-  lines = ["### The attention-dropout mask (`mask`: per element, as PyTorch; rule pre-registered in README.md)", "",
-           "| row | seeds | STS avg, per-element mask | STS avg, shared mask (committed) | paired d (per element - "
-           "shared), per seed | STS-B dev, per-element mask |", "|---|---:|---:|---:|---|---:|"]
-  for row, label, mine, theirs in (("p0.1", "None (dropout 0.1)", mask_none, shared_none),
-                                   ("crop10", "crop 10%", mask_crop, shared_crop)):
+  lines = [
+    "### The attention-dropout mask (`mask`: per element, as PyTorch; rule pre-registered in README.md)",
+    "",
+    "| row | seeds | STS avg, per-element mask | STS avg, shared mask (committed) | paired d (per element - "
+    "shared), per seed | STS-B dev, per-element mask |",
+    "|---|---:|---:|---:|---|---:|",
+  ]
+  for row, label, mine, theirs in (
+    ("p0.1", "None (dropout 0.1)", mask_none, shared_none),
+    ("crop10", "crop 10%", mask_crop, shared_crop),
+  ):
     d = _gains(mine, theirs)
-    lines.append(f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
-                 f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
-                 f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |")
+    lines.append(
+      f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
+      f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
+      f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |"
+    )
   if untrained is not None:
-    lines.append(f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | – | "
-                 f"{number(untrained['stsb_dev'])} |")
+    lines.append(
+      f"| untrained encoder (no training) | – | {number(untrained['sts_avg'])} | – | – | "
+      f"{number(untrained['stsb_dev'])} |"
+    )
   d_none = list(_gains(mask_none, shared_none).values())
   paired = "–"
   if len(d_none) >= 2:
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", RuntimeWarning)
-      t = stats.ttest_rel([mask_none[s] for s in sorted(mask_none) if s in shared_none],
-                          [shared_none[s] for s in sorted(mask_none) if s in shared_none])
+      t = stats.ttest_rel(
+        [mask_none[s] for s in sorted(mask_none) if s in shared_none],
+        [shared_none[s] for s in sorted(mask_none) if s in shared_none],
+      )
     paired = f"t {t.statistic:.2f}, p {t.pvalue:.3f}"
-  official = [_load_json(official_path.format(seed))["summary"]["Avg"] for seed in (1, 2, 3)
-              if os.path.exists(official_path.format(seed))]
+  official = [
+    _load_json(official_path.format(seed))["summary"]["Avg"]
+    for seed in (1, 2, 3)
+    if os.path.exists(official_path.format(seed))
+  ]
   lines += ["", f"The mask and SimCSE: d = {number(mean(d_none))} ({paired}, n = {len(d_none)})."]
   if len(official) >= 2 and len(mask_none) >= 2:
     d = np.mean(list(mask_none.values())) - np.mean(official)
     pooled = np.sqrt((np.var(list(mask_none.values()), ddof=1) + np.var(official, ddof=1)) / 2)
-    lines.append(f"Against the official code on jaxcse's batches ({cell(official)}): d = {d:+.2f}, pooled SD "
-                 f"{pooled:.2f}: {'equivalent' if abs(d) <= pooled else 'not equivalent'} (|d| <= pooled SD).")
+    lines.append(
+      f"Against the official code on jaxcse's batches ({cell(official)}): d = {d:+.2f}, pooled SD "
+      f"{pooled:.2f}: {'equivalent' if abs(d) <= pooled else 'not equivalent'} (|d| <= pooled SD)."
+    )
   gains, shared_gains = _gains(mask_crop, mask_none), _gains(shared_crop, shared_none)
-  lines += [f"Crop 10%'s paired gain with the per-element mask: {_per_seed(gains)} (mean "
-            f"{number(mean(list(gains.values())))}, 95% interval {_interval(list(gains.values()))}); with the "
-            f"shared mask, the same seeds: {_per_seed({s: shared_gains[s] for s in gains if s in shared_gains})}.",
-            "Verdict by the pre-registered rule: " + reversal_verdict(gains).replace(
-                "gain gone", "the mask explains it").replace("gain kept", "not the mask").replace(
-                "undecided (between the two)", "in part") + ".", ""]
+  lines += [
+    f"Crop 10%'s paired gain with the per-element mask: {_per_seed(gains)} (mean "
+    f"{number(mean(list(gains.values())))}, 95% interval {_interval(list(gains.values()))}); with the "
+    f"shared mask, the same seeds: {_per_seed({s: shared_gains[s] for s in gains if s in shared_gains})}.",
+    "Verdict by the pre-registered rule: "
+    + reversal_verdict(gains)
+    .replace("gain gone", "the mask explains it")
+    .replace("gain kept", "not the mask")
+    .replace("undecided (between the two)", "in part")
+    + ".",
+    "",
+  ]
   return lines
 
 
@@ -583,8 +735,11 @@ def plot_fig2(out: str, plots: str) -> str | None:
     rows = [r for r in evals if plot.UNIFORMITY in r and plot.ALIGNMENT in r]
     if rows:
       # The last evaluation's STS-B dev: the kept checkpoint of these runs may be step 0 (they evaluate at start).
-      last = f" (STS-B dev at step {rows[-1]['step']}: {rows[-1][plot.STSB_DEV] * 100:.1f})" \
-          if plot.STSB_DEV in rows[-1] else ""
+      last = (
+        f" (STS-B dev at step {rows[-1]['step']}: {rows[-1][plot.STSB_DEV] * 100:.1f})"
+        if plot.STSB_DEV in rows[-1]
+        else ""
+      )
       curves.append((label + last, [(r[plot.UNIFORMITY], r[plot.ALIGNMENT]) for r in rows]))
   if not curves:
     return None
@@ -613,8 +768,12 @@ def plot_uniformity(out: str, plots: str) -> str | None:
   """DCLR's Fig. 4: uniformity of the STS-B dev embeddings during training, DCLR against SimCSE (and DCLR with
   its loss on SimCSE's scale, or only its Adam epsilon scaled, if run)."""
   curves = []
-  for row, label in (("simcse", "SimCSE"), ("dclr", "DCLR"), ("dclr_loss_x128", "DCLR, loss x 128"),
-                     ("dclr_eps_div128", "DCLR, Adam eps / 128")):
+  for row, label in (
+    ("simcse", "SimCSE"),
+    ("dclr", "DCLR"),
+    ("dclr_loss_x128", "DCLR, loss x 128"),
+    ("dclr_eps_div128", "DCLR, Adam eps / 128"),
+  ):
     d = _dynamics_dir(out, row)
     if d is not None:
       _, evals = plot.read_metrics(os.path.join(d, "metrics.jsonl"))
@@ -626,8 +785,14 @@ def plot_uniformity(out: str, plots: str) -> str | None:
   fig = _figure(figsize=(6.4, 4.4))
   ax = fig.subplots()
   for i, (label, points) in enumerate(curves):  # Later curves smaller and dashed: they can lie on DCLR's.
-    ax.plot([s for s, _ in points], [u for _, u in points], marker="o", markersize=6 - i, label=label,
-            linestyle="-" if i < 2 else "--")
+    ax.plot(
+      [s for s, _ in points],
+      [u for _, u in points],
+      marker="o",
+      markersize=6 - i,
+      label=label,
+      linestyle="-" if i < 2 else "--",
+    )
   ax.set_xlabel("step")
   ax.set_ylabel("uniformity, STS-B dev (lower is better)")
   ax.set_title("uniformity during training (DCLR's Fig. 4)")
@@ -669,26 +834,36 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   runs = load_runs(out)
   best = best_lrs(runs)
   untrained = untrained_scores(untrained_path)
-  lines = ["# paper_ablations: tables", "",
-           "Generated by `python experiments/paper_ablations/summarize.py --out DIR` from DIR/results and "
-           "DIR/runs. Primary metric: the STS avg of the seven test sets (x100), as the papers report; secondary: "
-           "STS-B dev at the kept checkpoint (also the selection metric). Ours: mean ± std over seeds (sample "
-           "std); alignment and uniformity on STS-B test (means). Paired d: the mean over seeds of (row - the "
-           "table's baseline) in the same seed (same data order), with its paired t test's p, Holm-corrected "
-           "within the table; n = 3 seeds gives that t 2 degrees of freedom, so a large p is no evidence of no "
-           "effect (both metrics in full: paired_tests.md). Kendall's tau only over 5 rows or more.", ""]
+  lines = [
+    "# paper_ablations: tables",
+    "",
+    "Generated by `python experiments/paper_ablations/summarize.py --out DIR` from DIR/results and "
+    "DIR/runs. Primary metric: the STS avg of the seven test sets (x100), as the papers report; secondary: "
+    "STS-B dev at the kept checkpoint (also the selection metric). Ours: mean ± std over seeds (sample "
+    "std); alignment and uniformity on STS-B test (means). Paired d: the mean over seeds of (row - the "
+    "table's baseline) in the same seed (same data order), with its paired t test's p, Holm-corrected "
+    "within the table; n = 3 seeds gives that t 2 degrees of freedom, so a large p is no evidence of no "
+    "effect (both metrics in full: paired_tests.md). Kendall's tau only over 5 rows or more.",
+    "",
+  ]
   lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
     lines += experiment_table(name, experiment, runs, untrained)
   lines += horizon_table(out, runs, untrained) + mask_table(runs, untrained=untrained)
   plots = os.path.join(out, "plots")
   os.makedirs(plots, exist_ok=True)
-  written = [p for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
-             if p is not None]
+  written = [
+    p
+    for p in (plot_fig2(out, plots), plot_uniformity(out, plots), plot_mixcse_scores(out, plots, best))
+    if p is not None
+  ]
   lines += ["### Plots", ""]
   lines += [f"![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in written] or ["(none yet)"]
-  missing = [f for f, p in (("SimCSE Fig. 2", "simcse_fig2"), ("DCLR Fig. 4", "dclr_fig4"),
-                            ("MixCSE Fig. 4a", "mixcse_fig4a")) if not any(p in w for w in written)]
+  missing = [
+    f
+    for f, p in (("SimCSE Fig. 2", "simcse_fig2"), ("DCLR Fig. 4", "dclr_fig4"), ("MixCSE Fig. 4a", "mixcse_fig4a"))
+    if not any(p in w for w in written)
+  ]
   if missing:
     lines += ["", f"Not drawn yet (no runs for them): {', '.join(missing)}."]
   text = "\n".join(lines) + "\n"
@@ -700,9 +875,11 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default=HERE, help="the study's folder (run_study.sh's OUT): read and written")
-  parser.add_argument("--untrained", default=UNTRAINED,
-                      help="jaxcse.evaluate's results for the untrained encoder (its row in every table; none "
-                           "without the file)")
+  parser.add_argument(
+    "--untrained",
+    default=UNTRAINED,
+    help="jaxcse.evaluate's results for the untrained encoder (its row in every table; none without the file)",
+  )
   args = parser.parse_args(argv)
   if not os.path.isdir(os.path.join(args.out, "results")):
     print(f"error: {args.out}: no results/ folder (run run_study.sh first)", file=sys.stderr)

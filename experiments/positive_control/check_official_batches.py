@@ -7,6 +7,7 @@ positions, jaxcse's positions past L are padding (mask 0), and the masks agree. 
 
   python check_official_batches.py JAXCSE.npz OFFICIAL.npz
 """
+
 import sys
 
 import numpy as np
@@ -31,13 +32,17 @@ def main(jaxcse_npz: str, official_npz: str, views: str = "both") -> None:
         problems.append(f"jaxcse has tokens past the official batch's length {length}")
       for view in range(2 if views == "both" else 1):
         if not np.array_equal(mask[:, view], j_mask[:, :length]):
-          problems.append(f"view {view}: attention masks differ in {int((mask[:, view] != j_mask[:, :length]).sum())} places")
+          problems.append(
+            f"view {view}: attention masks differ in {int((mask[:, view] != j_mask[:, :length]).sum())} places"
+          )
         on = j_mask[:, :length].astype(bool)
         if not np.array_equal(ids[:, view][on], j_ids[:, :length][on]):
           problems.append(f"view {view}: token ids differ")
     if problems:
       raise SystemExit(f"batch {k}: " + "; ".join(problems))
-    print(f"batch {k}: equal (64 sentences x {2 if views == 'both' else 1} view(s), {int(j_mask.sum())} tokens, padded length {length})")
+    print(
+      f"batch {k}: equal (64 sentences x {2 if views == 'both' else 1} view(s), {int(j_mask.sum())} tokens, padded length {length})"
+    )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ this loss far outside the Monte-Carlo error.
   official:     (cd SIMCSE_CHECKOUT && python dropout_check.py official BATCHES.npz N OUT.json ENCODER [ATTENTION_P])
   compare:      python dropout_check.py compare JAXCSE.json OFFICIAL.json
 """
+
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ def jaxcse_losses(batches_npz: str, n: int, per_element_attention_mask: bool = F
   from jaxcse.training import configured
   from jaxcse.training import train_step as step_lib
   from jaxcse.models import bert
+
   if per_element_attention_mask:
     weights_fn = bert.dot_product_attention_weights
     bert.dot_product_attention_weights = lambda *a, **k: weights_fn(*a, **{**k, "broadcast_dropout": False})
@@ -53,6 +55,7 @@ def official_losses(batches_npz: str, n: int, encoder: str, attention_dropout: f
   """``attention_dropout``: a diagnostic override of the attention-weights dropout (default: the encoder's 0.1)."""
   import torch
   from transformers import AutoConfig
+
   sys.path.insert(0, os.getcwd())
   from simcse.models import BertForCL
   from train import ModelArguments
@@ -61,8 +64,14 @@ def official_losses(batches_npz: str, n: int, encoder: str, attention_dropout: f
   assert config.hidden_dropout_prob == 0.1 and config.attention_probs_dropout_prob == 0.1, config
   if attention_dropout is not None:
     config.attention_probs_dropout_prob = attention_dropout
-  model_args = ModelArguments(model_name_or_path=encoder, pooler_type="avg", temp=0.05, do_mlm=False,
-                              mlp_only_train=False, hard_negative_weight=0.0)
+  model_args = ModelArguments(
+    model_name_or_path=encoder,
+    pooler_type="avg",
+    temp=0.05,
+    do_mlm=False,
+    mlp_only_train=False,
+    hard_negative_weight=0.0,
+  )
   model = BertForCL.from_pretrained(encoder, config=config, model_args=model_args)
   model.train()
   raw = np.load(batches_npz)
@@ -78,14 +87,19 @@ def official_losses(batches_npz: str, n: int, encoder: str, attention_dropout: f
 
 def compare(jaxcse_json: str, official_json: str) -> None:
   from scipy import stats
+
   a, b = json.load(open(jaxcse_json)), json.load(open(official_json))
   for name, v in (("jaxcse", a), ("official", b)):
     v = np.asarray(v)
-    print(f"{name}: first-step loss over {len(v)} dropout masks: mean {v.mean():.4f}, SD {v.std(ddof=1):.4f}, "
-          f"SE of the mean {v.std(ddof=1) / np.sqrt(len(v)):.4f}")
+    print(
+      f"{name}: first-step loss over {len(v)} dropout masks: mean {v.mean():.4f}, SD {v.std(ddof=1):.4f}, "
+      f"SE of the mean {v.std(ddof=1) / np.sqrt(len(v)):.4f}"
+    )
   t = stats.ttest_ind(a, b, equal_var=False)
-  print(f"difference of means (first - second) {np.mean(a) - np.mean(b):+.4f}; Welch t {t.statistic:.2f}, "
-        f"p {t.pvalue:.2g}; dropout 0 gives {LOSS_WITHOUT_DROPOUT} (loop_check.txt)")
+  print(
+    f"difference of means (first - second) {np.mean(a) - np.mean(b):+.4f}; Welch t {t.statistic:.2f}, "
+    f"p {t.pvalue:.2g}; dropout 0 gives {LOSS_WITHOUT_DROPOUT} (loop_check.txt)"
+  )
 
 
 LOSS_WITHOUT_DROPOUT = 1.7556

@@ -7,6 +7,7 @@ cannot be scored.
 
   python export_encoder.py SRC DST
 """
+
 import sys
 
 from transformers import AutoTokenizer, BertModel

@@ -8,6 +8,7 @@ the first best), and the seven STS test sets were scored there and at the last s
   python finish_horizon.py write WORKDIR STEPS EVERY OUT_PREFIX TRAIN_SECONDS
                                                  # OUT_PREFIX.json (kept) and OUT_PREFIX-last.json
 """
+
 import json
 import os
 import sys
@@ -38,9 +39,14 @@ def main(command: str, workdir: str, steps: str, every: str, *rest: str) -> None
     print(kept)
     return
   out_prefix, train_seconds = rest
-  block = {"implementation": "official", "train_wall_seconds": float(train_seconds), "steps": int(steps),
-           "jaxcse_stsb_dev": {str(s): d for s, d in dev.items()}, "selected_by": "jaxcse scorer's STS-B dev",
-           "selected_step": kept}
+  block = {
+    "implementation": "official",
+    "train_wall_seconds": float(train_seconds),
+    "steps": int(steps),
+    "jaxcse_stsb_dev": {str(s): d for s, d in dev.items()},
+    "selected_by": "jaxcse scorer's STS-B dev",
+    "selected_step": kept,
+  }
   for step, path in ((kept, out_prefix + ".json"), (int(steps), out_prefix + "-last.json")):
     with open(os.path.join(workdir, f"eval-step{step}.json")) as f:
       results = json.load(f)

@@ -7,6 +7,7 @@ checkpoint's jaxcse.evaluate output plus a ``positive_control`` block recording 
 
   python finish_run.py IMPL SEED WORKDIR RESULTS_DIR TRAIN_SECONDS
 """
+
 import json
 import os
 import sys
@@ -17,16 +18,21 @@ STEPS = (125, 250)
 def main(impl: str, seed: str, workdir: str, results: str, train_seconds: str) -> None:
   evals = {s: json.load(open(os.path.join(workdir, f"eval-step{s}.json"))) for s in STEPS}
   dev = {s: evals[s]["tasks"]["STSBenchmark"]["dev"]["spearman"] for s in STEPS}
-  block = {"implementation": impl, "seed": int(seed), "train_wall_seconds": float(train_seconds),
-           "jaxcse_stsb_dev": {str(s): dev[s] for s in STEPS},
-           "sts_avg": {str(s): evals[s]["summary"]["Avg"] for s in STEPS}}
+  block = {
+    "implementation": impl,
+    "seed": int(seed),
+    "train_wall_seconds": float(train_seconds),
+    "jaxcse_stsb_dev": {str(s): dev[s] for s in STEPS},
+    "sts_avg": {str(s): evals[s]["summary"]["Avg"] for s in STEPS},
+  }
   if impl == "official":
     state = json.load(open(os.path.join(workdir, "train", "trainer_state.json")))
     best = state["best_model_checkpoint"]
     selected = int(os.path.basename(best.rstrip("/")).split("-")[-1])
     block["selected_by"] = "official code's own SentEval STS-B dev (load_best_model_at_end)"
-    block["official_stsb_dev"] = {str(r["step"]): r["eval_stsb_spearman"] for r in state["log_history"]
-                                  if "eval_stsb_spearman" in r}
+    block["official_stsb_dev"] = {
+      str(r["step"]): r["eval_stsb_spearman"] for r in state["log_history"] if "eval_stsb_spearman" in r
+    }
     jaxcse_choice = max(STEPS, key=lambda s: dev[s])
     block["jaxcse_scorer_would_select"] = jaxcse_choice
   else:

@@ -12,6 +12,7 @@ the run can prove the official code was fed the same batches
 
   PYTHONPATH=/work/wt-... python jaxcse_sentences.py SEED OUT.txt OUT.batches.npz [STEPS]
 """
+
 import os
 import sys
 
@@ -44,12 +45,17 @@ def main(seed: str, out_txt: str, out_npz: str, steps: str = "250") -> None:
   with open(out_txt + ".partial", "w", encoding="utf-8", newline="\n") as f:
     f.writelines(t + "\n" for t in lines)
   first = [batches.batch(step) for step in range(CHECK_STEPS)]
-  np.savez(out_npz + ".partial.npz", input_ids=np.stack([b["input_ids"] for b in first]),
-           attention_mask=np.stack([b["attention_mask"] for b in first]))
+  np.savez(
+    out_npz + ".partial.npz",
+    input_ids=np.stack([b["input_ids"] for b in first]),
+    attention_mask=np.stack([b["attention_mask"] for b in first]),
+  )
   os.replace(out_npz + ".partial.npz", out_npz)
   os.replace(out_txt + ".partial", out_txt)
-  print(f"seed {seed}: {len(lines)} sentences ({len(set(lines))} distinct) of {len(corpus)} -> {out_txt}; "
-        f"jaxcse's batches 0..{CHECK_STEPS - 1} -> {out_npz}")
+  print(
+    f"seed {seed}: {len(lines)} sentences ({len(set(lines))} distinct) of {len(corpus)} -> {out_txt}; "
+    f"jaxcse's batches 0..{CHECK_STEPS - 1} -> {out_npz}"
+  )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ Arrays are saved under their PyTorch names (``models.weights.checkpoint_name``; 
 
   PYTHONPATH=. python loop_check_jaxcse.py BATCHES.npz OUT.npz
 """
+
 import sys
 
 import flax
@@ -69,8 +70,10 @@ def main(batches_npz: str, out_npz: str) -> None:
   built = configured.model(config)
   params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), built.params)
   raw = np.load(batches_npz)
-  batches = [{"input_ids": jnp.asarray(raw["input_ids"][k]), "attention_mask": jnp.asarray(raw["attention_mask"][k])}
-             for k in range(STEPS)]
+  batches = [
+    {"input_ids": jnp.asarray(raw["input_ids"][k]), "attention_mask": jnp.asarray(raw["attention_mask"][k])}
+    for k in range(STEPS)
+  ]
   out = {f"params0/{k}": v for k, v in torch_named(params).items()}
 
   passthrough = optax.GradientTransformation(lambda p: optax.EmptyState(), lambda g, s, p=None: (g, s))

@@ -14,6 +14,7 @@ optax by max_norm / norm.
 
   (cd SIMCSE_CHECKOUT && python loop_check_official.py ENCODER BATCHES.npz JAXCSE.npz [hf|as_optax])
 """
+
 import os
 import sys
 import tempfile
@@ -58,25 +59,45 @@ def main(encoder: str, batches_npz: str, jaxcse_npz: str, variant: str = "hf") -
 
   torch.manual_seed(0)  # nothing random is drawn (dropout 0, no MLP for avg); fixed anyway
   config = AutoConfig.from_pretrained(encoder, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-  model_args = ModelArguments(model_name_or_path=encoder, pooler_type="avg", temp=0.05, do_mlm=False,
-                              mlp_only_train=False, hard_negative_weight=0.0)
+  model_args = ModelArguments(
+    model_name_or_path=encoder,
+    pooler_type="avg",
+    temp=0.05,
+    do_mlm=False,
+    mlp_only_train=False,
+    hard_negative_weight=0.0,
+  )
   model = BertForCL.from_pretrained(encoder, config=config, model_args=model_args).double()
   model.train()
   named = dict(model.named_parameters())
   snapshot = lambda: {n: p.detach().numpy().copy() for n, p in named.items()}  # noqa: E731
 
   jx = np.load(jaxcse_npz)
-  of = lambda prefix: {k[len(prefix) + 1:]: jx[k] for k in jx.files if k.startswith(prefix + "/")}  # noqa: E731
-  lines = [f"variant: {variant}; parameters: {len(named)} tensors, {sum(p.numel() for p in named.values())} "
-           "numbers, float64 (relative = max |diff| / the largest |value| of all tensors)"]
+  of = lambda prefix: {k[len(prefix) + 1 :]: jx[k] for k in jx.files if k.startswith(prefix + "/")}  # noqa: E731
+  lines = [
+    f"variant: {variant}; parameters: {len(named)} tensors, {sum(p.numel() for p in named.values())} "
+    "numbers, float64 (relative = max |diff| / the largest |value| of all tensors)"
+  ]
   a, r, w = diff(snapshot(), of("params0"))
   lines.append(f"initial parameters: max |diff| {a:.3g} (relative {r:.3g})")
 
   with tempfile.TemporaryDirectory() as tmp:
-    args = TrainingArguments(output_dir=tmp, learning_rate=1e-3, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
-                             adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=0, max_steps=TOTAL_STEPS,
-                             max_grad_norm=1.0, optim="adamw_torch", report_to="none", use_cpu=True,
-                             per_device_train_batch_size=64)
+    args = TrainingArguments(
+      output_dir=tmp,
+      learning_rate=1e-3,
+      weight_decay=0.0,
+      adam_beta1=0.9,
+      adam_beta2=0.999,
+      adam_epsilon=1e-8,
+      lr_scheduler_type="linear",
+      warmup_steps=0,
+      max_steps=TOTAL_STEPS,
+      max_grad_norm=1.0,
+      optim="adamw_torch",
+      report_to="none",
+      use_cpu=True,
+      per_device_train_batch_size=64,
+    )
     trainer = Trainer(model=model, args=args)
     trainer.create_optimizer_and_scheduler(num_training_steps=TOTAL_STEPS)
     optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
@@ -112,11 +133,22 @@ def main(encoder: str, batches_npz: str, jaxcse_npz: str, variant: str = "hf") -
     at = np.unravel_index(np.abs(ours - theirs).argmax(), ours.shape)
     history = ", ".join(f"{g[w][at]:.3g}" for g in step_grads)
     lines.append(f"  at {w}{list(map(int, at))}: official's gradient there, steps 1..{k + 1}: {history}")
-  lines.insert(2, "loss per step: official " + ", ".join(f"{x:.15f}" for x in losses) + "; jaxcse "
-               + ", ".join(f"{x:.15f}" for x in jx["loss"]) + "; max |diff| "
-               + f"{np.abs(np.array(losses) - jx['loss']).max():.3g}")
-  lines.insert(3, "gradient norm per step (before clipping): official " + ", ".join(f"{x:.12f}" for x in norms)
-               + "; jaxcse " + ", ".join(f"{x:.12f}" for x in jx["grad_norm"]))
+  lines.insert(
+    2,
+    "loss per step: official "
+    + ", ".join(f"{x:.15f}" for x in losses)
+    + "; jaxcse "
+    + ", ".join(f"{x:.15f}" for x in jx["loss"])
+    + "; max |diff| "
+    + f"{np.abs(np.array(losses) - jx['loss']).max():.3g}",
+  )
+  lines.insert(
+    3,
+    "gradient norm per step (before clipping): official "
+    + ", ".join(f"{x:.12f}" for x in norms)
+    + "; jaxcse "
+    + ", ".join(f"{x:.12f}" for x in jx["grad_norm"]),
+  )
   print("\n".join(lines))
 
 

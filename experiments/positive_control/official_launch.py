@@ -11,6 +11,7 @@ Launcher only; the official code is not changed. Run from the official checkout:
 - The first ``RECORDED`` training batches the model receives (``input_ids``, ``attention_mask`` as passed to
   ``BertForCL.forward``) are saved to RECORD.npz, so ``check_official_batches.py`` can compare them with jaxcse's.
 """
+
 import functools
 import os
 import runpy
@@ -29,9 +30,11 @@ def main() -> None:
   assert torch.set_flush_denormal(True)
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))  # as `python train.py` would: `simcse` is beside it
   transformers.Trainer._get_train_sampler = lambda self, train_dataset=None: SequentialSampler(
-      self.train_dataset if train_dataset is None else train_dataset)
+    self.train_dataset if train_dataset is None else train_dataset
+  )
 
   from simcse import models  # train.py imports BertForCL from here: the same class object is patched
+
   forward = models.BertForCL.forward
   seen: list[tuple[np.ndarray, np.ndarray]] = []
 
@@ -41,8 +44,11 @@ def main() -> None:
       seen.append((kw["input_ids"].numpy().copy(), kw["attention_mask"].numpy().copy()))
       if len(seen) == RECORDED:
         # One array per batch: the collator pads each batch to its own longest sentence.
-        np.savez(record_path, **{f"input_ids_{k}": i for k, (i, _) in enumerate(seen)},
-                 **{f"attention_mask_{k}": m for k, (_, m) in enumerate(seen)})
+        np.savez(
+          record_path,
+          **{f"input_ids_{k}": i for k, (i, _) in enumerate(seen)},
+          **{f"attention_mask_{k}": m for k, (_, m) in enumerate(seen)},
+        )
     return forward(self, *a, **kw)
 
   models.BertForCL.forward = recording_forward

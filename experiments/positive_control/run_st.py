@@ -8,6 +8,7 @@ encoder's config). Checkpoints at steps 125 and 250 (selection happens after, by
 
   python run_st.py --encoder DIR --data wiki16k.txt --output_dir DIR --seed S
 """
+
 import argparse
 import json
 
@@ -17,8 +18,12 @@ torch.set_flush_denormal(True)  # as XLA on CPU (jaxcse): denormals flushed; oth
 
 import datasets  # noqa: E402
 import sentence_transformers  # noqa: E402
-from sentence_transformers import (SentenceTransformer, SentenceTransformerTrainer,  # noqa: E402
-                                   SentenceTransformerTrainingArguments, losses)
+from sentence_transformers import (
+  SentenceTransformer,
+  SentenceTransformerTrainer,  # noqa: E402
+  SentenceTransformerTrainingArguments,
+  losses,
+)
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
 from sentence_transformers.sentence_transformer.training_args import BatchSamplers  # noqa: E402
 
@@ -43,14 +48,42 @@ def main() -> None:
   loss = losses.MultipleNegativesRankingLoss(model, scale=1.0 / a.temperature)
 
   args = SentenceTransformerTrainingArguments(
-      output_dir=a.output_dir, seed=a.seed, num_train_epochs=1, max_steps=250,
-      per_device_train_batch_size=64, learning_rate=1e-3, weight_decay=0.0, adam_beta1=0.9, adam_beta2=0.999,
-      adam_epsilon=1e-8, lr_scheduler_type="linear", warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch",
-      batch_sampler=BatchSamplers.BATCH_SAMPLER, save_strategy="steps", save_steps=125, save_only_model=True,
-      logging_steps=10, report_to="none", dataloader_drop_last=False, use_cpu=True)
+    output_dir=a.output_dir,
+    seed=a.seed,
+    num_train_epochs=1,
+    max_steps=250,
+    per_device_train_batch_size=64,
+    learning_rate=1e-3,
+    weight_decay=0.0,
+    adam_beta1=0.9,
+    adam_beta2=0.999,
+    adam_epsilon=1e-8,
+    lr_scheduler_type="linear",
+    warmup_steps=0,
+    max_grad_norm=1.0,
+    optim="adamw_torch",
+    batch_sampler=BatchSamplers.BATCH_SAMPLER,
+    save_strategy="steps",
+    save_steps=125,
+    save_only_model=True,
+    logging_steps=10,
+    report_to="none",
+    dataloader_drop_last=False,
+    use_cpu=True,
+  )
   trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss)
-  print(json.dumps({"sentence_transformers": sentence_transformers.__version__, "torch": torch.__version__,
-                    "n_train": len(lines), "seed": a.seed, "scale": loss.scale}), flush=True)
+  print(
+    json.dumps(
+      {
+        "sentence_transformers": sentence_transformers.__version__,
+        "torch": torch.__version__,
+        "n_train": len(lines),
+        "seed": a.seed,
+        "scale": loss.scale,
+      }
+    ),
+    flush=True,
+  )
   trainer.train()
 
 

@@ -30,19 +30,19 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Every variant of the step the trainer runs: (config file, overrides), on tests.helpers.tiny_config. Each runs 4
 # steps, evaluating, logging and saving every 2 (resume points, best checkpoints) or every step (metrics).
 VARIANTS = {
-    "simcse": ("base", {}),
-    "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),  # Hard negatives; official_world_size 4.
-    "mixcse": ("mixcse", {}),
-    "dclr": ("dclr", {}),
-    "dclr_as_released": ("dclr_as_released", {}),  # Attends padding; complementary model with dropout.
-    "simcse_gradcache": ("base", {"train.grad_cache_chunk": 4}),
-    "dclr_gradcache": ("dclr", {"train.grad_cache_chunk": 4}),  # The complementary model embeds chunk by chunk.
-    "simcse_mlm": ("base", {"mlm.enabled": True}),
-    "simcse_mlm_gradcache": ("base", {"mlm.enabled": True, "train.grad_cache_chunk": 2}),
-    "mlm_pretraining": ("base", {"method": "mlm", "mlm.max_predictions": 4}),
-    "simcse_crop": ("base", {"augment.crop": 0.1}),
-    "simcse_mlm_augment": ("base", {"augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
-    "simcse_same_dropout": ("base", {"augment.same_dropout_mask": True}),
+  "simcse": ("base", {}),
+  "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),  # Hard negatives; official_world_size 4.
+  "mixcse": ("mixcse", {}),
+  "dclr": ("dclr", {}),
+  "dclr_as_released": ("dclr_as_released", {}),  # Attends padding; complementary model with dropout.
+  "simcse_gradcache": ("base", {"train.grad_cache_chunk": 4}),
+  "dclr_gradcache": ("dclr", {"train.grad_cache_chunk": 4}),  # The complementary model embeds chunk by chunk.
+  "simcse_mlm": ("base", {"mlm.enabled": True}),
+  "simcse_mlm_gradcache": ("base", {"mlm.enabled": True, "train.grad_cache_chunk": 2}),
+  "mlm_pretraining": ("base", {"method": "mlm", "mlm.max_predictions": 4}),
+  "simcse_crop": ("base", {"augment.crop": 0.1}),
+  "simcse_mlm_augment": ("base", {"augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
+  "simcse_same_dropout": ("base", {"augment.same_dropout_mask": True}),
 }
 COMMON = {"train.max_steps": 4, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2}
 TIMINGS = ("steps_per_sec", "eval/seconds")  # metrics.jsonl fields that measure time, not the run.
@@ -71,9 +71,13 @@ def fingerprint(workdir: str, summary: dict | None, log_lines: list[str]) -> dic
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     metrics = [{k: v for k, v in json.loads(line).items() if k not in TIMINGS} for line in f if line.strip()]
   summary = {k: v for k, v in (summary or {}).items() if k != "workdir"}
-  return {"latest_params": params_digest(loading.load_model(workdir, checkpoint="latest").params),
-          "best_params": params_digest(loading.load_model(workdir).params),
-          "metrics": metrics, "summary": summary, "log": log_lines}
+  return {
+    "latest_params": params_digest(loading.load_model(workdir, checkpoint="latest").params),
+    "best_params": params_digest(loading.load_model(workdir).params),
+    "metrics": metrics,
+    "summary": summary,
+    "log": log_lines,
+  }
 
 
 class LogLines(logging.Handler):
@@ -186,10 +190,14 @@ def main() -> None:
       f.truncate(os.path.getsize(largest) // 2)
     files.write_json(os.path.join(step_dir, checkpoints.CHECKSUMS), checkpoints._file_digests(step_dir))
 
-  scenarios = {"resume_simcse": ("simcse", None), "resume_dclr_gradcache": ("dclr_gradcache", None),
-               "resume_simcse_mlm": ("simcse_mlm", None), "resume_best_gone": ("simcse", remove_best),
-               "resume_latest_damaged": ("simcse", damage_latest),
-               "resume_latest_unreadable": ("simcse", damage_latest_data)}
+  scenarios = {
+    "resume_simcse": ("simcse", None),
+    "resume_dclr_gradcache": ("dclr_gradcache", None),
+    "resume_simcse_mlm": ("simcse_mlm", None),
+    "resume_best_gone": ("simcse", remove_best),
+    "resume_latest_damaged": ("simcse", damage_latest),
+    "resume_latest_unreadable": ("simcse", damage_latest_data),
+  }
   for scenario, (name, change) in scenarios.items():
     if only and scenario not in only:
       continue

@@ -7,6 +7,7 @@ run_jaxcse_transfer.py, and prints per mode a Markdown table: each side's test a
 mean +- std over seeds, and whether jaxcse's mean falls inside SentEval's own seed-to-seed range
 (min..max over its seeds). A task SentEval ran with one seed only has no spread, and its row says so.
 """
+
 import argparse
 import collections
 import glob
@@ -74,9 +75,11 @@ def main():
     for task in TASKS:
       sides = table[mode].get(task)
       if sides:
-        print(f"| {task} | {describe(sides['senteval'])} | {describe(sides['jaxcse'])} | "
-              f"{verdict(sides['senteval'], sides['jaxcse'])} |")
-    print(f"\nWall seconds per task, median over the timed runs (runs shared the machine unevenly: rough)\n")
+        print(
+          f"| {task} | {describe(sides['senteval'])} | {describe(sides['jaxcse'])} | "
+          f"{verdict(sides['senteval'], sides['jaxcse'])} |"
+        )
+    print("\nWall seconds per task, median over the timed runs (runs shared the machine unevenly: rough)\n")
     print("| task | SentEval | jaxcse | SentEval / jaxcse |")
     print("|---|---:|---:|---:|")
     for task in TASKS:

@@ -8,6 +8,7 @@ Both probes (jaxcse.evaluation.transfer and SentEval) then read the same vectors
 The npz holds ``sentences`` (str array [n]) and ``embeddings`` (float32 [n, dim]), sentences already
 whitespace-joined as SentEval's batcher joins its tokens.
 """
+
 import argparse
 import time
 
@@ -27,8 +28,9 @@ def main():
   parser.add_argument("--out", required=True)
   args = parser.parse_args()
   root = data_lib.data_dir()
-  sentences = sorted({s for name in transfer.TRANSFER_TASKS
-                      for s in transfer.task_sentences(transfer.load_transfer_task(root, name))})
+  sentences = sorted(
+    {s for name in transfer.TRANSFER_TASKS for s in transfer.task_sentences(transfer.load_transfer_task(root, name))}
+  )
   print(f"{len(sentences)} distinct sentences", flush=True)
   start = time.time()
   loaded = loading.load_model(args.model, pooler=args.pooler)

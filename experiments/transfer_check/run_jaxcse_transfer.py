@@ -5,6 +5,7 @@
 
 Writes a jaxcse.evaluate-shaped JSON ("tasks", "summary" with MR..MRPC and Avg_transfer) plus wall seconds per task.
 """
+
 import argparse
 import json
 import time
@@ -29,13 +30,23 @@ def main():
   results, walls = {}, {}
   for name in args.tasks.split(","):
     start = time.time()
-    results[name] = transfer.evaluate_task(transfer.load_transfer_task(root, name), table, mode=args.mode,
-                                           seed=args.seed)
+    results[name] = transfer.evaluate_task(
+      transfer.load_transfer_task(root, name), table, mode=args.mode, seed=args.seed
+    )
     walls[name] = round(time.time() - start, 1)
     print(name, results[name], walls[name], "s", flush=True)
   with open(args.out, "w") as f:
-    json.dump({"mode": args.mode, "seed": args.seed, "tasks": results, "wall_seconds": walls,
-               "summary": transfer.summarize_transfer(results)}, f, indent=2)
+    json.dump(
+      {
+        "mode": args.mode,
+        "seed": args.seed,
+        "tasks": results,
+        "wall_seconds": walls,
+        "summary": transfer.summarize_transfer(results),
+      },
+      f,
+      indent=2,
+    )
 
 
 if __name__ == "__main__":

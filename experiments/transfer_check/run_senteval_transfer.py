@@ -10,6 +10,7 @@ so on a CPU-only torch those calls are made no-ops here (nothing else is changed
       experiments/transfer_check/run_senteval_transfer.py --cache transfer_cache/minilm_avg.npz \
       --mode dev --seed 1111 --tasks MR,CR,SUBJ,MPQA,SST2,TREC,MRPC --out senteval_dev_seed1111.json
 """
+
 import argparse
 import json
 import logging
@@ -78,11 +79,21 @@ def main():
     return np.stack([table[" ".join(tokens)] for tokens in batch])
 
   if args.mode == "test":
-    params = {"task_path": DATA_ROOT, "usepytorch": True, "kfold": 10, "seed": args.seed,
-              "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4}}
+    params = {
+      "task_path": DATA_ROOT,
+      "usepytorch": True,
+      "kfold": 10,
+      "seed": args.seed,
+      "classifier": {"nhid": 0, "optim": "adam", "batch_size": 64, "tenacity": 5, "epoch_size": 4},
+    }
   else:
-    params = {"task_path": DATA_ROOT, "usepytorch": True, "kfold": 5, "seed": args.seed,
-              "classifier": {"nhid": 0, "optim": "rmsprop", "batch_size": 128, "tenacity": 3, "epoch_size": 2}}
+    params = {
+      "task_path": DATA_ROOT,
+      "usepytorch": True,
+      "kfold": 5,
+      "seed": args.seed,
+      "classifier": {"nhid": 0, "optim": "rmsprop", "batch_size": 128, "tenacity": 3, "epoch_size": 2},
+    }
   results, walls = {}, {}
   for task in args.tasks.split(","):
     start = time.time()
@@ -90,8 +101,17 @@ def main():
     walls[task] = round(time.time() - start, 1)
     print(task, results[task], walls[task], "s", flush=True)
   with open(args.out, "w") as f:
-    json.dump({"mode": args.mode, "seed": args.seed, "tasks": results, "wall_seconds": walls,
-               "summary": {t: results[t]["acc"] for t in results}}, f, indent=2)
+    json.dump(
+      {
+        "mode": args.mode,
+        "seed": args.seed,
+        "tasks": results,
+        "wall_seconds": walls,
+        "summary": {t: results[t]["acc"] for t in results},
+      },
+      f,
+      indent=2,
+    )
 
 
 if __name__ == "__main__":

@@ -40,22 +40,35 @@ def describe(report: dict) -> list[str]:
   """A report as the lines the command prints."""
   m = report["memory_bytes"]
   hosts = f" on {report['num_hosts']} hosts" if report["num_hosts"] > 1 else ""
-  lines = [f"{report['target']}: {report['num_devices']} x {report['device']}{hosts}, global batch "
-           f"{report['batch_size']}" + (f", length {report['length']}" if "length" in report else ""),
-           f"  memory per device: {_gib(m['total'])} of {_gib(m['device_limit'])} usable "
-           f"({'fits' if report['fits'] else 'DOES NOT FIT'}): arguments {_gib(m['argument'])}, outputs "
-           f"{_gib(m['output'])}, aliased {_gib(m['alias'])}, temporaries {_gib(m['temp'])}, code {_gib(m['code'])}"]
+  lines = [
+    f"{report['target']}: {report['num_devices']} x {report['device']}{hosts}, global batch "
+    f"{report['batch_size']}" + (f", length {report['length']}" if "length" in report else ""),
+    f"  memory per device: {_gib(m['total'])} of {_gib(m['device_limit'])} usable "
+    f"({'fits' if report['fits'] else 'DOES NOT FIT'}): arguments {_gib(m['argument'])}, outputs "
+    f"{_gib(m['output'])}, aliased {_gib(m['alias'])}, temporaries {_gib(m['temp'])}, code {_gib(m['code'])}",
+  ]
   if report["flops_per_device"] is not None:
-    lines.append(f"  per device and step: {report['flops_per_device'] / 1e12:.3f} TFLOP, "
-                 f"{report['bytes_accessed_per_device'] / 1e9:.2f} GB accessed")
+    lines.append(
+      f"  per device and step: {report['flops_per_device'] / 1e12:.3f} TFLOP, "
+      f"{report['bytes_accessed_per_device'] / 1e9:.2f} GB accessed"
+    )
   if report["roofline_step_seconds"] is not None:
-    lines.append(f"  roofline: at least {report['roofline_step_seconds'] * 1e3:.2f} ms per step "
-                 f"({report['roofline_bound']}-bound), at most {report['sentences_per_second_bound']:,.0f} "
-                 "sentences/s" + (f"; {report['roofline_xla_bytes_seconds'] * 1e3:.2f} ms at XLA's bytes accessed"
-                                  if report["roofline_xla_bytes_seconds"] else ""))
+    lines.append(
+      f"  roofline: at least {report['roofline_step_seconds'] * 1e3:.2f} ms per step "
+      f"({report['roofline_bound']}-bound), at most {report['sentences_per_second_bound']:,.0f} "
+      "sentences/s"
+      + (
+        f"; {report['roofline_xla_bytes_seconds'] * 1e3:.2f} ms at XLA's bytes accessed"
+        if report["roofline_xla_bytes_seconds"]
+        else ""
+      )
+    )
   kinds = ", ".join(f"{k} x{v}" for k, v in report["collectives"].items()) or "none"
-  compiled = (f"from the compile cache (the compilation took {report['compile_seconds']:.1f} s when it ran)"
-              if report.get("cached") else f"compiled in {report['compile_seconds']:.1f} s")
+  compiled = (
+    f"from the compile cache (the compilation took {report['compile_seconds']:.1f} s when it ran)"
+    if report.get("cached")
+    else f"compiled in {report['compile_seconds']:.1f} s"
+  )
   lines.append(f"  collectives: {kinds}; {compiled}")
   return lines
 
@@ -64,8 +77,10 @@ def does_not_fit_line(target: str, report: dict | None, error: str | None) -> st
   if error is not None:
     return f"does not fit {target}: the compiler ran out of memory ({error})"
   m = report["memory_bytes"]
-  return (f"does not fit {target}: {_gib(m['total'])} per device, {_gib(m['device_limit'])} usable "
-          f"(batch {report['batch_size']})")
+  return (
+    f"does not fit {target}: {_gib(m['total'])} per device, {_gib(m['device_limit'])} usable "
+    f"(batch {report['batch_size']})"
+  )
 
 
 def _progress(line: str) -> None:
@@ -76,17 +91,21 @@ def _progress(line: str) -> None:
 def list_targets() -> None:
   from jaxcse.compile import targets
 
-  print(f"{'target':<11} {'devices':>7} {'hosts':>5}  {'device':<15} {'bf16 TFLOP/s':>12} {'HBM GB/s':>9} "
-        f"{'usable':>10}  description")
+  print(
+    f"{'target':<11} {'devices':>7} {'hosts':>5}  {'device':<15} {'bf16 TFLOP/s':>12} {'HBM GB/s':>9} "
+    f"{'usable':>10}  description"
+  )
   for t in targets.TARGETS.values():
     if t.platform == "cpu":
       print(f"{t.name:<11} {'-':>7} {1:>5}  {'cpu':<15} {'-':>12} {'-':>9} {'-':>10}  {t.description}")
       continue
     usable = t.peaks.tpu_usable_gib * 2**30 if t.platform == "tpu" else None
     usable_text = _gib(usable) if usable else f"{targets.gpu_memory_fraction():.0%} of mem"
-    print(f"{t.name:<11} {t.num_devices:>7} {t.num_hosts:>5}  {t.peaks.name:<15} "
-          f"{t.bf16_flops_per_device / 1e12:>12.1f} {t.memory_bandwidth_per_device / 1e9:>9.0f} {usable_text:>10}  "
-          f"{t.description}")
+    print(
+      f"{t.name:<11} {t.num_devices:>7} {t.num_hosts:>5}  {t.peaks.name:<15} "
+      f"{t.bf16_flops_per_device / 1e12:>12.1f} {t.memory_bandwidth_per_device / 1e9:>9.0f} {usable_text:>10}  "
+      f"{t.description}"
+    )
   print("\nper device; sources:")
   for chip in targets.CHIPS.values():
     print(f"  {chip.name}: {chip.source}")
@@ -96,7 +115,10 @@ def run_command() -> int:
   from absl import flags
 
   from jaxcse.compile import lowering, max_batch, targets
+  from jaxcse.core import platforms
   from jaxcse.core.errors import USER_ERRORS, print_error
+
+  platforms.use_compilation_cache()  # Read by the CPU target; the others turn jax's cache off below.
 
   FLAGS = flags.FLAGS
   config = FLAGS.config
@@ -110,13 +132,21 @@ def run_command() -> int:
 
       jax.config.update("jax_enable_compilation_cache", False)
     devices = targets.devices(target)
-    result: dict = {"config": FLAGS["config"].config_filename,
-                    "overrides": [a for a in sys.argv[1:] if a.startswith("--config.")]}
+    result: dict = {
+      "config": FLAGS["config"].config_filename,
+      "overrides": [a for a in sys.argv[1:] if a.startswith("--config.")],
+    }
     fits, error = True, None
     if FLAGS.inference:
-      reports = lowering.compile_encoder(config, target, devices=devices, max_len=FLAGS.inference_max_len or None,
-                                    lengths=[int(n) for n in FLAGS.inference_lengths] or None, cache_dir=cache_dir,
-                                    log=_progress)
+      reports = lowering.compile_encoder(
+        config,
+        target,
+        devices=devices,
+        max_len=FLAGS.inference_max_len or None,
+        lengths=[int(n) for n in FLAGS.inference_lengths] or None,
+        cache_dir=cache_dir,
+        log=_progress,
+      )
       result.update(reports[-1], lengths=reports)
       for r in reports:
         print("\n".join(describe(r)))
@@ -125,19 +155,31 @@ def run_command() -> int:
       found = []
       for variant in FLAGS.variants:
         print(f"{target.name}: largest global batch, {variant} ...", flush=True)
-        found.append(max_batch.max_batch(config, target, variant, devices=devices, chunk=FLAGS.grad_cache_chunk or None,
-                                   columns=FLAGS.columns or None, near=FLAGS.max_batch_near or None,
-                                   cache_dir=cache_dir, log=print))
+        found.append(
+          max_batch.max_batch(
+            config,
+            target,
+            variant,
+            devices=devices,
+            chunk=FLAGS.grad_cache_chunk or None,
+            columns=FLAGS.columns or None,
+            near=FLAGS.max_batch_near or None,
+            cache_dir=cache_dir,
+            log=print,
+          )
+        )
         print(f"{target.name}: {variant}: largest batch that fits: {found[-1]['max_batch_size']}", flush=True)
       result.update(target=target.name, num_devices=len(devices), max_batch=found)
     else:
       try:
-        report = lowering.compile_train_step(config, target, devices=devices, columns=FLAGS.columns or None,
-                                        cache_dir=cache_dir, log=_progress)
+        report = lowering.compile_train_step(
+          config, target, devices=devices, columns=FLAGS.columns or None, cache_dir=cache_dir, log=_progress
+        )
       except lowering.OutOfMemory as e:
         fits, error = False, str(e)
-        result.update(target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False,
-                      error=error)
+        result.update(
+          target=target.name, num_devices=len(devices), batch_size=config.train.batch_size, fits=False, error=error
+        )
       else:
         result.update(report)
         fits = report["fits"]
@@ -190,39 +232,78 @@ def _define_flags():
 
   from jaxcse.compile import max_batch
 
-  config_flags.DEFINE_config_file("config", None, "Training config, as jaxcse-train's: a file (configs/base.py) or the "
-                                  "name of a shipped config (base, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
-                                  lock_config=True)
-  flags.DEFINE_string("target", None, "What to compile for: v5e-1, v5e-8, v5e-16, v6e-8, v4-8, v4-32, v3-8, v2-8, "
-                      "h100, a100-80gb, a100-40gb, ... or cpu (this machine); --list_targets shows them all.")
+  config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Training config, as jaxcse-train's: a file (configs/base.py) or the "
+    "name of a shipped config (base, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
+    lock_config=True,
+  )
+  flags.DEFINE_string(
+    "target",
+    None,
+    "What to compile for: v5e-1, v5e-8, v5e-16, v6e-8, v4-8, v4-32, v3-8, v2-8, "
+    "h100, a100-80gb, a100-40gb, ... or cpu (this machine); --list_targets shows them all.",
+  )
   flags.DEFINE_string("json", None, "Write the report to this JSON file.")
-  flags.DEFINE_bool("find_max_batch", False, "Find the largest global batch that fits, by compiling only "
-                    "(a bracket from the config's batch or --max_batch_near, then regula falsi; multiples of 8 rows "
-                    "per device), for each of --variants.")
-  flags.DEFINE_integer("max_batch_near", 0, "With --find_max_batch: a guess of the answer (e.g. the same config's "
-                       "largest batch on a similar target, scaled by the devices' count and memory); the search "
-                       "widens a bracket around it by 1, 2, 4, ... steps, so a good guess costs two compilations.")
-  flags.DEFINE_list("variants", list(max_batch.MEMORY_VARIANTS), "With --find_max_batch: plain, grad_cache, "
-                    "gradient_checkpointing, grad_cache+gradient_checkpointing.")
-  flags.DEFINE_integer("grad_cache_chunk", 0, "With --find_max_batch: GradCache's chunk (default: the config's "
-                       "train.grad_cache_chunk, else its train.batch_size).")
-  flags.DEFINE_bool("inference", False, "Compile the evaluation/encoding forward instead (the BucketedEmbedder's, at "
-                    "eval.batch_size rows), at every length bucket up to --inference_max_len.")
-  flags.DEFINE_integer("inference_max_len", 0, "With --inference: the longest length bucket (default: the model's "
-                       "maximum positions).")
+  flags.DEFINE_bool(
+    "find_max_batch",
+    False,
+    "Find the largest global batch that fits, by compiling only "
+    "(a bracket from the config's batch or --max_batch_near, then regula falsi; multiples of 8 rows "
+    "per device), for each of --variants.",
+  )
+  flags.DEFINE_integer(
+    "max_batch_near",
+    0,
+    "With --find_max_batch: a guess of the answer (e.g. the same config's "
+    "largest batch on a similar target, scaled by the devices' count and memory); the search "
+    "widens a bracket around it by 1, 2, 4, ... steps, so a good guess costs two compilations.",
+  )
+  flags.DEFINE_list(
+    "variants",
+    list(max_batch.MEMORY_VARIANTS),
+    "With --find_max_batch: plain, grad_cache, gradient_checkpointing, grad_cache+gradient_checkpointing.",
+  )
+  flags.DEFINE_integer(
+    "grad_cache_chunk",
+    0,
+    "With --find_max_batch: GradCache's chunk (default: the config's "
+    "train.grad_cache_chunk, else its train.batch_size).",
+  )
+  flags.DEFINE_bool(
+    "inference",
+    False,
+    "Compile the evaluation/encoding forward instead (the BucketedEmbedder's, at "
+    "eval.batch_size rows), at every length bucket up to --inference_max_len.",
+  )
+  flags.DEFINE_integer(
+    "inference_max_len", 0, "With --inference: the longest length bucket (default: the model's maximum positions)."
+  )
   flags.DEFINE_list("inference_lengths", [], "With --inference: only these length buckets (e.g. 32,128,512).")
-  flags.DEFINE_integer("columns", 0, "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
-                       "triplets; else 1). The corpus is never read.")
-  flags.DEFINE_string("cache_dir", os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),
-                      "Where compilations' results are kept, by a fingerprint of the lowered program, the target and the "
-                      "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; "
-                      "empty: none). jax's own cache cannot read back compile-only executables.")
+  flags.DEFINE_integer(
+    "columns",
+    0,
+    "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
+    "triplets; else 1). The corpus is never read.",
+  )
+  flags.DEFINE_string(
+    "cache_dir",
+    os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),
+    "Where compilations' results are kept, by a fingerprint of the lowered program, the target and the "
+    "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; "
+    "empty: none). jax's own cache cannot read back compile-only executables.",
+  )
   flags.DEFINE_bool("list_targets", False, "List the targets with their per-device peaks and sources, then exit.")
-  flags.DEFINE_bool("install_gpu_compiler", False, "Install jax's CUDA plugin for the installed jaxlib (no NVIDIA "
-                    "libraries; ptxas comes with the aot extra) where only jaxcse-compile looks for it (env "
-                    "JAXCSE_GPU_COMPILER_DIR, default ~/.cache/jaxcse/gpu-compiler/jaxlib-VERSION), then exit. Needed "
-                    "once for GPU targets; in site-packages the plugin would start, and print errors, in every jax "
-                    "program on a machine without a GPU.")
+  flags.DEFINE_bool(
+    "install_gpu_compiler",
+    False,
+    "Install jax's CUDA plugin for the installed jaxlib (no NVIDIA "
+    "libraries; ptxas comes with the aot extra) where only jaxcse-compile looks for it (env "
+    "JAXCSE_GPU_COMPILER_DIR, default ~/.cache/jaxcse/gpu-compiler/jaxlib-VERSION), then exit. Needed "
+    "once for GPU targets; in site-packages the plugin would start, and print errors, in every jax "
+    "program on a machine without a GPU.",
+  )
 
 
 def run() -> None:

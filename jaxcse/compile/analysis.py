@@ -11,12 +11,13 @@ import collections
 import dataclasses
 import re
 
-from jaxcse.core import compat
 from jaxcse.compile import targets as targets_lib
+from jaxcse.core import compat
 
-
-_COLLECTIVE = re.compile(r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|"
-                         r"ragged-all-to-all)(?:-start)?\(")
+_COLLECTIVE = re.compile(
+  r"\s(all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast|"
+  r"ragged-all-to-all)(?:-start)?\("
+)
 
 
 def collectives(hlo_text: str) -> dict[str, int]:
@@ -55,8 +56,13 @@ class Memory:
   @classmethod
   def of(cls, compiled) -> "Memory":
     m = compiled.memory_analysis()
-    return cls(m.argument_size_in_bytes, m.output_size_in_bytes, m.alias_size_in_bytes, m.temp_size_in_bytes,
-               m.generated_code_size_in_bytes)
+    return cls(
+      m.argument_size_in_bytes,
+      m.output_size_in_bytes,
+      m.alias_size_in_bytes,
+      m.temp_size_in_bytes,
+      m.generated_code_size_in_bytes,
+    )
 
   @property
   def total(self) -> int:
@@ -86,8 +92,10 @@ def compiler_versions(target: targets_lib.Target) -> dict[str, str]:
   """The versions that decide what the target's compiler produces."""
   import importlib.metadata
 
-  packages = ["jax", "jaxlib"] + {"tpu": ["libtpu"], "gpu": ["jax-cuda12-plugin", "jax-cuda12-pjrt",
-                                                           "nvidia-cuda-nvcc-cu12"]}.get(target.platform, [])
+  packages = ["jax", "jaxlib"] + {
+    "tpu": ["libtpu"],
+    "gpu": ["jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12"],
+  }.get(target.platform, [])
   versions = {}
   for package in packages:
     try:
@@ -97,8 +105,9 @@ def compiler_versions(target: targets_lib.Target) -> dict[str, str]:
   return versions
 
 
-def roofline_seconds(flops: float | None, bytes_moved: float | None, target: targets_lib.Target
-                     ) -> tuple[float | None, str | None]:
+def roofline_seconds(
+  flops: float | None, bytes_moved: float | None, target: targets_lib.Target
+) -> tuple[float | None, str | None]:
   """``(seconds, what bounds them)``: the larger of FLOPs / peak FLOP/s and bytes / HBM bandwidth, per device.
 
   Terms without a number (a target without peaks, a missing cost) are left out; ``(None, None)`` if both are.
@@ -130,27 +139,38 @@ def analyse(facts: Facts, target: targets_lib.Target, *, batch_size: int, num_de
   seconds, bound = roofline_seconds(flops, memory.argument + memory.output, target)
   xla_seconds, _ = roofline_seconds(flops, bytes_accessed, target)
   return {
-      "target": target.name,
-      "device": target.peaks.name if target.peaks else "cpu",
-      "num_devices": num_devices,
-      "num_hosts": target.num_hosts,
-      "batch_size": batch_size,
-      "memory_bytes": {"argument": memory.argument, "output": memory.output, "alias": memory.alias,
-                       "temp": memory.temp, "code": memory.code, "total": memory.total, "device_limit": limit},
-      "fits": memory.total <= limit,
-      "flops_per_device": flops,
-      "bytes_accessed_per_device": bytes_accessed,
-      "cost_source": facts.cost_source,
-      "roofline_step_seconds": seconds,
-      "roofline_bound": bound,
-      "sentences_per_second_bound": batch_size / seconds if seconds else None,
-      "roofline_xla_bytes_seconds": xla_seconds,
-      "peaks_per_device": None if target.peaks is None else {
-          "bf16_flops": target.bf16_flops_per_device, "memory_bandwidth": target.memory_bandwidth_per_device,
-          "source": target.peaks.source},
-      "collectives": facts.collectives,
-      "compile_seconds": facts.compile_seconds,
-      "cached": facts.cached,
-      "fingerprint": facts.fingerprint,
-      "compiler_versions": compiler_versions(target),
+    "target": target.name,
+    "device": target.peaks.name if target.peaks else "cpu",
+    "num_devices": num_devices,
+    "num_hosts": target.num_hosts,
+    "batch_size": batch_size,
+    "memory_bytes": {
+      "argument": memory.argument,
+      "output": memory.output,
+      "alias": memory.alias,
+      "temp": memory.temp,
+      "code": memory.code,
+      "total": memory.total,
+      "device_limit": limit,
+    },
+    "fits": memory.total <= limit,
+    "flops_per_device": flops,
+    "bytes_accessed_per_device": bytes_accessed,
+    "cost_source": facts.cost_source,
+    "roofline_step_seconds": seconds,
+    "roofline_bound": bound,
+    "sentences_per_second_bound": batch_size / seconds if seconds else None,
+    "roofline_xla_bytes_seconds": xla_seconds,
+    "peaks_per_device": None
+    if target.peaks is None
+    else {
+      "bf16_flops": target.bf16_flops_per_device,
+      "memory_bandwidth": target.memory_bandwidth_per_device,
+      "source": target.peaks.source,
+    },
+    "collectives": facts.collectives,
+    "compile_seconds": facts.compile_seconds,
+    "cached": facts.cached,
+    "fingerprint": facts.fingerprint,
+    "compiler_versions": compiler_versions(target),
   }

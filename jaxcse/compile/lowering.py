@@ -31,14 +31,13 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse.training import configuration, configured, distributed, objectives
-from jaxcse.inference import embedder as embedder_lib
-from jaxcse.core import files
-from jaxcse.data import tokenization
-from jaxcse.training import train_step as step_lib
 from jaxcse.compile import targets as targets_lib
 from jaxcse.compile.analysis import Facts, Memory, analyse, collectives, compiler_versions, cost_of
+from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import tokenization
+from jaxcse.inference import embedder as embedder_lib
+from jaxcse.training import configuration, configured, distributed, objectives, train_step as step_lib
 
 
 class CompileError(JaxcseError, RuntimeError):
@@ -73,8 +72,9 @@ class StepProgram:
   columns: int
 
 
-def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size: int | None = None,
-                       columns: int | None = None) -> StepProgram:
+def train_step_program(
+  config: ml_collections.ConfigDict, devices, *, batch_size: int | None = None, columns: int | None = None
+) -> StepProgram:
   """The trainer's jitted step for ``config`` on a mesh of ``devices``, with abstract ``(state, batch, comp_params,
   augment_params)`` (the frozen models' params None when the config uses none).
 
@@ -90,8 +90,9 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   complementary = configured.complementary(config, abstract=True)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
   augment_mlm = configured.augment_mlm(config, model.spec, abstract=True)
-  jitted = step_lib.jit_train_step(config, model.spec, tx, complementary and complementary.spec, mesh,
-                                   augment_mlm=augment_mlm and augment_mlm.spec)
+  jitted = step_lib.jit_train_step(
+    config, model.spec, tx, complementary and complementary.spec, mesh, augment_mlm=augment_mlm and augment_mlm.spec
+  )
   # The arguments as the trainer places them: the state as train._resume makes it (step 0, the params, the
   # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
   replicated, batch_sharding = distributed.data_shardings(mesh)
@@ -99,14 +100,25 @@ def train_step_program(config: ml_collections.ConfigDict, devices, *, batch_size
   def placed(tree, sharding):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
-  state = jax.eval_shape(lambda p: step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)),
-                         model.params)
+  state = jax.eval_shape(
+    lambda p: step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)), model.params
+  )
   shape = (batch_size, columns, config.data.max_seq_len)
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
+  if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
+    batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
   comp_params = complementary and placed(complementary.params, replicated)
   augment_params = augment_mlm and placed(augment_mlm.params, replicated)
-  return StepProgram(jitted, (placed(state, replicated), placed(batch, batch_sharding), comp_params, augment_params),
-                     model, complementary, augment_mlm, mesh, batch_size, columns)
+  return StepProgram(
+    jitted,
+    (placed(state, replicated), placed(batch, batch_sharding), comp_params, augment_params),
+    model,
+    complementary,
+    augment_mlm,
+    mesh,
+    batch_size,
+    columns,
+  )
 
 
 # Out-of-memory errors of the compilers: libtpu's "Ran out of memory on HBM", XLA's RESOURCE_EXHAUSTED.
@@ -140,10 +152,15 @@ def fingerprint(canonical: str, target: targets_lib.Target) -> str:
   """sha256 of everything a compilation depends on: the program (``lower``'s canonical text), the target's
   definition (and GPU config), the compilers' versions and flags."""
   digest = hashlib.sha256()
-  parts = [f"format {CACHE_FORMAT}", canonical, repr(dataclasses.astuple(target)),
-           targets_lib.gpu_config_text(target.gpu_config) if target.gpu_config else "",
-           json.dumps(compiler_versions(target), sort_keys=True),
-           os.environ.get("XLA_FLAGS", ""), os.environ.get("LIBTPU_INIT_ARGS", "")]
+  parts = [
+    f"format {CACHE_FORMAT}",
+    canonical,
+    repr(dataclasses.astuple(target)),
+    targets_lib.gpu_config_text(target.gpu_config) if target.gpu_config else "",
+    json.dumps(compiler_versions(target), sort_keys=True),
+    os.environ.get("XLA_FLAGS", ""),
+    os.environ.get("LIBTPU_INIT_ARGS", ""),
+  ]
   for part in parts:
     digest.update(part.encode())
     digest.update(b"\0")
@@ -158,8 +175,16 @@ def _read_cached(cache_dir: str | None, key: str) -> Facts | None:
     with open(path) as f:
       entry = json.load(f)
     memory = Memory(**entry["memory"]) if entry["memory"] else None
-    return Facts(memory, entry["cost"], entry["cost_source"], entry["collectives"], entry["compile_seconds"], key,
-                 entry["out_of_memory"], cached=True)
+    return Facts(
+      memory,
+      entry["cost"],
+      entry["cost_source"],
+      entry["collectives"],
+      entry["compile_seconds"],
+      key,
+      entry["out_of_memory"],
+      cached=True,
+    )
   except FileNotFoundError:
     return None
   except (OSError, ValueError, KeyError, TypeError):  # Unreadable: compile again and write it anew.
@@ -213,12 +238,15 @@ def compile_facts(jitted, args, target: targets_lib.Target, *, cache_dir: str | 
   key = fingerprint(canonical, target)
   facts = _read_cached(cache_dir, key)
   if facts is not None and log:
-    log(f"{target.name}: found in the compile cache ({cache_dir}), read in {time.perf_counter() - started:.1f} s "
-        f"(the compilation itself took {facts.compile_seconds:.1f} s when it ran)")
+    log(
+      f"{target.name}: found in the compile cache ({cache_dir}), read in {time.perf_counter() - started:.1f} s "
+      f"(the compilation itself took {facts.compile_seconds:.1f} s when it ran)"
+    )
   if facts is None:
     if log:
-      log(f"{target.name}: lowered in {time.perf_counter() - started:.1f} s; compiling with "
-          f"{_compiler_name(target)} ...")
+      log(
+        f"{target.name}: lowered in {time.perf_counter() - started:.1f} s; compiling with {_compiler_name(target)} ..."
+      )
     started = time.perf_counter()
     try:
       with _still_running(log, "compiling"):
@@ -240,9 +268,16 @@ def compile_facts(jitted, args, target: targets_lib.Target, *, cache_dir: str | 
   return facts
 
 
-def compile_train_step(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
-                       batch_size: int | None = None, columns: int | None = None, cache_dir: str | None = None,
-                       log=None) -> dict:
+def compile_train_step(
+  config: ml_collections.ConfigDict,
+  target: targets_lib.Target,
+  *,
+  devices=None,
+  batch_size: int | None = None,
+  columns: int | None = None,
+  cache_dir: str | None = None,
+  log=None,
+) -> dict:
   """Compiles the train step of ``config`` for ``target``; returns ``analyse``'s report.
 
   ``log``: progress lines (``compile_facts``). Raises ``OutOfMemory`` when the target's compiler refuses the
@@ -266,9 +301,17 @@ def compile_train_step(config: ml_collections.ConfigDict, target: targets_lib.Ta
 # Inference: the encoder's forward at the BucketedEmbedder's length buckets.
 
 
-def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Target, *, devices=None,
-                    max_len: int | None = None, lengths: list[int] | None = None, rows: int | None = None,
-                    cache_dir: str | None = None, log=None) -> list[dict]:
+def compile_encoder(
+  config: ml_collections.ConfigDict,
+  target: targets_lib.Target,
+  *,
+  devices=None,
+  max_len: int | None = None,
+  lengths: list[int] | None = None,
+  rows: int | None = None,
+  cache_dir: str | None = None,
+  log=None,
+) -> list[dict]:
   """Compiles the evaluation forward (``embedder.jit_embed``, as the trainer's Evaluator runs it) at each length.
 
   The Evaluator embeds STS-B/SICK-R dev with ``spec.pooling.dev_pooler`` on ``eval.batch_size`` rows, the params
@@ -284,7 +327,9 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   attend_padding = objectives.needs(config).attend_padding
   rows = rows or config.eval.batch_size
   max_len = min(max_len or spec.max_positions, spec.max_positions)
-  embed = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=rows, max_seq_len=max_len, attend_padding=attend_padding)
+  embed = embedder_lib.BucketedEmbedder(
+    spec, pooler, batch_size=rows, max_seq_len=max_len, attend_padding=attend_padding
+  )
   params = embed.params_for_pooler(model.params)
   replicated, _ = distributed.data_shardings(distributed.make_mesh(devices))
   params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params)
@@ -293,8 +338,10 @@ def compile_encoder(config: ml_collections.ConfigDict, target: targets_lib.Targe
   if lengths:
     unknown = sorted(set(lengths) - set(buckets))
     if unknown:
-      raise CompileError(f"inference lengths {unknown} are not length buckets up to {embed.max_seq_len} (the "
-                         f"BucketedEmbedder pads every batch to one of {buckets})")
+      raise CompileError(
+        f"inference lengths {unknown} are not length buckets up to {embed.max_seq_len} (the "
+        f"BucketedEmbedder pads every batch to one of {buckets})"
+      )
     buckets = sorted(set(lengths))
   reports = []
   for length in buckets:

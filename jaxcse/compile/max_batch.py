@@ -11,7 +11,6 @@ import ml_collections
 from jaxcse.compile import targets as targets_lib
 from jaxcse.compile.lowering import OutOfMemory, compile_train_step
 
-
 # find_max_batch's variants: overrides of the config for each way of trading compute for memory.
 MEMORY_VARIANTS = ("plain", "grad_cache", "gradient_checkpointing", "grad_cache+gradient_checkpointing")
 
@@ -26,8 +25,9 @@ def variant_config(config: ml_collections.ConfigDict, variant: str, chunk: int) 
   return config
 
 
-def find_max_batch(measure, granularity: int, start: int, *, limit: int = 1 << 20,
-                   near: bool = False) -> tuple[int | None, list]:
+def find_max_batch(
+  measure, granularity: int, start: int, *, limit: int = 1 << 20, near: bool = False
+) -> tuple[int | None, list]:
   """The largest multiple of ``granularity`` (up to ``limit``) whose program fits, assuming all smaller ones fit.
 
   ``measure(batch) -> (fits, (bytes needed, bytes usable) or None)`` compiles once; the bytes are per device,
@@ -127,9 +127,18 @@ def _narrow(probe, excess: dict, low: int, high: int, granularity: int, on_grid)
   return low
 
 
-def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, variant: str, *, devices=None,
-              chunk: int | None = None, columns: int | None = None, near: int | None = None,
-              cache_dir: str | None = None, log=None) -> dict:
+def max_batch(
+  config: ml_collections.ConfigDict,
+  target: targets_lib.Target,
+  variant: str,
+  *,
+  devices=None,
+  chunk: int | None = None,
+  columns: int | None = None,
+  near: int | None = None,
+  cache_dir: str | None = None,
+  log=None,
+) -> dict:
   """The largest global batch of ``config`` that fits ``target`` in ``variant``, by compiling only.
 
   GradCache's chunk: ``chunk``, else the config's ``train.grad_cache_chunk``, else its ``train.batch_size``
@@ -147,18 +156,27 @@ def max_batch(config: ml_collections.ConfigDict, target: targets_lib.Target, var
   def measure(batch):
     config.train.batch_size = batch
     try:
-      report = compile_train_step(config, target, devices=devices, batch_size=batch, columns=columns,
-                                  cache_dir=cache_dir)
+      report = compile_train_step(
+        config, target, devices=devices, batch_size=batch, columns=columns, cache_dir=cache_dir
+      )
     except OutOfMemory:
       ok, used = False, None
     else:
       memory = report["memory_bytes"]
       ok, used = report["fits"], (memory["total"], memory["device_limit"])
     if log is not None:
-      log(f"  {variant}: batch {batch} {'fits' if ok else 'does not fit'}"
-          + (f" ({used[0] / 2**30:.2f} of {used[1] / 2**30:.2f} GiB)" if used else " (the compiler ran out of memory)"))
+      log(
+        f"  {variant}: batch {batch} {'fits' if ok else 'does not fit'}"
+        + (f" ({used[0] / 2**30:.2f} of {used[1] / 2**30:.2f} GiB)" if used else " (the compiler ran out of memory)")
+      )
     return ok, used
 
   largest, tried = find_max_batch(measure, granularity, near or config.train.batch_size, near=near is not None)
-  return {"variant": variant, "max_batch_size": largest, "granularity": granularity, "near": near,
-          "grad_cache_chunk": chunk if "grad_cache" in variant else 0, "tried": tried}
+  return {
+    "variant": variant,
+    "max_batch_size": largest,
+    "granularity": granularity,
+    "near": near,
+    "grad_cache_chunk": chunk if "grad_cache" in variant else 0,
+    "tried": tried,
+  }

@@ -65,25 +65,42 @@ class Chip:
 
 CLOUD_TPU_DOCS = "https://cloud.google.com/tpu/docs/"
 CHIPS = {
-    # Jouppi et al., "A Domain-Specific Supercomputer for Training Deep Neural Networks", CACM 63(7), 2020,
-    # Table 3 (TPUv2: 46 TFLOPS bf16, 16 GiB HBM at 700 GB/s); jax's own pallas/mosaic/tpu_info.py has 4.6e13 too.
-    "tpu_v2": Chip("TPU v2", 2, 46e12, 700e9, 16 * GIB, "Jouppi et al., CACM 2020, Table 3", 7.48),
-    "tpu_v3": Chip("TPU v3", 2, 123e12, 900e9, 32 * GIB, CLOUD_TPU_DOCS + "v3", 15.48),
-    "tpu_v4": Chip("TPU v4", 1, 275e12, 1200e9, 32 * GIB, CLOUD_TPU_DOCS + "v4", 30.75),
-    "tpu_v5e": Chip("TPU v5e", 1, 197e12, 819e9, 16 * GIB, CLOUD_TPU_DOCS + "v5e", 15.75),
-    # The docs say "16 GB", "32 GB", "95 GB" for v5e, v6e, v5p: libtpu makes 15.75, 31.25 and 95.74 GiB available,
-    # so these are GiB (HBM stacks come in GiB; the v5p's 96 GiB holds 95.74 usable).
-    "tpu_v5p": Chip("TPU v5p", 1, 459e12, 2765e9, 96 * GIB, CLOUD_TPU_DOCS + "v5p", 95.74),
-    "tpu_v6e": Chip("TPU v6e", 1, 918e12, 1638e9, 32 * GIB, CLOUD_TPU_DOCS + "v6e", 31.25),
-    # NVIDIA's datasheets give bf16 tensor-core peaks with 2:4 sparsity; the dense peak is half. HBM bandwidth and
-    # size as XLA's target configs (gpu_targets/) state them: 3.35 TB/s, 2.04 TB/s, 1.56 TB/s.
-    "h100_sxm": Chip("H100 SXM 80GB", 1, 989.4e12, 3352.32e9, 84942979072,
-                     "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 1,979 TFLOPS bf16 with sparsity); "
-                     "gpu_targets/h100_sxm.txtpb"),
-    "a100_80gb": Chip("A100 SXM 80GB", 1, 312e12, 2039.04e9, 85100068864,
-                      "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS bf16 dense); gpu_targets/a100_sxm_80.txtpb"),
-    "a100_40gb": Chip("A100 SXM 40GB", 1, 312e12, 1555.2e9, 42331013120,
-                      "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS bf16 dense); gpu_targets/a100_sxm_40.txtpb"),
+  # Jouppi et al., "A Domain-Specific Supercomputer for Training Deep Neural Networks", CACM 63(7), 2020,
+  # Table 3 (TPUv2: 46 TFLOPS bf16, 16 GiB HBM at 700 GB/s); jax's own pallas/mosaic/tpu_info.py has 4.6e13 too.
+  "tpu_v2": Chip("TPU v2", 2, 46e12, 700e9, 16 * GIB, "Jouppi et al., CACM 2020, Table 3", 7.48),
+  "tpu_v3": Chip("TPU v3", 2, 123e12, 900e9, 32 * GIB, CLOUD_TPU_DOCS + "v3", 15.48),
+  "tpu_v4": Chip("TPU v4", 1, 275e12, 1200e9, 32 * GIB, CLOUD_TPU_DOCS + "v4", 30.75),
+  "tpu_v5e": Chip("TPU v5e", 1, 197e12, 819e9, 16 * GIB, CLOUD_TPU_DOCS + "v5e", 15.75),
+  # The docs say "16 GB", "32 GB", "95 GB" for v5e, v6e, v5p: libtpu makes 15.75, 31.25 and 95.74 GiB available,
+  # so these are GiB (HBM stacks come in GiB; the v5p's 96 GiB holds 95.74 usable).
+  "tpu_v5p": Chip("TPU v5p", 1, 459e12, 2765e9, 96 * GIB, CLOUD_TPU_DOCS + "v5p", 95.74),
+  "tpu_v6e": Chip("TPU v6e", 1, 918e12, 1638e9, 32 * GIB, CLOUD_TPU_DOCS + "v6e", 31.25),
+  # NVIDIA's datasheets give bf16 tensor-core peaks with 2:4 sparsity; the dense peak is half. HBM bandwidth and
+  # size as XLA's target configs (gpu_targets/) state them: 3.35 TB/s, 2.04 TB/s, 1.56 TB/s.
+  "h100_sxm": Chip(
+    "H100 SXM 80GB",
+    1,
+    989.4e12,
+    3352.32e9,
+    84942979072,
+    "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 1,979 TFLOPS bf16 with sparsity); gpu_targets/h100_sxm.txtpb",
+  ),
+  "a100_80gb": Chip(
+    "A100 SXM 80GB",
+    1,
+    312e12,
+    2039.04e9,
+    85100068864,
+    "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS bf16 dense); gpu_targets/a100_sxm_80.txtpb",
+  ),
+  "a100_40gb": Chip(
+    "A100 SXM 40GB",
+    1,
+    312e12,
+    1555.2e9,
+    42331013120,
+    "NVIDIA A100 Tensor Core GPU datasheet (312 TFLOPS bf16 dense); gpu_targets/a100_sxm_40.txtpb",
+  ),
 }
 
 
@@ -147,30 +164,93 @@ def _gpu(name, chip, config_file, description) -> Target:
   return Target(name, "gpu", chip, 1, 1, description, gpu_config=config_file)
 
 
-TARGETS = {t.name: t for t in [
+TARGETS = {
+  t.name: t
+  for t in [
     Target("cpu", "cpu", "", 0, 1, "this machine's CPU devices (as the trainer would run here)"),
-    _tpu("v5e-1", "tpu_v5e", 1, 1, "v5e:1x1", "v5litepod-1", "one TPU v5e chip (Colab's free TPU)",
-         chips_per_host_bounds=(1, 1, 1)),
+    _tpu(
+      "v5e-1",
+      "tpu_v5e",
+      1,
+      1,
+      "v5e:1x1",
+      "v5litepod-1",
+      "one TPU v5e chip (Colab's free TPU)",
+      chips_per_host_bounds=(1, 1, 1),
+    ),
     _tpu("v5e-4", "tpu_v5e", 4, 1, "v5e:2x2", "v5litepod-4", "4 TPU v5e chips, one host"),
-    _tpu("v5e-8", "tpu_v5e", 8, 1, "v5e:2x4", "v5litepod-8", "8 TPU v5e chips, one host (Kaggle's TPU)",
-         chip_config_name="default", chips_per_host_bounds=(2, 4, 1)),
-    _tpu("v5e-16", "tpu_v5e", 16, 4, "v5e:4x4", "v5litepod-16", "16 TPU v5e chips on 4 hosts of 4 (multi-host)",
-         chip_config_name="default", chips_per_host_bounds=(2, 2, 1)),
+    _tpu(
+      "v5e-8",
+      "tpu_v5e",
+      8,
+      1,
+      "v5e:2x4",
+      "v5litepod-8",
+      "8 TPU v5e chips, one host (Kaggle's TPU)",
+      chip_config_name="default",
+      chips_per_host_bounds=(2, 4, 1),
+    ),
+    _tpu(
+      "v5e-16",
+      "tpu_v5e",
+      16,
+      4,
+      "v5e:4x4",
+      "v5litepod-16",
+      "16 TPU v5e chips on 4 hosts of 4 (multi-host)",
+      chip_config_name="default",
+      chips_per_host_bounds=(2, 2, 1),
+    ),
     _tpu("v6e-1", "tpu_v6e", 1, 1, "v6e:1x1", "v6e-1", "one TPU v6e (Trillium) chip", chips_per_host_bounds=(1, 1, 1)),
-    _tpu("v6e-8", "tpu_v6e", 8, 1, "v6e:2x4", "v6e-8", "8 TPU v6e (Trillium) chips, one host",
-         chip_config_name="default", chips_per_host_bounds=(2, 4, 1)),
-    _tpu("v4-8", "tpu_v4", 4, 1, "v4:2x2x1", "v4-8", "4 TPU v4 chips (8 TensorCores as 4 megacore devices), one host",
-         chip_config_name="megacore"),
-    _tpu("v4-32", "tpu_v4", 16, 4, "v4:2x2x4", "v4-32", "16 TPU v4 chips on 4 hosts of 4 (multi-host)",
-         chip_config_name="megacore", chips_per_host_bounds=(2, 2, 1)),
-    _tpu("v5p-8", "tpu_v5p", 4, 1, "v5:2x2x1", "v5p-8", "4 TPU v5p chips (megacore devices), one host",
-         chip_config_name="megacore"),
+    _tpu(
+      "v6e-8",
+      "tpu_v6e",
+      8,
+      1,
+      "v6e:2x4",
+      "v6e-8",
+      "8 TPU v6e (Trillium) chips, one host",
+      chip_config_name="default",
+      chips_per_host_bounds=(2, 4, 1),
+    ),
+    _tpu(
+      "v4-8",
+      "tpu_v4",
+      4,
+      1,
+      "v4:2x2x1",
+      "v4-8",
+      "4 TPU v4 chips (8 TensorCores as 4 megacore devices), one host",
+      chip_config_name="megacore",
+    ),
+    _tpu(
+      "v4-32",
+      "tpu_v4",
+      16,
+      4,
+      "v4:2x2x4",
+      "v4-32",
+      "16 TPU v4 chips on 4 hosts of 4 (multi-host)",
+      chip_config_name="megacore",
+      chips_per_host_bounds=(2, 2, 1),
+    ),
+    _tpu(
+      "v5p-8",
+      "tpu_v5p",
+      4,
+      1,
+      "v5:2x2x1",
+      "v5p-8",
+      "4 TPU v5p chips (megacore devices), one host",
+      chip_config_name="megacore",
+    ),
     _tpu("v3-8", "tpu_v3", 8, 1, "v3:2x2", "v3-8", "4 TPU v3 chips = 8 TensorCore devices, one host"),
     _tpu("v2-8", "tpu_v2", 8, 1, "v2:2x2", "v2-8", "4 TPU v2 chips = 8 TensorCore devices, one host (Colab's old TPU)"),
     _gpu("h100", "h100_sxm", "h100_sxm.txtpb", "one NVIDIA H100 SXM 80GB"),
     _gpu("a100-80gb", "a100_80gb", "a100_sxm_80.txtpb", "one NVIDIA A100 SXM 80GB"),
     _gpu("a100-40gb", "a100_40gb", "a100_sxm_40.txtpb", "one NVIDIA A100 SXM 40GB"),
-]}
+  ]
+}
 
 
 def get(name: str) -> Target:
@@ -204,8 +284,12 @@ def gpu_device_memory(config_file: str) -> int:
 # nothing in what it compiles for a topology it is given (checked: the same program whatever the type set).
 # libtpu also takes /tmp/libtpu_lockfile, so that one process at a time drives a machine's TPU: compiling drives
 # none, and two compilations (or one beside a training run on a TPU VM) may load it together.
-_LIBTPU_ENV = {"TPU_SKIP_MDS_QUERY": "1", "TPU_WORKER_ID": "0", "TPU_WORKER_HOSTNAMES": "localhost",
-               "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+_LIBTPU_ENV = {
+  "TPU_SKIP_MDS_QUERY": "1",
+  "TPU_WORKER_ID": "0",
+  "TPU_WORKER_HOSTNAMES": "localhost",
+  "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
 
 
 def devices(target: Target) -> list:
@@ -231,11 +315,14 @@ def devices(target: Target) -> list:
   else:
     _require_gpu_compiler(target)
     try:
-      found = topologies.get_topology_desc(platform="cuda", topology_name="1x1x1", topology="1x1x1",
-                                           target_config=gpu_config_text(target.gpu_config)).devices
+      found = topologies.get_topology_desc(
+        platform="cuda", topology_name="1x1x1", topology="1x1x1", target_config=gpu_config_text(target.gpu_config)
+      ).devices
     except NotImplementedError:  # No CUDA plugin registered a topology factory.
-      raise TargetError(f"target {target.name} needs jax's CUDA plugin: jaxcse-compile --install_gpu_compiler "
-                        f"(once; into {gpu_compiler_dir()}, seen by jaxcse-compile only)") from None
+      raise TargetError(
+        f"target {target.name} needs jax's CUDA plugin: jaxcse-compile --install_gpu_compiler "
+        f"(once; into {gpu_compiler_dir()}, seen by jaxcse-compile only)"
+      ) from None
   if len(found) != target.num_devices:
     raise TargetError(f"target {target.name}: the compiler gave {len(found)} devices, not {target.num_devices}")
   return list(found)
@@ -255,9 +342,11 @@ def _require_gpu_compiler(target: Target) -> None:
   """One line instead of XLA's proto parse error (or the CUDA plugin's start-up traceback) with an older jaxlib."""
   installed = jaxlib_too_old_for_gpus()
   if installed:
-    raise TargetError(f"target {target.name}: compiling for a GPU without one needs jax and jaxlib >= "
-                      f"{GPU_COMPILE_MIN_JAXLIB} (installed: jaxlib {installed}, whose XLA cannot read "
-                      f"gpu_targets/{os.path.basename(target.gpu_config)}); TPU targets work with this jaxlib")
+    raise TargetError(
+      f"target {target.name}: compiling for a GPU without one needs jax and jaxlib >= "
+      f"{GPU_COMPILE_MIN_JAXLIB} (installed: jaxlib {installed}, whose XLA cannot read "
+      f"gpu_targets/{os.path.basename(target.gpu_config)}); TPU targets work with this jaxlib"
+    )
 
 
 def gpu_compiler_dir() -> str:
@@ -297,11 +386,24 @@ def install_gpu_compiler(run=None) -> str:
 
   jaxlib = importlib.metadata.version("jaxlib")
   if jaxlib_too_old_for_gpus():
-    raise TargetError(f"compiling for GPUs without one needs jax and jaxlib >= {GPU_COMPILE_MIN_JAXLIB} "
-                      f"(installed: jaxlib {jaxlib}); TPU targets work with this jaxlib")
+    raise TargetError(
+      f"compiling for GPUs without one needs jax and jaxlib >= {GPU_COMPILE_MIN_JAXLIB} "
+      f"(installed: jaxlib {jaxlib}); TPU targets work with this jaxlib"
+    )
   folder = gpu_compiler_dir()
-  command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--upgrade", "--target", folder,
-             f"jax-cuda12-plugin=={jaxlib}", f"jax-cuda12-pjrt=={jaxlib}"]
+  command = [
+    sys.executable,
+    "-m",
+    "pip",
+    "install",
+    "--quiet",
+    "--no-deps",
+    "--upgrade",
+    "--target",
+    folder,
+    f"jax-cuda12-plugin=={jaxlib}",
+    f"jax-cuda12-pjrt=={jaxlib}",
+  ]
   result = (run or subprocess.run)(command, capture_output=True, text=True)
   if result.returncode != 0:
     last = (result.stderr.strip().splitlines() or ["(no message)"])[-1]

@@ -113,6 +113,32 @@ def hlo_module_cost_analysis(hlo_module) -> dict:
 
 
 # --------------------------------------------------------------------------
+# transformers: its notice that PyTorch is absent.
+
+# transformers 5.x logs "PyTorch was not found. Models won't be available and only tokenizers, configuration and
+# file/data utilities can be used." on its "transformers" logger when it is imported without torch. jaxcse needs
+# only its tokenizers and configs, so in a torch-less environment (torch is an extra) every command printed it
+# before its own output or its one error line. TRANSFORMERS_NO_ADVISORY_WARNINGS would silence every advisory
+# warning of the user's process; a filter on that logger drops this one message only.
+TRANSFORMERS_TORCH_NOTICE = "PyTorch was not found. Models won't be available"
+
+
+class _WithoutTorchNotice:
+  def filter(self, record) -> bool:
+    return not str(record.msg).startswith(TRANSFORMERS_TORCH_NOTICE)
+
+
+def without_transformers_torch_notice() -> None:
+  """Drops transformers' notice that PyTorch is absent (idempotent). Call it before transformers is imported: the
+  notice is logged at import."""
+  import logging
+
+  logger = logging.getLogger("transformers")
+  if not any(isinstance(f, _WithoutTorchNotice) for f in logger.filters):
+    logger.addFilter(_WithoutTorchNotice())
+
+
+# --------------------------------------------------------------------------
 # libtpu and jax's CUDA plugin: C++ log lines on file descriptor 2 that no setting silences.
 
 # Lines that native libraries print on a machine without the accelerator, harmless and not ours: the CUDA plugin's
@@ -125,11 +151,12 @@ def hlo_module_cost_analysis(hlo_module) -> dict:
 # file descriptor 2, before and outside Python's logging and absl-py's: neither TF_CPP_MIN_LOG_LEVEL nor a Python
 # logging level reaches them, so only a filter on the descriptor itself keeps them off a command's stderr.
 HARMLESS_NATIVE_LINES = re.compile(
-    r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
-    r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
-    r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
-    r"|libtpu_init_utils\.cc|^=== Source Location Trace: ===")
+  r"cudart_stub\.cc:\d+\] Could not find cuda drivers"
+  r"|^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+  r"|^WARNING: Logging before InitGoogle\(\) is written to STDERR"
+  r"|could not determine TPU (accelerator type|worker hostnames)|Failed to find host bounds for accelerator type"
+  r"|libtpu_init_utils\.cc|^=== Source Location Trace: ==="
+)
 
 
 @contextlib.contextmanager

@@ -30,14 +30,23 @@ def print_error(error: BaseException) -> int:
   return 1
 
 
+INTERRUPTED = 130  # The exit status of a command stopped by Ctrl-C (SIGINT): the shell's own for it.
+
+
 def cli(main: Callable[..., int]) -> Callable[..., int]:
-  """Wraps a command's ``main`` so that a user error is one line and exit status 1."""
+  """Wraps a command's ``main`` so that a user error is one line and exit status 1, and Ctrl-C one line and 130.
+
+  A ``KeyboardInterrupt`` with a message (say, where the same command resumes) prints it; else ``interrupted``.
+  """
 
   def wrapped(*args, **kwargs) -> int:
     try:
       return main(*args, **kwargs)
     except USER_ERRORS as e:
       return print_error(e)
+    except KeyboardInterrupt as e:
+      print(str(e) or "interrupted", file=sys.stderr)
+      return INTERRUPTED
 
   wrapped.__doc__, wrapped.__name__, wrapped.__wrapped__ = main.__doc__, main.__name__, main
   return wrapped

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 from jaxcse.core.errors import JaxcseError
@@ -55,22 +56,29 @@ def digest_mismatch(folder: str, record: str, actual: dict[str, str] | None = No
 
   The reason starts with the path, relative to ``folder``, of the file at fault.
 
-  Files the record does not list are not checked (they are not part of what was recorded). ``actual``: the
-  folder's digests if the caller already computed them.
+  The record must list every file of the folder (but itself), each with its sha256, and every file it lists must
+  be there: an empty or partial record vouches for nothing, and a file it does not list is one nothing vouches
+  for. ``actual``: the folder's digests (``folder_digests``) if the caller already computed them.
   """
   try:
     with open(os.path.join(folder, record)) as f:
       expected = json.load(f)
-    if not isinstance(expected, dict):
-      raise ValueError("not a JSON object")
+    if not isinstance(expected, dict) or not all(isinstance(v, str) for v in expected.values()):
+      raise ValueError("not a JSON object of sha256 digests")
+    if not expected:
+      raise ValueError("it lists no file")
   except (OSError, ValueError) as e:
     return f"{record} is unreadable ({e})"
-  for rel, digest in expected.items():
-    path = os.path.join(folder, rel)
-    if not os.path.isfile(path):
+  if actual is None:
+    actual = folder_digests(folder, record=record)
+  for rel, digest in sorted(expected.items()):
+    if rel not in actual:
       return f"{rel} is missing"
-    if (actual[rel] if actual is not None and rel in actual else file_sha256(path)) != digest:
+    if actual[rel] != digest:
       return f"{rel} does not match its sha256 (truncated, corrupted or changed)"
+  unlisted = sorted(set(actual) - set(expected))
+  if unlisted:
+    return f"{unlisted[0]} is not in {record} (nothing vouches for it: the record is partial, or the file was added)"
   return None
 
 
@@ -84,6 +92,23 @@ def write_json(path: str, obj: Any) -> None:
   write_text_atomically(path, text)
 
 
+def apply_umask(folder: str) -> None:
+  """Gives ``folder`` and everything under it the modes a plain ``mkdir`` and ``open`` would have: 0777 for folders
+  and 0666 for files, less the process's umask (readable by others under the usual umask 022).
+
+  For output written through ``tempfile.mkdtemp`` (always 0700) or by writers that create 0600 files (safetensors).
+  """
+  umask = os.umask(0)
+  os.umask(umask)  # Reading the umask sets it: put it back at once.
+  for parent, folders, names in os.walk(folder):
+    os.chmod(parent, 0o777 & ~umask)
+    for name in names:
+      path = os.path.join(parent, name)
+      if not os.path.islink(path):
+        os.chmod(path, 0o666 & ~umask)
+    del folders  # os.walk visits each of them as a parent.
+
+
 def write_text_atomically(path: str, text: str) -> None:
   """Writes ``text`` to a temporary file renamed over ``path``: ``path`` is the whole new text or as it was.
 
@@ -94,6 +119,25 @@ def write_text_atomically(path: str, text: str) -> None:
   try:
     with open(tmp, "w") as f:
       f.write(text)
+    os.replace(tmp, path)
+  except BaseException as e:
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    if isinstance(e, OSError) and e.filename is None:  # A write's error names no file: say which.
+      raise OSError(e.errno, e.strerror or str(e), path) from None
+    raise
+
+
+def write_atomically(path: str, write: Callable[[str], object]) -> None:
+  """Calls ``write(tmp)`` to write a temporary file beside ``path``, then renames it over ``path``: ``path`` is the
+  whole new file or as it was (for writers of other libraries, e.g. ``datasets.Dataset.to_parquet``).
+
+  Raises:
+    OSError: naming ``path`` (a full disk, a missing permission); what ``write`` raises, with ``path`` as it was.
+  """
+  tmp = path + ".tmp"
+  try:
+    write(tmp)
     os.replace(tmp, path)
   except BaseException as e:
     with contextlib.suppress(OSError):
@@ -118,7 +162,7 @@ def append_line(path: str, line: str) -> None:
     try:
       view = memoryview(data)
       while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     except OSError as e:
       os.ftruncate(fd, start)
       raise OSError(e.errno, e.strerror, path) from None
@@ -149,10 +193,16 @@ def read_jsonl(path: str) -> list[dict]:
     except ValueError as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors.
       if i == last:
         text = raw.decode("utf-8", "replace")
-        log.warning("%s:%d: dropped a torn last line (a write was cut short): %s", path, i + 1,
-                    text if len(text) <= 80 else text[:77] + "...")
+        log.warning(
+          "%s:%d: dropped a torn last line (a write was cut short): %s",
+          path,
+          i + 1,
+          text if len(text) <= 80 else text[:77] + "...",
+        )
         continue
-      raise JaxcseError(f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
-                        "was changed by something else") from None
+      raise JaxcseError(
+        f"{path}:{i + 1}: not a JSON object ({e}); jaxcse writes whole lines only, so this file "
+        "was changed by something else"
+      ) from None
     records.append(record)
   return records

@@ -29,14 +29,27 @@ class Progress:
     interval: seconds between lines when stderr is not a terminal.
   """
 
-  def __init__(self, total: int, *, initial: int = 0, unit: str = "step", desc: str = "", enabled: bool = True,
-               interval: float = 30.0, stream=None):
+  def __init__(
+    self,
+    total: int,
+    *,
+    initial: int = 0,
+    unit: str = "step",
+    desc: str = "",
+    enabled: bool = True,
+    interval: float = 30.0,
+    stream=None,
+  ):
     self.total, self.done, self.unit, self.desc = total, initial, unit, desc
     self.enabled, self.interval = enabled, interval
     self.stream = stream or sys.stdout
     self.values: dict[str, str] = {}
     self.t0 = self.t_last = time.time()
     self.start = initial
+    # The rate is measured from the end of the first update on: the first unit's time is mostly compiling (a
+    # jitted step, an embedder's first batch) and would make the first ETA hours long for a job of seconds.
+    self.t_first: float | None = None
+    self.done_first = initial
     self.bar = None
     if enabled and sys.stderr.isatty():
       from tqdm.auto import tqdm
@@ -51,20 +64,29 @@ class Progress:
 
   def update(self, n: int = 1) -> None:
     self.done += n
+    if self.t_first is None:
+      self.t_first, self.done_first = time.time(), self.done
     if self.bar is not None:
       self.bar.update(n)
     elif self.enabled and time.time() - self.t_last >= self.interval:
       self._line()
 
   def line(self) -> str:
-    """The plain progress line: ``desc: 120/7000 step (1.7%), 0.61 step/s, ETA 3h08m, loss 6.59``."""
-    elapsed = time.time() - self.t0
-    rate = (self.done - self.start) / elapsed if elapsed > 0 else 0.0
-    eta = (self.total - self.done) / rate if rate > 0 else float("nan")
-    parts = [f"{self.done}/{self.total} {self.unit} ({100 * self.done / max(self.total, 1):.1f}%)",
-             f"{rate:.3g} {self.unit}/s", f"elapsed {_duration(elapsed)}"]
+    """The plain progress line: ``desc: 120/7000 step (1.7%), 0.61 step/s, elapsed 3m15s, ETA 3h08m, loss 6.59``.
+
+    The rate (and so the ETA) counts the units done after the first update, over the time since it; until a second
+    update there is none, and the line shows the count and the elapsed time only.
+    """
+    now = time.time()
+    elapsed = now - self.t0
+    measured = self.t_first is not None and self.done > self.done_first and now > self.t_first
+    rate = (self.done - self.done_first) / (now - self.t_first) if measured else 0.0
+    parts = [f"{self.done}/{self.total} {self.unit} ({100 * self.done / max(self.total, 1):.1f}%)"]
+    if measured:
+      parts.append(f"{rate:.3g} {self.unit}/s")
+    parts.append(f"elapsed {_duration(elapsed)}")
     if self.done < self.total and rate > 0:
-      parts.append(f"ETA {_duration(eta)}")
+      parts.append(f"ETA {_duration((self.total - self.done) / rate)}")
     parts += [f"{k} {v}" for k, v in self.values.items()]
     return (f"{self.desc}: " if self.desc else "") + ", ".join(parts)
 

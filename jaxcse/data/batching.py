@@ -4,17 +4,96 @@ from __future__ import annotations
 
 import concurrent.futures
 import copy
+import dataclasses
 from collections.abc import Iterator
 
 import numpy as np
 
 from jaxcse.data import tokenization
 from jaxcse.data.corpora import Corpus
+from jaxcse.data.pairs import PairCorpus
 from jaxcse.data.root import DataError
 
 
-def prefetched(make_batch, start_step: int, end_step: int, prefetch: int, positions: np.ndarray | None
-               ) -> Iterator[dict[str, np.ndarray]]:
+def corpus_texts(corpus: Corpus | PairCorpus, rows: np.ndarray) -> list[list[str]]:
+  """The texts of ``rows`` of a corpus, one list per text column, in order."""
+  if isinstance(corpus, PairCorpus):
+    return corpus.texts(rows)
+  return [[column[r] for r in rows.tolist()] for column in corpus.columns.values()]
+
+
+def text_ids(corpus: Corpus | PairCorpus) -> np.ndarray:
+  """``[examples, text columns]`` int64: equal ids where the texts are equal, in any column (exact, not hashed)."""
+  import pyarrow as pa
+  import pyarrow.compute as pc
+
+  if isinstance(corpus, PairCorpus):
+    columns = corpus.text_columns_arrow()
+  else:
+    columns = [pa.chunked_array([pa.array(column, pa.large_string())]) for column in corpus.columns.values()]
+  everything = pa.chunked_array(
+    [chunk.cast(pa.large_string()) for column in columns for chunk in column.chunks], pa.large_string()
+  )
+  ids = pc.index_in(everything, value_set=pc.unique(everything)).to_numpy().astype(np.int64)
+  return ids.reshape(len(columns), len(corpus)).T
+
+
+@dataclasses.dataclass(frozen=True)
+class DistinctReport:
+  """One epoch of ``no_duplicates`` batching, against plain batching's ``examples // batch_size`` batches."""
+
+  examples: int  # In the corpus.
+  batches: int  # Full batches of distinct texts.
+  deferred: int  # Examples passed over at least once (a text already in the batch) and placed in a later batch.
+  left_out: int  # Examples in no batch of the epoch (plain batching leaves out examples % batch_size).
+
+
+def distinct_batches(order: np.ndarray, ids: np.ndarray, batch_size: int) -> tuple[np.ndarray, DistinctReport]:
+  """``[batches, batch_size]`` rows of ``order`` with no text id twice in a batch, and what that cost.
+
+  One pass of sentence-transformers 6's ``NoDuplicatesBatchSampler`` (``_iter_one_pass``, ``drop_last=True``):
+  each batch walks the examples not yet placed, in ``order``, taking every one that shares no text with the batch
+  until it is full; an example passed over waits for a later batch. A batch that cannot be filled is dropped (its
+  examples left out) and the walk goes on while examples remain. ``ids`` is ``text_ids``'s matrix.
+  """
+  order = order.tolist()
+  n = len(order)
+  following = list(range(1, n + 1))  # A linked list over positions of ``order``: the examples not yet placed.
+  following[-1] = -1
+  passed_over = [False] * n
+  head, batches, left_out, deferred = 0, [], 0, 0
+  while head != -1:
+    batch, positions, seen = [], [], set()
+    current, previous = head, -1
+    while current != -1:
+      row = order[current]
+      texts = ids[row].tolist()
+      if not seen.isdisjoint(texts):
+        passed_over[current] = True
+        previous, current = current, following[current]
+        continue
+      batch.append(row)
+      positions.append(current)
+      if previous == -1:
+        head = following[current]
+      else:
+        following[previous] = following[current]
+      if len(batch) == batch_size:
+        break
+      seen.update(texts)
+      current = following[current]
+    if len(batch) == batch_size:
+      batches.append(batch)
+      deferred += sum(passed_over[p] for p in positions)
+    else:
+      left_out += len(batch)
+  layout = np.asarray(batches, dtype=np.int64).reshape(len(batches), batch_size)
+  return layout, DistinctReport(n, len(batches), deferred, left_out)
+
+
+def prefetched(
+  make_batch, start_step: int, end_step: int, prefetch: int, positions: np.ndarray | None
+) -> Iterator[dict[str, np.ndarray]]:
   """``make_batch(step, positions)`` for each step, made ``prefetch`` steps ahead in a thread (off the host's path)."""
   with concurrent.futures.ThreadPoolExecutor(1) as pool:
     ahead = [pool.submit(make_batch, s, positions) for s in range(start_step, min(start_step + prefetch, end_step))]
@@ -36,19 +115,35 @@ class Batches:
   epoch to epoch). So a run resumed at step ``s`` sees exactly the batches the
   uninterrupted run saw.
 
-  With ``no_duplicates=True`` no batch holds the same text twice in any column
-  (a repeated sentence would be a false negative): walking the epoch's order,
-  an example whose text is already in the batch being filled is deferred to the
-  next batch that has room for it. Epochs then may have a few batches fewer,
-  and whatever cannot be placed at the end of an epoch is left out of it.
+  With ``no_duplicates=True`` no batch holds the same text twice in any of its
+  columns (a repeated sentence would be a false negative), as
+  sentence-transformers' ``BatchSamplers.NO_DUPLICATES`` defines it: the
+  batches are those of one pass of its ``NoDuplicatesBatchSampler`` with
+  ``drop_last=True`` over the epoch's order (``distinct_batches``). A batch is
+  the global batch, so this holds across every device and host. Epochs then
+  may have a few batches fewer; ``epoch_report`` says how many examples each
+  epoch deferred and left out.
 
   A batch is ``{"input_ids", "attention_mask"}``, int32 ``[batch, columns,
-  max_seq_len]``, where columns are the corpus's sentence columns in order
-  (``sent0[, sent1[, hard_neg]]``).
+  max_seq_len]``, where columns are the corpus's text columns in order
+  (``sent0[, sent1[, hard_neg]]``; a ``PairCorpus``'s anchor, positive,
+  negatives), and ``"labels"``, float32 ``[batch]``, when the corpus has a
+  label column (scored pairs). ``query_prompt`` is put before the first
+  column's texts and ``document_prompt`` before every other column's.
   """
 
-  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
-               no_duplicates: bool = False):
+  def __init__(
+    self,
+    corpus: Corpus,
+    tokenizer,
+    *,
+    batch_size: int,
+    max_seq_len: int,
+    seed: int,
+    no_duplicates: bool = False,
+    query_prompt: str = "",
+    document_prompt: str = "",
+  ):
     if batch_size > len(corpus):
       raise DataError(f"{corpus.path}: {len(corpus)} examples, fewer than one batch of {batch_size}")
     self.corpus = corpus
@@ -59,7 +154,12 @@ class Batches:
     self.max_seq_len = max_seq_len
     self.seed = seed
     self.no_duplicates = no_duplicates
+    # Put before the first column's texts and every other column's: a text's identity (no_duplicates) is its own.
+    self.query_prompt, self.document_prompt = query_prompt, document_prompt
     self._layouts: dict[int, np.ndarray] = {}
+    self._epoch_steps: dict[int, int] = {}
+    self._reports: dict[int, DistinctReport] = {}
+    self._text_ids: np.ndarray | None = None
 
   @property
   def steps_per_epoch(self) -> int:
@@ -69,7 +169,9 @@ class Batches:
   def steps_in_epoch(self, epoch: int) -> int:
     if not self.no_duplicates:
       return len(self.corpus) // self.batch_size
-    return len(self._layout(epoch))
+    if epoch not in self._epoch_steps:  # Kept apart from the layouts: locating a late step counts every epoch.
+      self._epoch_steps[epoch] = len(self._layout(epoch))
+    return self._epoch_steps[epoch]
 
   def total_steps(self, num_epochs: int) -> int:
     return sum(self.steps_in_epoch(e) for e in range(num_epochs))
@@ -90,7 +192,7 @@ class Batches:
     if layout is None:
       order = np.random.default_rng([self.seed, epoch]).permutation(len(self.corpus))
       if self.no_duplicates:
-        layout = self._distinct_batches(order)
+        layout, self._reports[epoch] = self._distinct_batches(order)
       else:
         nb = len(order) // self.batch_size
         layout = order[: nb * self.batch_size].reshape(nb, self.batch_size)
@@ -99,33 +201,22 @@ class Batches:
       self._layouts[epoch] = layout
     return layout
 
-  def _distinct_batches(self, order: np.ndarray) -> np.ndarray:
-    columns = list(self.corpus.columns.values())
-    texts = [frozenset(col[r] for col in columns) for r in range(len(self.corpus))]
-    batches, deferred, rest = [], [], iter(order.tolist())
-    while True:
-      batch, seen, still_deferred = [], set(), []
-      for r in deferred:  # Deferred examples go first, in the order they were deferred.
-        if len(batch) < self.batch_size and seen.isdisjoint(texts[r]):
-          batch.append(r)
-          seen.update(texts[r])
-        else:
-          still_deferred.append(r)
-      deferred = still_deferred
-      for r in rest if len(batch) < self.batch_size else ():
-        if seen.isdisjoint(texts[r]):
-          batch.append(r)
-          seen.update(texts[r])
-          if len(batch) == self.batch_size:
-            break
-        else:
-          deferred.append(r)
-      if len(batch) < self.batch_size:
-        break
-      batches.append(batch)
-    if not batches:
+  def _distinct_batches(self, order: np.ndarray) -> tuple[np.ndarray, DistinctReport]:
+    if self._text_ids is None:
+      self._text_ids = text_ids(self.corpus)
+    layout, report = distinct_batches(order, self._text_ids, self.batch_size)
+    if not len(layout):
       raise DataError(f"{self.corpus.path}: cannot fill one batch of {self.batch_size} distinct sentences")
-    return np.asarray(batches, dtype=np.int64)
+    return layout, report
+
+  def epoch_report(self, epoch: int) -> DistinctReport:
+    """What ``no_duplicates`` did to ``epoch``: examples deferred to a later batch, and left out of the epoch."""
+    if not self.no_duplicates:
+      n = len(self.corpus)
+      return DistinctReport(n, n // self.batch_size, 0, n % self.batch_size)
+    if epoch not in self._reports:
+      self._layout(epoch)
+    return self._reports[epoch]
 
   def indices(self, step: int) -> np.ndarray:
     epoch, k = self.locate(step)
@@ -139,14 +230,22 @@ class Batches:
     """
     rows = self.indices(step) if positions is None else self.indices(step)[positions]
     ids, masks = [], []
-    for column in self.corpus.columns.values():
-      i, m = tokenization.tokenize_padded(self.tokenizer, [column[r] for r in rows], self.max_seq_len)
+    for column, texts in enumerate(corpus_texts(self.corpus, rows)):
+      prompt = self.document_prompt if column else self.query_prompt
+      if prompt:
+        texts = [prompt + text for text in texts]
+      i, m = tokenization.tokenize_padded(self.tokenizer, texts, self.max_seq_len)
       ids.append(i)
       masks.append(m)
-    return {"input_ids": np.stack(ids, axis=1), "attention_mask": np.stack(masks, axis=1)}
+    batch = {"input_ids": np.stack(ids, axis=1), "attention_mask": np.stack(masks, axis=1)}
+    labels = getattr(self.corpus, "labels", None)
+    if labels is not None:
+      batch["labels"] = labels[rows].astype(np.float32)
+    return batch
 
-  def iterate(self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
-              ) -> Iterator[dict[str, np.ndarray]]:
+  def iterate(
+    self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches (or their rows ``positions``) for steps ``start_step .. end_step - 1``, made ahead in a thread."""
     return prefetched(self.batch, start_step, end_step, prefetch, positions)
 
@@ -168,8 +267,9 @@ class PackedBatches:
   A batch is ``{"input_ids", "attention_mask"}``, int32 ``[batch, 1, max_seq_len]``.
   """
 
-  def __init__(self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int,
-               keep_last: bool = False):
+  def __init__(
+    self, corpus: Corpus, tokenizer, *, batch_size: int, max_seq_len: int, seed: int, keep_last: bool = False
+  ):
     if list(corpus.columns) != ["sent0"]:
       raise DataError(f"{corpus.path}: packing is for one-column (text) corpora, not {list(corpus.columns)}")
     self.corpus = corpus
@@ -186,8 +286,10 @@ class PackedBatches:
     self._layouts: dict[int, list[np.ndarray]] = {}
     self._epoch_steps: list[int] = []
     if self.steps_in_epoch(0) == 0:
-      raise DataError(f"{corpus.path}: {len(self._layout(0))} packed sequences of {max_seq_len} tokens, fewer "
-                      f"than one batch of {batch_size}")
+      raise DataError(
+        f"{corpus.path}: {len(self._layout(0))} packed sequences of {max_seq_len} tokens, fewer "
+        f"than one batch of {batch_size}"
+      )
 
   def _layout(self, epoch: int) -> list[np.ndarray]:
     """The sentence indices of each packed sequence of ``epoch``, in order."""
@@ -254,7 +356,8 @@ class PackedBatches:
         mask[i, 0, : len(tokens)] = 1
     return {"input_ids": ids, "attention_mask": mask}
 
-  def iterate(self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
-              ) -> Iterator[dict[str, np.ndarray]]:
+  def iterate(
+    self, start_step: int, end_step: int, prefetch: int = 2, positions: np.ndarray | None = None
+  ) -> Iterator[dict[str, np.ndarray]]:
     """Batches (or their rows ``positions``) for steps ``start_step .. end_step - 1``, made ahead in a thread."""
     return prefetched(self.batch, start_step, end_step, prefetch, positions)

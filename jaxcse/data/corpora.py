@@ -7,6 +7,8 @@ Formats:
   * ``.csv``: a header naming the columns (``sent0,sent1[,hard_neg]``; a
     single ``sent0`` or ``text`` column is read as unsupervised text). Every
     row must have every column, non-empty.
+  * pair data (``.jsonl``, ``.parquet``, a ``save_to_disk`` folder, ``hf:NAME``,
+    a ``.csv`` with ``csv_format="sentence_transformers"``): ``pairs.py``.
   * ``tfds:NAME[:split]``: one text feature of a tensorflow-datasets dataset,
     read through ``tfds.data_source`` (ArrayRecord files, no TensorFlow);
     needs ``pip install tensorflow-datasets array-record``.
@@ -25,6 +27,7 @@ import logging
 import re
 import zlib
 
+from jaxcse.data import pairs
 from jaxcse.data.root import DataError, resolve
 
 
@@ -104,7 +107,11 @@ def read_csv(path: str) -> Corpus:
   if header == ["text"]:
     header = ["sent0"]
   if header != list(CSV_COLUMNS[: len(header)]):  # An unknown or misplaced column must not be dropped.
-    raise DataError(f"{path}:1: header {','.join(header)}: expected sent0[,sent1[,hard_neg]] (or text)")
+    raise DataError(
+      f"{path}:1: header {','.join(header)}: expected sent0[,sent1[,hard_neg]] (or text); for "
+      "columns in order whatever their names (anchor, positive, negatives, a label/score), as "
+      "sentence-transformers reads them, set data.csv_format=sentence_transformers"
+    )
   names = header
   index = {name: i for i, name in enumerate(names)}
   columns: dict[str, list[str]] = {name: [] for name in names}
@@ -133,8 +140,9 @@ _TFDS_SPEC = re.compile(r"tfds:(?P<name>[^:\[\]]+?(?::\d+\.\d+\.\d+)?)(?::(?P<sp
 _TFDS_READ_CHUNK = 4096  # Records per random-access read: large enough to amortise the per-call cost.
 
 
-def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = None,
-              skip_empty_lines: bool = True) -> Corpus:
+def read_tfds(
+  spec: str, *, text_feature: str = "text", data_dir: str | None = None, skip_empty_lines: bool = True
+) -> Corpus:
   """Reads one text feature of a TFDS split (``tfds:NAME[:split]``, split default ``train``).
 
   Goes through ``tfds.data_source``, which reads the prepared ArrayRecord files
@@ -153,8 +161,10 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
   try:
     import tensorflow_datasets as tfds  # Optional: only this source needs it.
   except ImportError:
-    raise DataError(f"{spec}: reading TFDS datasets needs the tensorflow-datasets and array-record packages "
-                    "(pip install tensorflow-datasets array-record)") from None
+    raise DataError(
+      f"{spec}: reading TFDS datasets needs the tensorflow-datasets and array-record packages "
+      "(pip install tensorflow-datasets array-record)"
+    ) from None
   try:
     source = tfds.data_source(name, split=split, data_dir=data_dir or None)
   except Exception as e:  # TFDS raises many types (not found, bad split, wrong file format); all mean "cannot open".
@@ -165,8 +175,10 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
     raise DataError(f"{spec}: no feature {text_feature!r}; set data.tfds_text_feature to one of: {available}")
   if not isinstance(features[text_feature], tfds.features.Text):
     texts = sorted(key for key in features.keys() if isinstance(features[key], tfds.features.Text))
-    raise DataError(f"{spec}: feature {text_feature!r} is {type(features[text_feature]).__name__}, not Text "
-                    f"(Text features: {', '.join(texts) or 'none'})")
+    raise DataError(
+      f"{spec}: feature {text_feature!r} is {type(features[text_feature]).__name__}, not Text "
+      f"(Text features: {', '.join(texts) or 'none'})"
+    )
   sentences, skipped = [], []
   for start in range(0, len(source), _TFDS_READ_CHUNK):
     indices = list(range(start, min(start + _TFDS_READ_CHUNK, len(source))))
@@ -175,11 +187,14 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
       try:
         text = value.decode("utf-8") if isinstance(value, bytes) else str(value)
       except UnicodeDecodeError as e:
-        raise DataError(f"{spec}: record {index}: {text_feature} is not valid UTF-8 ({e.reason} at byte {e.start})") from None
+        raise DataError(
+          f"{spec}: record {index}: {text_feature} is not valid UTF-8 ({e.reason} at byte {e.start})"
+        ) from None
       if not text.strip():
         if not skip_empty_lines:
-          raise DataError(f"{spec}: record {index}: empty {text_feature} (set data.skip_empty_lines=True to skip "
-                          "and count them)")
+          raise DataError(
+            f"{spec}: record {index}: empty {text_feature} (set data.skip_empty_lines=True to skip and count them)"
+          )
         skipped.append(index)
         continue
       sentences.append(text)
@@ -188,24 +203,57 @@ def read_tfds(spec: str, *, text_feature: str = "text", data_dir: str | None = N
   return Corpus(spec, {"sent0": sentences}, skipped)
 
 
-def load_corpus(path: str, *, root: str | None = None, skip_empty_lines: bool = True,
-                tfds_text_feature: str = "text", tfds_data_dir: str | None = None) -> Corpus:
-  """Reads a training corpus: ``tfds:NAME[:split]``, else a file by its extension (``.csv`` or text)."""
+def load_corpus(
+  path,
+  *,
+  root: str | None = None,
+  skip_empty_lines: bool = True,
+  tfds_text_feature: str = "text",
+  tfds_data_dir: str | None = None,
+  csv_format: str = "simcse",
+) -> Corpus | pairs.PairCorpus:
+  """Reads a training corpus: ``tfds:NAME[:split]``, pair data (``pairs.is_pairs_source``: ``hf:``, a
+  ``datasets.Dataset``, a ``save_to_disk`` folder, ``.jsonl``/``.json``/``.parquet``, a ``.csv`` with
+  ``csv_format="sentence_transformers"``), else a file by its extension (SimCSE's ``.csv``, or text)."""
+  if csv_format not in pairs.CSV_FORMATS:
+    raise DataError(f"data.csv_format must be one of {', '.join(pairs.CSV_FORMATS)}, not {csv_format!r}")
+  if pairs.is_pairs_source(
+    path if not isinstance(path, str) or path.startswith(pairs.HF_PREFIX) else _resolved_if_present(path, root),
+    csv_format,
+  ):
+    return pairs.load_pairs(path, root=root)
   if path.startswith(TFDS_PREFIX):
-    corpus = read_tfds(path, text_feature=tfds_text_feature, data_dir=tfds_data_dir,
-                       skip_empty_lines=skip_empty_lines)
+    corpus = read_tfds(path, text_feature=tfds_text_feature, data_dir=tfds_data_dir, skip_empty_lines=skip_empty_lines)
     if corpus.skipped_empty_lines:
       first = ", ".join(map(str, corpus.skipped_empty_lines[:5]))
-      logging.warning("%s: skipped %d empty text(s) (records %s%s)", path, len(corpus.skipped_empty_lines), first,
-                      ", ..." if len(corpus.skipped_empty_lines) > 5 else "")
+      logging.warning(
+        "%s: skipped %d empty text(s) (records %s%s)",
+        path,
+        len(corpus.skipped_empty_lines),
+        first,
+        ", ..." if len(corpus.skipped_empty_lines) > 5 else "",
+      )
     return corpus
   full = resolve(path, root)
   corpus = read_csv(full) if full.endswith(".csv") else read_text_lines(full, skip_empty_lines=skip_empty_lines)
   if corpus.skipped_empty_lines:
     first = ", ".join(map(str, corpus.skipped_empty_lines[:5]))
-    logging.warning("%s: skipped %d empty line(s) (lines %s%s)", full, len(corpus.skipped_empty_lines), first,
-                    ", ..." if len(corpus.skipped_empty_lines) > 5 else "")
+    logging.warning(
+      "%s: skipped %d empty line(s) (lines %s%s)",
+      full,
+      len(corpus.skipped_empty_lines),
+      first,
+      ", ..." if len(corpus.skipped_empty_lines) > 5 else "",
+    )
   return corpus
+
+
+def _resolved_if_present(path: str, root: str | None) -> str:
+  """``path`` resolved under the data root if it is there (so a folder is recognised), else as given."""
+  try:
+    return resolve(path, root)
+  except DataError:
+    return path  # The reader names what is missing.
 
 
 def is_heldout(text: str, fraction: float) -> bool:
@@ -225,7 +273,11 @@ def split_heldout(corpus: Corpus, fraction: float) -> tuple[Corpus, Corpus]:
   for text in corpus.columns["sent0"]:
     (heldout if is_heldout(text, fraction) else train).append(text)
   if not heldout or not train:
-    raise DataError(f"{corpus.path}: a held-out fraction of {fraction} leaves {len(train)} training and "
-                    f"{len(heldout)} held-out sentences; both must be non-empty")
-  return (Corpus(corpus.path, {"sent0": train}, corpus.skipped_empty_lines),
-          Corpus(f"{corpus.path} (held out)", {"sent0": heldout}))
+    raise DataError(
+      f"{corpus.path}: a held-out fraction of {fraction} leaves {len(train)} training and "
+      f"{len(heldout)} held-out sentences; both must be non-empty"
+    )
+  return (
+    Corpus(corpus.path, {"sent0": train}, corpus.skipped_empty_lines),
+    Corpus(f"{corpus.path} (held out)", {"sent0": heldout}),
+  )

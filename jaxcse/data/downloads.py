@@ -23,12 +23,11 @@ import huggingface_hub.constants
 import huggingface_hub.errors
 import huggingface_hub.utils
 
-from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
-from jaxcse.core.files import file_sha256
-from jaxcse.data.root import DATA_DIR_ENV
 from jaxcse.core import compat, errors
 from jaxcse.core.errors import JaxcseError
-
+from jaxcse.core.files import file_sha256
+from jaxcse.data.manifest import MANIFEST as _MANIFEST, MANIFEST_PATH  # noqa: F401 (re-exported)
+from jaxcse.data.root import DATA_DIR_ENV
 
 # What can be downloaded, from where, with which sha256: downloads.json beside this module (see its _comment).
 SIMCSE_HF_REVISION = _MANIFEST["revision"]
@@ -59,26 +58,41 @@ class RemoteFile:
 
 
 DOWNLOADS: dict[str, tuple[RemoteFile, ...]] = {
-    name: tuple(RemoteFile(f["filename"], f["target"], f["sha256"], extract_to=f.get("extract_to"),
-                           verified_members=tuple(f.get("verified_members", {}).items()))
-                for f in files)
-    for name, files in _MANIFEST["downloads"].items()
+  name: tuple(
+    RemoteFile(
+      f["filename"],
+      f["target"],
+      f["sha256"],
+      extract_to=f.get("extract_to"),
+      verified_members=tuple(f.get("verified_members", {}).items()),
+    )
+    for f in files
+  )
+  for name, files in _MANIFEST["downloads"].items()
 }
 
 
 def _offline_error(url: str, dest: str, sha256: str | None, cause: object) -> DownloadError:
   check = f" (sha256 {sha256})" if sha256 else ""
   return DownloadError(
-      f"cannot download {url}: {cause}. If this machine has no network access, download the file elsewhere and "
-      f"copy it by hand to {dest}{check}; running the command again then verifies it and goes on.")
+    f"cannot download {url}: {cause}. If this machine has no network access, download the file elsewhere and "
+    f"copy it by hand to {dest}{check}; running the command again then verifies it and goes on."
+  )
 
 
 def _http_error(url: str, error: huggingface_hub.errors.HfHubHTTPError) -> DownloadError:
   return DownloadError(f"cannot download {url}: {compat.http_status(error)}")
 
 
-def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint: str | None = None,
-               repo_id: str = _MANIFEST["repository"], revision: str = SIMCSE_HF_REVISION) -> str:
+def fetch_file(
+  filename: str,
+  dest: str,
+  *,
+  sha256: str | None = None,
+  endpoint: str | None = None,
+  repo_id: str = _MANIFEST["repository"],
+  revision: str = SIMCSE_HF_REVISION,
+) -> str:
   """Downloads ``filename`` of a Hugging Face dataset repository to ``dest``, verified; returns its sha256.
 
   The transfer is ``huggingface_hub.hf_hub_download``'s (retries, resume of
@@ -110,22 +124,27 @@ def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint:
     raise _offline_error(url, dest, sha256, reason.group(0) if reason else str(e).splitlines()[0]) from None
   announced = announced.lower() if announced and _SHA256_HEX.fullmatch(announced.lower()) else None
   if sha256 and announced and announced != sha256:
-    raise DownloadError(f"{url}: the hub announces sha256 {announced}, not the expected {sha256}; the remote file "
-                        "has changed, so it is not downloaded")
+    raise DownloadError(
+      f"{url}: the hub announces sha256 {announced}, not the expected {sha256}; the remote file "
+      "has changed, so it is not downloaded"
+    )
   staging = dest + ".download"
   try:
-    path = huggingface_hub.hf_hub_download(repo_id, filename, repo_type="dataset", revision=revision,
-                                           endpoint=endpoint, local_dir=staging)
+    path = huggingface_hub.hf_hub_download(
+      repo_id, filename, repo_type="dataset", revision=revision, endpoint=endpoint, local_dir=staging
+    )
   except huggingface_hub.errors.HfHubHTTPError as e:
     raise _http_error(url, e) from None
   except compat.transfer_errors() as e:  # Connection lost for good, short read, size mismatch.
     # huggingface_hub < 2 keeps the bytes it received (a resume continues from them); 2.x resumes within the call
     # and deletes them when its retries run out.
     kept = any(name.endswith(".incomplete") for _, _, names in os.walk(staging) for name in names)
-    then = (f"{staging} is kept and running the command again resumes it" if kept else
-            "running the command again downloads it again")
-    raise DownloadError(f"download of {url} broke off ({type(e).__name__}: {str(e).splitlines()[0]}); {then}"
-                        ) from None
+    then = (
+      f"{staging} is kept and running the command again resumes it"
+      if kept
+      else "running the command again downloads it again"
+    )
+    raise DownloadError(f"download of {url} broke off ({type(e).__name__}: {str(e).splitlines()[0]}); {then}") from None
   actual = file_sha256(path)
   expected = sha256 or announced
   if expected is None:
@@ -133,8 +152,10 @@ def fetch_file(filename: str, dest: str, *, sha256: str | None = None, endpoint:
   elif actual != expected:
     shutil.rmtree(staging)
     source = "pinned" if sha256 else "announced by the hub"
-    raise DownloadError(f"{url}: downloaded sha256 {actual} differs from the expected {expected} ({source}); the "
-                        "corrupted file was deleted, run the command again to retry")
+    raise DownloadError(
+      f"{url}: downloaded sha256 {actual} differs from the expected {expected} ({source}); the "
+      "corrupted file was deleted, run the command again to retry"
+    )
   os.replace(path, dest)
   shutil.rmtree(staging)  # Only the hub's download metadata is left in it.
   return actual
@@ -222,15 +243,17 @@ def download(name: str, root: str, *, endpoint: str | None = None) -> list[str]:
         os.remove(target)  # Else every later run would reuse the bad archive.
         raise DownloadError(f"{e}; the downloaded archive was deleted") from None
       os.remove(target)  # Its content is in place and verified; the archive would only double the disk use.
-      logging.info("%s: extracted %d files (%d verified by sha256)", extract_dir, len(written),
-                   len(remote.verified_members))
+      logging.info(
+        "%s: extracted %d files (%d verified by sha256)", extract_dir, len(written), len(remote.verified_members)
+      )
       done.append(extract_dir)
       continue
     if os.path.exists(target):
       actual = file_sha256(target)
       if remote.sha256 and actual != remote.sha256:
-        raise DownloadError(f"{target} exists but its sha256 is {actual}, not {remote.sha256}; remove it to "
-                            "download it again")
+        raise DownloadError(
+          f"{target} exists but its sha256 is {actual}, not {remote.sha256}; remove it to download it again"
+        )
       logging.info("%s: already there%s", target, ", sha256 verified" if remote.sha256 else "")
     else:
       fetch_file(remote.filename, target, sha256=remote.sha256, endpoint=endpoint)
@@ -243,18 +266,28 @@ def download(name: str, root: str, *, endpoint: str | None = None) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
   prog = errors.command_name("jaxcse.data")
   parser = errors.ArgumentParser(
-      prog=prog, description="Fetch SimCSE's training and evaluation data into a data root, verified by sha256.",
-      epilog=f"example: {prog} download senteval wiki1m --data_dir DIR (then pass --data_dir DIR to the other "
-             f"commands, or set ${DATA_DIR_ENV}=DIR); {prog} download --help lists its flags.")
+    prog=prog,
+    description="Fetch SimCSE's training and evaluation data into a data root, verified by sha256.",
+    epilog=f"example: {prog} download senteval wiki1m --data_dir DIR (then pass --data_dir DIR to the other "
+    f"commands, or set ${DATA_DIR_ENV}=DIR); {prog} download --help lists its flags.",
+  )
   commands = parser.add_subparsers(dest="command", required=True)
   fetch = commands.add_parser("download", help="fetch SimCSE's training and evaluation data, verified by sha256")
-  fetch.add_argument("names", nargs="+", choices=sorted(DOWNLOADS), metavar="NAME",
-                     help="what to fetch: senteval (STS12-16, STS-B, SICK-R and the transfer tasks, for "
-                          "jaxcse-evaluate), wiki1m (SimCSE's 1M Wikipedia sentences, configs/base.py), nli (SimCSE's "
-                          "supervised NLI triplets, configs/simcse_sup.py)")
+  fetch.add_argument(
+    "names",
+    nargs="+",
+    choices=sorted(DOWNLOADS),
+    metavar="NAME",
+    help="what to fetch: senteval (STS12-16, STS-B, SICK-R and the transfer tasks, for "
+    "jaxcse-evaluate), wiki1m (SimCSE's 1M Wikipedia sentences, configs/base.py), nli (SimCSE's "
+    "supervised NLI triplets, configs/simcse_sup.py)",
+  )
   fetch.add_argument("--data_dir", default=None, help=f"data root (default ${DATA_DIR_ENV}); created if missing")
-  fetch.add_argument("--endpoint", default=None,
-                     help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)")
+  fetch.add_argument(
+    "--endpoint",
+    default=None,
+    help=f"the Hugging Face hub or a mirror of it (default ${ENDPOINT_ENV}, else huggingface.co)",
+  )
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   # What the libraries log would bury the one line that says what failed and what to do: huggingface_hub logs each

@@ -18,6 +18,7 @@ with open(MANIFEST_PATH) as _f:
 EMBEDDED_ROOT = os.path.join(_HERE, MANIFEST["embedded"]["folder"])
 EMBEDDED_SHA256: dict[str, str] = MANIFEST["embedded"]["files"]
 
+
 def download_providing(relpath: str) -> str | None:
   """The ``jaxcse-data download NAME`` that puts ``relpath`` (relative to a data root) in place, or None."""
   relpath = os.path.normpath(relpath).replace(os.sep, "/")

@@ -16,12 +16,13 @@ error naming the ``jaxcse-data download`` command that fetches it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
 from jaxcse.core import files
-from jaxcse.data import manifest
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import manifest
 
 DATA_DIR_ENV = "JAXCSE_DATA_DIR"
 EMBEDDED_ROOT = manifest.EMBEDDED_ROOT
@@ -33,7 +34,7 @@ class DataError(JaxcseError, ValueError):
   """Bad or missing input data; the message names the file and line."""
 
 
-_NO_ROOT = f"no data root is given (--data_dir, config.data.data_dir or ${DATA_DIR_ENV})"
+_NO_ROOT = f"no data root is given (--data_dir DIR, config.data.data_dir or ${DATA_DIR_ENV})"
 
 
 def given_root(explicit: str | None = None) -> str | None:
@@ -49,8 +50,9 @@ def data_dir(explicit: str | None = None) -> str:
   root = given_root(explicit)
   if root is None:
     raise DataError(
-        f"{_NO_ROOT}: fetch the benchmarks with `jaxcse-data download senteval --data_dir DIR`, then pass "
-        f"--data_dir DIR or set ${DATA_DIR_ENV}=DIR (a folder laid out as senteval/downstream/... and corpora/...)")
+      f"{_NO_ROOT}: fetch the benchmarks with `jaxcse-data download senteval --data_dir DIR`, then pass "
+      f"--data_dir DIR or set ${DATA_DIR_ENV}=DIR (a folder laid out as senteval/downstream/... and corpora/...)"
+    )
   return root
 
 
@@ -68,13 +70,16 @@ def embedded_file(relpath: str) -> str | None:
       raise DataError(f"{path}: missing from jaxcse's installed quickstart data; reinstall jaxcse")
     actual, expected = files.file_sha256(path), manifest.EMBEDDED_SHA256[key]
     if actual != expected:
-      raise DataError(f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
-                      "installed quickstart data is damaged: reinstall jaxcse")
+      raise DataError(
+        f"{path}: sha256 {actual}, not the {expected} pinned in {manifest.MANIFEST_PATH}; jaxcse's "
+        "installed quickstart data is damaged: reinstall jaxcse"
+      )
     _embedded_checked.add(key)
   return path
 
 
 _announced: set[str | None] = set()
+_held: list[tuple[str | None, tuple]] | None = None  # The lines ``notes_held`` holds back: (key, log arguments).
 
 
 def _announce(relpath: str, given: str | None) -> None:
@@ -84,12 +89,43 @@ def _announce(relpath: str, given: str | None) -> None:
     return
   _announced.add(key)
   if given:
-    log.warning("%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
-                relpath, given, EMBEDDED_ROOT)
+    line = (
+      "%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
+      relpath,
+      given,
+      EMBEDDED_ROOT,
+    )
   else:
-    log.warning("%s: data files are read from the data shipped with jaxcse (%s: a 20,000-sentence corpus, STS-B "
-                "dev and the STS test sets); to use your own, pass --data_dir DIR or set $%s=DIR", _NO_ROOT,
-                EMBEDDED_ROOT, DATA_DIR_ENV)
+    line = (
+      "%s: reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)",
+      _NO_ROOT,
+    )
+  if _held is None:
+    log.warning(*line)
+  else:
+    _held.append((key, line))
+
+
+@contextlib.contextmanager
+def notes_held():
+  """Holds back the lines saying that shipped data is read while a command checks its inputs: if a check refuses,
+  its error is the command's only line (and the lines are dropped); once the block ends without one, they are
+  logged. Nested blocks hold for the outermost."""
+  global _held
+  if _held is not None:
+    yield
+    return
+  _held = []
+  try:
+    yield
+  except BaseException:
+    _announced.difference_update(key for key, _ in _held)  # Not said: a later command in this process says it.
+    raise
+  else:
+    for _, line in _held:
+      log.warning(*line)
+  finally:
+    _held = None
 
 
 def embedded_root_for(relpaths: list[str], root: str | None = None, *, what: str) -> str:
@@ -132,12 +168,16 @@ def data_file(relpath: str, root: str | None = None, *, looked_in_cwd: bool = Fa
     fetch = f"; `jaxcse-data download {download} --data_dir {given}` fetches it" if download else ""
     raise DataError(f"{relpath}: no such file (looked in {looked}){fetch}")
   looked = f" (looked in {cwd})" if cwd else ""
-  fetch = (f"`jaxcse-data download {download} --data_dir DIR` fetches it; then pass --data_dir DIR or set "
-           f"${DATA_DIR_ENV}=DIR" if download else
-           f"no jaxcse-data download provides it, so put it under a folder DIR and pass --data_dir DIR or set "
-           f"${DATA_DIR_ENV}=DIR")
-  raise DataError(f"{relpath}: no such file{looked}, {_NO_ROOT}, and the quickstart data shipped with jaxcse does "
-                  f"not have it: {fetch}")
+  fetch = (
+    f"`jaxcse-data download {download} --data_dir DIR` fetches it; then pass --data_dir DIR or set ${DATA_DIR_ENV}=DIR"
+    if download
+    else f"no jaxcse-data download provides it, so put it under a folder DIR and pass --data_dir DIR or set "
+    f"${DATA_DIR_ENV}=DIR"
+  )
+  raise DataError(
+    f"{relpath}: no such file{looked}, {_NO_ROOT}, and the quickstart data shipped with jaxcse does "
+    f"not have it: {fetch}"
+  )
 
 
 def resolve(path: str, root: str | None = None) -> str:

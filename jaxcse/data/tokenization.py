@@ -31,7 +31,11 @@ def tokenize(tokenizer, sentences: Sequence[str], max_len: int) -> list[list[int
 def tokenize_padded(tokenizer, sentences: Sequence[str], max_len: int) -> tuple[np.ndarray, np.ndarray]:
   """int32 ``(input_ids, attention_mask)``, each ``[len(sentences), max_len]``: cut and padded to ``max_len``."""
   enc = tokenizer(
-      list(sentences), add_special_tokens=True, truncation=True, max_length=max_len, padding="max_length",
-      return_tensors="np",
+    list(sentences),
+    add_special_tokens=True,
+    truncation=True,
+    max_length=max_len,
+    padding="max_length",
+    return_tensors="np",
   )
   return enc["input_ids"].astype(np.int32), enc["attention_mask"].astype(np.int32)

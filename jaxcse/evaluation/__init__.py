@@ -4,6 +4,7 @@
   sts_metrics.py  cosine scores, correlations, alignment/uniformity, the model-selection metrics
   transfer.py     SentEval's seven transfer tasks with a JAX logistic-regression probe
   validation.py   evaluation during training: dev scores, held-out MLM, the best-checkpoint selection
+  dev_sets.py     your own dev sets: scored pairs and a retrieval set, as sentence-transformers' evaluators
 
 The command is ``jaxcse/evaluate.py`` (``python -m jaxcse.evaluate``).
 """

@@ -15,11 +15,11 @@ from jaxcse import data as data_lib
 
 # SentEval's subsets per year (STS13's SMT is not distributed).
 STS_YEARS = {
-    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    "STS13": ("FNWN", "headlines", "OnWN"),
-    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
+  "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
+  "STS13": ("FNWN", "headlines", "OnWN"),
+  "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
+  "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
+  "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
 }
 STS_TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
 
@@ -56,7 +56,9 @@ def load_sts_year(root: str, year: str) -> dict[str, PairSet]:
         continue  # SentEval drops pairs without a gold score.
       fields = pair.split("\t")
       if len(fields) != 2:
-        raise data_lib.DataError(f"{input_path}:{lineno}: expected 2 tab-separated sentences, found {len(fields)} fields")
+        raise data_lib.DataError(
+          f"{input_path}:{lineno}: expected 2 tab-separated sentences, found {len(fields)} fields"
+        )
       try:
         g.append(float(score))
       except ValueError:
@@ -76,7 +78,9 @@ def _load_tsv_pairs(path: str, *, skip_header: bool, cols: tuple[int, int, int])
       continue
     fields = line.strip().split("\t")
     if len(fields) <= max(cols):
-      raise data_lib.DataError(f"{path}:{lineno}: expected at least {max(cols) + 1} tab-separated fields, found {len(fields)}")
+      raise data_lib.DataError(
+        f"{path}:{lineno}: expected at least {max(cols) + 1} tab-separated fields, found {len(fields)}"
+      )
     try:
       g.append(float(fields[cols[2]]))
     except ValueError:
@@ -97,8 +101,8 @@ def load_stsb(root: str) -> dict[str, PairSet]:
   """STS Benchmark: genre, file, year, id, score, sentence 1, sentence 2 (tab-separated)."""
   folder = os.path.join(root, "senteval", "downstream", "STS", "STSBenchmark")
   return {
-      split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=STSB_COLUMNS)
-      for split in ("dev", "test")
+    split: _load_tsv_pairs(os.path.join(folder, f"sts-{split}.csv"), skip_header=False, cols=STSB_COLUMNS)
+    for split in ("dev", "test")
   }
 
 
@@ -106,8 +110,9 @@ def load_sickr(root: str) -> dict[str, PairSet]:
   """SICK relatedness: pair_ID, sentence_A, sentence_B, relatedness_score, ... with a header."""
   folder = os.path.join(root, "senteval", "downstream", "SICK")
   files = {"dev": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
-  return {split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=SICKR_COLUMNS)
-          for split, f in files.items()}
+  return {
+    split: _load_tsv_pairs(os.path.join(folder, f), skip_header=True, cols=SICKR_COLUMNS) for split, f in files.items()
+  }
 
 
 def task_folder(task: str) -> str:
@@ -162,6 +167,5 @@ def load_dev_sets(root: str | None = None, *, sickr: bool = True) -> dict[str, P
   """
   sets = {"stsb_dev": _load_tsv_pairs(data_lib.data_file(STSB_DEV_FILE, root), skip_header=False, cols=STSB_COLUMNS)}
   if sickr:
-    sets["sickr_dev"] = _load_tsv_pairs(data_lib.data_file(SICKR_DEV_FILE, root), skip_header=True,
-                                        cols=SICKR_COLUMNS)
+    sets["sickr_dev"] = _load_tsv_pairs(data_lib.data_file(SICKR_DEV_FILE, root), skip_header=True, cols=SICKR_COLUMNS)
   return sets

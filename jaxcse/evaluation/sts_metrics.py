@@ -11,8 +11,8 @@ import numpy as np
 import scipy.spatial.distance
 import scipy.stats
 
-from jaxcse.inference import embedder as embedder_lib
 from jaxcse.evaluation.sts_data import PairSet
+from jaxcse.inference import embedder as embedder_lib
 
 Embed = Callable[[Sequence[str]], np.ndarray]  # Sentences -> [n, hidden] embeddings.
 
@@ -30,9 +30,9 @@ def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
 
 def correlations(scores: np.ndarray, gold: np.ndarray) -> dict[str, float]:
   return {
-      "pearson": float(scipy.stats.pearsonr(scores, gold)[0]),
-      "spearman": float(scipy.stats.spearmanr(scores, gold)[0]),
-      "nsamples": int(len(gold)),
+    "pearson": float(scipy.stats.pearsonr(scores, gold)[0]),
+    "spearman": float(scipy.stats.spearmanr(scores, gold)[0]),
+    "nsamples": int(len(gold)),
   }
 
 
@@ -123,13 +123,15 @@ def dev_dynamics(table: dict[str, np.ndarray], stsb_dev: PairSet) -> dict[str, f
   positive = np.flatnonzero(stsb_dev.gold >= POSITIVE_MIN_SCORE)
   dynamics = {"omega_deg": largest_angle_deg(everything), "uniformity": uniformity(everything)}
   if len(positive):  # A cut-down dev set may have no such pair; then there is no alignment to report.
-    dynamics["alignment"] = alignment(np.stack([table[stsb_dev.sent1[i]] for i in positive]),
-                                               np.stack([table[stsb_dev.sent2[i]] for i in positive]))
+    dynamics["alignment"] = alignment(
+      np.stack([table[stsb_dev.sent1[i]] for i in positive]), np.stack([table[stsb_dev.sent2[i]] for i in positive])
+    )
   return dynamics
 
 
-def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
-                              ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+def dev_scores_and_embeddings(
+  embed: Embed, dev_sets: dict[str, PairSet]
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
   """Spearman (not x100) on each dev set, as model selection during training uses them, and the embeddings they
   were computed from: ``{sentence: [hidden] vector}``, each once."""
   table = embed_unique(embed, list(dev_sets.values()))
@@ -137,10 +139,42 @@ def dev_scores_and_embeddings(embed: Embed, dev_sets: dict[str, PairSet]
   return scores, table
 
 
+# The numbers of your own dev sets (dev_sets.py; config.eval.pairs and config.eval.retrieval), reported as
+# pairs_<name> and retrieval_<name>: sentence-transformers' EmbeddingSimilarityEvaluator (cosine) and
+# InformationRetrievalEvaluator (its default ks).
+OWN_PAIR_METRICS = ("spearman", "pearson")
+OWN_RETRIEVAL_METRICS = (
+  "ndcg@10",
+  "mrr@10",
+  "map@100",
+  "accuracy@1",
+  "accuracy@3",
+  "accuracy@5",
+  "accuracy@10",
+  "precision@1",
+  "precision@3",
+  "precision@5",
+  "precision@10",
+  "recall@1",
+  "recall@3",
+  "recall@5",
+  "recall@10",
+)
+# Selection by one of them needs its dev set: the metric's name -> the config.eval field.
+OWN_SELECTION_NEEDS = {
+  **{f"pairs_{m}": "pairs" for m in OWN_PAIR_METRICS},
+  **{f"retrieval_{m}": "retrieval" for m in OWN_RETRIEVAL_METRICS},
+}
+
+
+def _score(name: str) -> Callable[[dict[str, float]], float]:
+  return lambda scores: scores[name]
+
 
 # Model selection during training (``config.eval.metric``): the number to maximise, from an evaluation's scores.
 SELECTION_METRICS: dict[str, Callable[[dict[str, float]], float]] = {
-    "stsb_dev": lambda scores: scores["stsb_dev"],  # SimCSE, MixCSE.
-    "stsb_sickr_dev": lambda scores: (scores["stsb_dev"] + scores["sickr_dev"]) / 2,  # DCLR.
-    "heldout_mlm_accuracy": lambda scores: scores["heldout_mlm_accuracy"],  # MLM pretraining.
+  "stsb_dev": lambda scores: scores["stsb_dev"],  # SimCSE, MixCSE.
+  "stsb_sickr_dev": lambda scores: (scores["stsb_dev"] + scores["sickr_dev"]) / 2,  # DCLR.
+  "heldout_mlm_accuracy": lambda scores: scores["heldout_mlm_accuracy"],  # MLM pretraining.
+  **{name: _score(name) for name in OWN_SELECTION_NEEDS},  # Your own dev sets.
 }

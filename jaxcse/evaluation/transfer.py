@@ -78,8 +78,8 @@ class ProbeConfig:
 
 
 MODES = {
-    "test": ProbeConfig(optimizer="adam", batch_size=64, tenacity=5, epoch_size=4, kfold=10),
-    "dev": ProbeConfig(optimizer="rmsprop", batch_size=128, tenacity=3, epoch_size=2, kfold=5),
+  "test": ProbeConfig(optimizer="adam", batch_size=64, tenacity=5, epoch_size=4, kfold=10),
+  "dev": ProbeConfig(optimizer="rmsprop", batch_size=128, tenacity=3, epoch_size=2, kfold=5),
 }
 
 
@@ -121,9 +121,9 @@ def _sorted_split(tokens: list[list[str]], labels: list[int], tokens_b: list[lis
   else:
     order = sorted(range(len(labels)), key=lambda i: (len(tokens[i]), len(tokens_b[i]), labels[i]))
   return Split(
-      sentences=[" ".join(tokens[i]) for i in order],
-      labels=np.asarray([labels[i] for i in order], np.int32),
-      sentences_b=None if tokens_b is None else [" ".join(tokens_b[i]) for i in order],
+    sentences=[" ".join(tokens[i]) for i in order],
+    labels=np.asarray([labels[i] for i in order], np.int32),
+    sentences_b=None if tokens_b is None else [" ".join(tokens_b[i]) for i in order],
   )
 
 
@@ -154,8 +154,9 @@ def _load_trec(path: str) -> Split:
   for lineno, line in enumerate(data_lib.read_senteval_lines(path, "latin-1"), start=1):
     target, _, rest = line.strip().partition(":")
     if target not in TREC_CLASSES or " " not in rest:
-      raise data_lib.DataError(f"{path}:{lineno}: expected 'COARSE:fine question' with COARSE in {TREC_CLASSES}, "
-                               f"got {line[:80]!r}")
+      raise data_lib.DataError(
+        f"{path}:{lineno}: expected 'COARSE:fine question' with COARSE in {TREC_CLASSES}, got {line[:80]!r}"
+      )
     tokens.append(_tokens(rest.split(" ", 1)[1]))
     labels.append(TREC_CLASSES.index(target))
   return _sorted_split(tokens, labels)
@@ -168,8 +169,9 @@ def _load_mrpc(path: str) -> Split:
       continue  # Header: Quality, #1 ID, #2 ID, #1 String, #2 String.
     fields = line.strip().split("\t")
     if len(fields) != 5 or fields[0] not in ("0", "1"):
-      raise data_lib.DataError(f"{path}:{lineno}: expected 5 tab-separated fields starting with 0|1, "
-                               f"got {len(fields)} fields")
+      raise data_lib.DataError(
+        f"{path}:{lineno}: expected 5 tab-separated fields starting with 0|1, got {len(fields)} fields"
+      )
     tokens_a.append(_tokens(fields[3]))
     tokens_b.append(_tokens(fields[4]))
     labels.append(int(fields[0]))
@@ -177,11 +179,11 @@ def _load_mrpc(path: str) -> Split:
 
 
 _BINARY_FILES = {
-    "MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
-    "CR": ("CR", "custrev.pos", "custrev.neg"),
-    # SentEval labels SUBJ's objective sentences 1 and subjective ones 0.
-    "SUBJ": ("SUBJ", "subj.objective", "subj.subjective"),
-    "MPQA": ("MPQA", "mpqa.pos", "mpqa.neg"),
+  "MR": ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+  "CR": ("CR", "custrev.pos", "custrev.neg"),
+  # SentEval labels SUBJ's objective sentences 1 and subjective ones 0.
+  "SUBJ": ("SUBJ", "subj.objective", "subj.subjective"),
+  "MPQA": ("MPQA", "mpqa.pos", "mpqa.neg"),
 }
 
 
@@ -193,14 +195,24 @@ def load_transfer_task(root: str, name: str) -> TransferTask:
     return TransferTask(name, 2, {"all": _load_binary(os.path.join(base, folder), positive, negative)})
   if name == "SST2":
     folder = os.path.join(base, "SST", "binary")
-    return TransferTask(name, 2, {s: _load_sst2(os.path.join(folder, f"sentiment-{s}")) for s in ("train", "dev", "test")})
+    return TransferTask(
+      name, 2, {s: _load_sst2(os.path.join(folder, f"sentiment-{s}")) for s in ("train", "dev", "test")}
+    )
   if name == "TREC":
     folder = os.path.join(base, "TREC")
-    return TransferTask(name, len(TREC_CLASSES), {"train": _load_trec(os.path.join(folder, "train_5500.label")),
-                                                  "test": _load_trec(os.path.join(folder, "TREC_10.label"))})
+    return TransferTask(
+      name,
+      len(TREC_CLASSES),
+      {
+        "train": _load_trec(os.path.join(folder, "train_5500.label")),
+        "test": _load_trec(os.path.join(folder, "TREC_10.label")),
+      },
+    )
   if name == "MRPC":
     folder = os.path.join(base, "MRPC")
-    return TransferTask(name, 2, {s: _load_mrpc(os.path.join(folder, f"msr_paraphrase_{s}.txt")) for s in ("train", "test")})
+    return TransferTask(
+      name, 2, {s: _load_mrpc(os.path.join(folder, f"msr_paraphrase_{s}.txt")) for s in ("train", "test")}
+    )
   raise ValueError(f"unknown transfer task {name!r}; choose from {TRANSFER_TASKS}")
 
 
@@ -288,8 +300,9 @@ def _probe_loss(params: dict, x: jax.Array, y: jax.Array, valid: jax.Array) -> j
   return jnp.sum(ce * valid) / jnp.maximum(jnp.sum(valid), 1)
 
 
-def _train_pass(state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
-                ) -> _ProbeState:
+def _train_pass(
+  state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
+) -> _ProbeState:
   """One pass over the problem's training rows in a fresh shuffle, ``config.batch_size`` rows per update."""
   width = problem.rows.shape[0]
   key, sub = jax.random.split(state.key)
@@ -313,8 +326,9 @@ def _train_pass(state: _ProbeState, problem: _Problem, opt: optax.GradientTransf
   return state._replace(params=params, opt_state=opt_state, key=key)
 
 
-def _validation_round(state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
-                      ) -> _ProbeState:
+def _validation_round(
+  state: _ProbeState, problem: _Problem, opt: optax.GradientTransformation, config: ProbeConfig
+) -> _ProbeState:
   """``config.epoch_size`` passes, then SentEval's validation and early-stopping rule."""
   state = jax.lax.fori_loop(0, config.epoch_size, lambda _, st: _train_pass(st, problem, opt, config), state)
   pred = jnp.argmax(problem.features @ state.params["w"] + state.params["b"], axis=-1)
@@ -323,11 +337,12 @@ def _validation_round(state: _ProbeState, problem: _Problem, opt: optax.Gradient
   # SentEval's rule: a round without improvement stops training once `tenacity` such rounds came before it; the
   # count is never reset.
   return state._replace(
-      best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), state.params, state.best_params),
-      best_correct=jnp.maximum(state.best_correct, correct),
-      bad_rounds=state.bad_rounds + (~improved).astype(jnp.int32),
-      stop=~improved & (state.bad_rounds >= config.tenacity),
-      epoch=state.epoch + config.epoch_size)
+    best_params=jax.tree.map(lambda a, b: jnp.where(improved, a, b), state.params, state.best_params),
+    best_correct=jnp.maximum(state.best_correct, correct),
+    bad_rounds=state.bad_rounds + (~improved).astype(jnp.int32),
+    stop=~improved & (state.bad_rounds >= config.tenacity),
+    epoch=state.epoch + config.epoch_size,
+  )
 
 
 def _fit_one(key: jax.Array, problem: _Problem, weight_decay: jax.Array, *, nclasses: int, config: ProbeConfig):
@@ -337,19 +352,40 @@ def _fit_one(key: jax.Array, problem: _Problem, weight_decay: jax.Array, *, ncla
   # nn.Linear's default initialisation: U(-1/sqrt(D), 1/sqrt(D)) for weight and bias.
   bound = 1.0 / np.sqrt(dim)
   wkey, bkey = jax.random.split(init_key)
-  params = {"w": jax.random.uniform(wkey, (dim, nclasses), jnp.float32, -bound, bound),
-            "b": jax.random.uniform(bkey, (nclasses,), jnp.float32, -bound, bound)}
+  params = {
+    "w": jax.random.uniform(wkey, (dim, nclasses), jnp.float32, -bound, bound),
+    "b": jax.random.uniform(bkey, (nclasses,), jnp.float32, -bound, bound),
+  }
   opt = _optimizer(config.optimizer, weight_decay)
-  start = _ProbeState(params=params, opt_state=opt.init(params), key=key, best_params=params,
-                      best_correct=jnp.int32(-1), bad_rounds=jnp.int32(0), stop=jnp.bool_(False), epoch=jnp.int32(0))
-  end = jax.lax.while_loop(lambda st: ~st.stop & (st.epoch <= config.max_epoch),
-                           lambda st: _validation_round(st, problem, opt, config), start)
+  start = _ProbeState(
+    params=params,
+    opt_state=opt.init(params),
+    key=key,
+    best_params=params,
+    best_correct=jnp.int32(-1),
+    bad_rounds=jnp.int32(0),
+    stop=jnp.bool_(False),
+    epoch=jnp.int32(0),
+  )
+  end = jax.lax.while_loop(
+    lambda st: ~st.stop & (st.epoch <= config.max_epoch), lambda st: _validation_round(st, problem, opt, config), start
+  )
   return end.best_params, end.best_correct, end.epoch // config.epoch_size
 
 
 @functools.partial(jax.jit, static_argnames=("nclasses", "config"))
-def _fit_problems(features: jax.Array, labels: jax.Array, keys: jax.Array, train_rows: jax.Array, n_train: jax.Array,
-                  val_mask: jax.Array, l2: jax.Array, *, nclasses: int, config: ProbeConfig):
+def _fit_problems(
+  features: jax.Array,
+  labels: jax.Array,
+  keys: jax.Array,
+  train_rows: jax.Array,
+  n_train: jax.Array,
+  val_mask: jax.Array,
+  l2: jax.Array,
+  *,
+  nclasses: int,
+  config: ProbeConfig,
+):
   """Trains every problem with early stopping; returns best params and best validation correct counts.
 
   Args:
@@ -361,15 +397,16 @@ def _fit_problems(features: jax.Array, labels: jax.Array, keys: jax.Array, train
     ``({"w": [P, D, C], "b": [P, C]}, best_correct [P], rounds [P])``: the parameters after the validation round
     with the most correct validation rows (the first such round), that count, and the rounds trained.
   """
+
   def fit(key, rows, n_rows, val, weight_decay):
-    return _fit_one(key, _Problem(features, labels, rows, n_rows, val), weight_decay, nclasses=nclasses,
-                    config=config)
+    return _fit_one(key, _Problem(features, labels, rows, n_rows, val), weight_decay, nclasses=nclasses, config=config)
 
   return jax.vmap(fit)(keys, train_rows, n_train, val_mask, l2)
 
 
-def fit_probes(features: np.ndarray, labels: np.ndarray, problems: Problems, *, nclasses: int, config: ProbeConfig,
-               seed: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def fit_probes(
+  features: np.ndarray, labels: np.ndarray, problems: Problems, *, nclasses: int, config: ProbeConfig, seed: int
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
   """Fits all ``problems`` at once (vmap in one jit); deterministic given ``seed``.
 
   Args:
@@ -384,10 +421,17 @@ def fit_probes(features: np.ndarray, labels: np.ndarray, problems: Problems, *, 
   if labels.min() < 0 or labels.max() >= nclasses:
     raise ValueError(f"labels must lie in [0, {nclasses}), got range [{labels.min()}, {labels.max()}]")
   keys = jax.random.split(jax.random.PRNGKey(seed), len(problems.l2))
-  params, best, _ = _fit_problems(jnp.asarray(features, jnp.float32), jnp.asarray(labels), keys,
-                                  jnp.asarray(problems.train_rows), jnp.asarray(problems.n_train),
-                                  jnp.asarray(problems.val_mask), jnp.asarray(problems.l2),
-                                  nclasses=nclasses, config=config)
+  params, best, _ = _fit_problems(
+    jnp.asarray(features, jnp.float32),
+    jnp.asarray(labels),
+    keys,
+    jnp.asarray(problems.train_rows),
+    jnp.asarray(problems.n_train),
+    jnp.asarray(problems.val_mask),
+    jnp.asarray(problems.l2),
+    nclasses=nclasses,
+    config=config,
+  )
   params = jax.tree.map(np.asarray, params)
   return params, np.asarray(best) / problems.val_mask.sum(axis=1)
 
@@ -420,7 +464,9 @@ def _best_l2(scores: Sequence[float]) -> int:
   return int(np.argmax(scores))  # The first best, as SentEval's np.argmax over the rounded scores.
 
 
-def nested_folds(labels: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]]:
+def nested_folds(
+  labels: np.ndarray, k: int
+) -> list[tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]]:
   """SentEval's nested stratified k-fold: ``[(outer_train, outer_test, [(inner_train, inner_val)] * k)] * k``.
 
   All indices are rows of ``labels`` (inner ones already mapped back from the outer training part).
@@ -433,8 +479,9 @@ def nested_folds(labels: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarra
   return folds
 
 
-def nested_kfold(features: np.ndarray, labels: np.ndarray, *, nclasses: int, config: ProbeConfig,
-                 seed: int = DEFAULT_SEED) -> dict:
+def nested_kfold(
+  features: np.ndarray, labels: np.ndarray, *, nclasses: int, config: ProbeConfig, seed: int = DEFAULT_SEED
+) -> dict:
   """MR/CR/SUBJ/MPQA: inner k-fold picks L2 per outer fold, refit, test on the outer fold.
 
   Args:
@@ -452,25 +499,45 @@ def nested_kfold(features: np.ndarray, labels: np.ndarray, *, nclasses: int, con
         train.append(inner_train)
         val.append(inner_val)
         l2.append(reg)
-  _, inner_acc = fit_probes(features, labels, Problems.build(len(labels), train, val, l2), nclasses=nclasses,
-                            config=config, seed=seed)
+  _, inner_acc = fit_probes(
+    features, labels, Problems.build(len(labels), train, val, l2), nclasses=nclasses, config=config, seed=seed
+  )
   inner_acc = inner_acc.reshape(config.kfold, len(L2_GRID), config.kfold)
   dev_scores = [[_percent(np.mean(inner_acc[o, r])) for r in range(len(L2_GRID))] for o in range(config.kfold)]
   chosen = [_best_l2(s) for s in dev_scores]
   refits = [_refit_rows(outer_train, seed) for outer_train, _ in outer]
-  params, _ = fit_probes(features, labels, Problems.build(len(labels), [t for t, _ in refits], [v for _, v in refits],
-                                                          [L2_GRID[c] for c in chosen]),
-                         nclasses=nclasses, config=config, seed=seed + 1)
+  params, _ = fit_probes(
+    features,
+    labels,
+    Problems.build(len(labels), [t for t, _ in refits], [v for _, v in refits], [L2_GRID[c] for c in chosen]),
+    nclasses=nclasses,
+    config=config,
+    seed=seed + 1,
+  )
   test_acc = []
   for o, (_, outer_test) in enumerate(outer):
     pred = predict(jax.tree.map(lambda a: a[o : o + 1], params), features[outer_test])[0]
     test_acc.append(_percent(np.mean(pred == labels[outer_test])))
-  return {"devacc": round(float(np.mean([max(s) for s in dev_scores])), 2), "acc": round(float(np.mean(test_acc)), 2),
-          "ndev": len(labels), "ntest": len(labels), "l2": [L2_GRID[c] for c in chosen], "fold_acc": test_acc}
+  return {
+    "devacc": round(float(np.mean([max(s) for s in dev_scores])), 2),
+    "acc": round(float(np.mean(test_acc)), 2),
+    "ndev": len(labels),
+    "ntest": len(labels),
+    "l2": [L2_GRID[c] for c in chosen],
+    "fold_acc": test_acc,
+  }
 
 
-def kfold_then_test(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray, test_y: np.ndarray, *, nclasses: int,
-                    config: ProbeConfig, seed: int = DEFAULT_SEED) -> tuple[dict, np.ndarray]:
+def kfold_then_test(
+  train_x: np.ndarray,
+  train_y: np.ndarray,
+  test_x: np.ndarray,
+  test_y: np.ndarray,
+  *,
+  nclasses: int,
+  config: ProbeConfig,
+  seed: int = DEFAULT_SEED,
+) -> tuple[dict, np.ndarray]:
   """TREC/MRPC: k-fold on train picks L2, a refit on all of train (5% held out to stop) is tested.
 
   Returns:
@@ -484,21 +551,45 @@ def kfold_then_test(train_x: np.ndarray, train_y: np.ndarray, test_x: np.ndarray
       train.append(fold_train)
       val.append(fold_val)
       l2.append(reg)
-  _, acc = fit_probes(train_x, train_y, Problems.build(len(train_y), train, val, l2), nclasses=nclasses,
-                      config=config, seed=seed)
+  _, acc = fit_probes(
+    train_x, train_y, Problems.build(len(train_y), train, val, l2), nclasses=nclasses, config=config, seed=seed
+  )
   scores = [_percent(np.mean(a)) for a in acc.reshape(len(L2_GRID), config.kfold)]
   best = _best_l2(scores)
   refit_train, refit_val = _refit_rows(np.arange(len(train_y)), seed)
-  params, _ = fit_probes(train_x, train_y, Problems.build(len(train_y), [refit_train], [refit_val], [L2_GRID[best]]),
-                         nclasses=nclasses, config=config, seed=seed + 1)
+  params, _ = fit_probes(
+    train_x,
+    train_y,
+    Problems.build(len(train_y), [refit_train], [refit_val], [L2_GRID[best]]),
+    nclasses=nclasses,
+    config=config,
+    seed=seed + 1,
+  )
   pred = predict(params, test_x)[0]
-  return ({"devacc": max(scores), "acc": _percent(np.mean(pred == test_y)), "ndev": len(train_y),
-           "ntest": len(test_y), "l2": L2_GRID[best]}, pred)
+  return (
+    {
+      "devacc": max(scores),
+      "acc": _percent(np.mean(pred == test_y)),
+      "ndev": len(train_y),
+      "ntest": len(test_y),
+      "l2": L2_GRID[best],
+    },
+    pred,
+  )
 
 
-def train_dev_test(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, dev_y: np.ndarray,
-                   test_x: np.ndarray, test_y: np.ndarray, *, nclasses: int, config: ProbeConfig,
-                   seed: int = DEFAULT_SEED) -> dict:
+def train_dev_test(
+  train_x: np.ndarray,
+  train_y: np.ndarray,
+  dev_x: np.ndarray,
+  dev_y: np.ndarray,
+  test_x: np.ndarray,
+  test_y: np.ndarray,
+  *,
+  nclasses: int,
+  config: ProbeConfig,
+  seed: int = DEFAULT_SEED,
+) -> dict:
   """SST-2: one fit per L2 value stopped on dev; the best on dev is tested.
 
   SentEval refits the chosen L2 value with the same seed, which reproduces the same fit, so its test accuracy
@@ -512,8 +603,13 @@ def train_dev_test(train_x: np.ndarray, train_y: np.ndarray, dev_x: np.ndarray, 
   scores = [_percent(a) for a in acc]
   best = _best_l2(scores)
   pred = predict(jax.tree.map(lambda a: a[best : best + 1], params), test_x)[0]
-  return {"devacc": max(scores), "acc": _percent(np.mean(pred == test_y)), "ndev": len(dev_y), "ntest": len(test_y),
-          "l2": L2_GRID[best]}
+  return {
+    "devacc": max(scores),
+    "acc": _percent(np.mean(pred == test_y)),
+    "ndev": len(dev_y),
+    "ntest": len(test_y),
+    "l2": L2_GRID[best],
+  }
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -529,8 +625,9 @@ def split_features(split: Split, table: dict[str, np.ndarray]) -> np.ndarray:
   return np.concatenate([np.abs(u - v), u * v], axis=1)
 
 
-def evaluate_task(task: TransferTask, table: dict[str, np.ndarray], *, mode: str = "test",
-                  seed: int = DEFAULT_SEED) -> dict:
+def evaluate_task(
+  task: TransferTask, table: dict[str, np.ndarray], *, mode: str = "test", seed: int = DEFAULT_SEED
+) -> dict:
   """Runs one task's SentEval protocol on embeddings looked up in ``table`` (sentence -> ``[D]``)."""
   config = MODES[mode]
   feats = {name: split_features(split, table) for name, split in task.splits.items()}
@@ -539,16 +636,24 @@ def evaluate_task(task: TransferTask, table: dict[str, np.ndarray], *, mode: str
   if set(task.splits) == {"all"}:
     return nested_kfold(feats["all"], labels["all"], **kwargs)
   if set(task.splits) == {"train", "dev", "test"}:
-    return train_dev_test(feats["train"], labels["train"], feats["dev"], labels["dev"], feats["test"], labels["test"],
-                          **kwargs)
+    return train_dev_test(
+      feats["train"], labels["train"], feats["dev"], labels["dev"], feats["test"], labels["test"], **kwargs
+    )
   result, pred = kfold_then_test(feats["train"], labels["train"], feats["test"], labels["test"], **kwargs)
   if task.name == "MRPC":
     result["f1"] = _percent(sklearn.metrics.f1_score(labels["test"], pred))
   return result
 
 
-def evaluate_transfer(embed: Embed, root: str, tasks: Sequence[str] = TRANSFER_TASKS, *, mode: str = "test",
-                      seed: int = DEFAULT_SEED, progress=None) -> dict:
+def evaluate_transfer(
+  embed: Embed,
+  root: str,
+  tasks: Sequence[str] = TRANSFER_TASKS,
+  *,
+  mode: str = "test",
+  seed: int = DEFAULT_SEED,
+  progress=None,
+) -> dict:
   """Embeds every distinct sentence of ``tasks`` once, then runs each task; returns SentEval-shaped results.
 
   ``progress`` (a ``progress.Progress`` over the tasks) is advanced as each task's probes finish.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -18,11 +19,11 @@ import jax
 import ml_collections
 import numpy as np
 
-from jaxcse.storage import checkpoints
 from jaxcse import data as data_lib, models
+from jaxcse.evaluation import dev_sets as dev_sets_lib, sts_data, sts_metrics
 from jaxcse.inference import embedder as embedder_lib
 from jaxcse.models import mlm
-from jaxcse.evaluation import sts_data, sts_metrics
+from jaxcse.storage import checkpoints
 
 log = logging.getLogger("jaxcse")
 
@@ -36,7 +37,12 @@ class BestSoFar:
   first_eval: dict | None = None  # The first evaluation's step and scores (the run's summary reports it).
 
   def improved_by(self, metric: float) -> bool:
-    return self.metric is None or metric > self.metric
+    """Whether an evaluation scoring ``metric`` becomes the best: never a non-finite one (NaN from a degenerate
+    evaluation, e.g. a collapsed encoder's constant similarities), and always a finite one over a non-finite best
+    (an older jaxcse kept NaN as best, which nothing could beat)."""
+    if metric is None or not math.isfinite(metric):
+      return False
+    return self.metric is None or not math.isfinite(self.metric) or metric > self.metric
 
   def after(self, step: int, metric: float, scores: dict[str, float]) -> BestSoFar:
     """The selection after an evaluation at ``step``: its first evaluation kept, ``step`` the best if it improved."""
@@ -58,16 +64,25 @@ class HeldoutMLM:
   """Masked-LM loss and accuracy on a held-out corpus: the same packed sequences and masks at every evaluation."""
 
   def __init__(self, config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus: data_lib.Corpus):
-    batches = data_lib.PackedBatches(corpus, spec.tokenizer, batch_size=config.eval.batch_size,
-                                     max_seq_len=config.data.max_seq_len, seed=config.seed, keep_last=True)
+    batches = data_lib.PackedBatches(
+      corpus,
+      spec.tokenizer,
+      batch_size=config.eval.batch_size,
+      max_seq_len=config.data.max_seq_len,
+      seed=config.seed,
+      keep_last=True,
+    )
     self.batches = [batches.batch(i)["input_ids"][:, 0] for i in range(batches.steps_per_epoch)]
     self.masks = [batches.batch(i)["attention_mask"][:, 0] for i in range(batches.steps_per_epoch)]
     tok = spec.tokenizer
-    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
-                                                                        config.mlm.probability)
-    masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
-                   special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability,
-                   num_predictions=num_predictions)
+    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len, config.mlm.probability)
+    masking = dict(
+      mask_token_id=tok.mask_token_id,
+      vocab_size=spec.hf_config.vocab_size,
+      special_ids=tuple(tok.all_special_ids),
+      probability=config.mlm.probability,
+      num_predictions=num_predictions,
+    )
 
     def sums(params, ids, mask, key):
       masked, positions, labels, weights = mlm.mask_positions(key, ids, mask, **masking)
@@ -83,23 +98,38 @@ class HeldoutMLM:
     for i, (ids, mask) in enumerate(zip(self.batches, self.masks)):
       totals += np.asarray(jax.device_get(self._sums(params, ids, mask, jax.random.fold_in(self._key, i))), np.float64)
     ce, correct, count = totals
-    return {"heldout_mlm_loss": float(ce / count), "heldout_mlm_accuracy": float(correct / count),
-            "heldout_mlm_tokens": int(count)}
+    return {
+      "heldout_mlm_loss": float(ce / count),
+      "heldout_mlm_accuracy": float(correct / count),
+      "heldout_mlm_tokens": int(count),
+    }
 
 
 class Evaluator:
   """Runs the evaluation during training: STS-B/SICK-R dev (+ its dynamics), held-out MLM; saves the best params.
 
   ``attend_padding``: whether the trained model attends padding (the method's choice, ``objectives``), so the dev
-  sets are embedded as it trains. ``write``: where an evaluation's record goes (the run's ``metrics.jsonl``).
+  sets are embedded as it trains. ``own``: the config's own dev sets (``eval.pairs``, ``eval.retrieval``), scored
+  as ``pairs_*`` and ``retrieval_*``. ``write``: where an evaluation's record goes (the run's ``metrics.jsonl``).
   """
 
-  def __init__(self, config: ml_collections.ConfigDict, spec: models.ModelSpec, *, attend_padding: bool,
-               heldout: data_lib.Corpus | None, dev_sets: dict[str, sts_data.PairSet], best_manager,
-               write: Callable[[dict], None]):
+  def __init__(
+    self,
+    config: ml_collections.ConfigDict,
+    spec: models.ModelSpec,
+    *,
+    attend_padding: bool,
+    heldout: data_lib.Corpus | None,
+    dev_sets: dict[str, sts_data.PairSet],
+    best_manager,
+    write: Callable[[dict], None],
+    own: dev_sets_lib.OwnDevSets | None = None,
+  ):
     self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
-    self.embedder = embedder_lib.BucketedEmbedder(spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size,
-                                          attend_padding=attend_padding)
+    self.own = own or dev_sets_lib.OwnDevSets()  # dev_sets.OwnDevSets.load, read then too.
+    self.embedder = embedder_lib.BucketedEmbedder(
+      spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size, attend_padding=attend_padding
+    )
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
     self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]
     self.best_manager, self.write = best_manager, write
@@ -117,12 +147,26 @@ class Evaluator:
     dynamics = sts_metrics.dev_dynamics(table, self.dev_sets["stsb_dev"])
     if self.heldout is not None:
       scores.update(self.heldout(params))
+    scores.update(self.own(lambda s: self.embedder(s, params)))
     metric = self.select(scores)
-    record = {"step": step, "eval/metric": metric, **{f"eval/{k}": v for k, v in scores.items()},
-              **{f"eval/{k}": v for k, v in dynamics.items()}, "eval/seconds": round(time.time() - t0, 2)}
+    record = {
+      "step": step,
+      "eval/metric": metric,
+      **{f"eval/{k}": v for k, v in scores.items()},
+      **{f"eval/{k}": v for k, v in dynamics.items()},
+      "eval/seconds": round(time.time() - t0, 2),
+    }
     if log_record:
       self.write(record)
     log.info("step %d: %s", step, {k: round(v, 4) for k, v in scores.items()})
+    if not math.isfinite(metric):
+      log.warning(
+        "step %d: the dev evaluation's %s is %s (a degenerate evaluation: e.g. every sentence embedded as "
+        "the same vector); this step cannot become the best checkpoint",
+        step,
+        "eval/metric",
+        metric,
+      )
     if best.improved_by(metric):
       checkpoints.save(self.best_manager, step, meta={"step": step, "metric": metric, **scores}, params=params)
     return best.after(step, metric, scores)

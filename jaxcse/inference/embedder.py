@@ -12,10 +12,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxcse.models import poolers
-from jaxcse.data import tokenization
 from jaxcse.core.errors import JaxcseError
-from jaxcse.models import ModelSpec
+from jaxcse.data import tokenization
+from jaxcse.models import ModelSpec, poolers
 
 
 def check_settings(batch_size: int, max_seq_len: int | None = None) -> None:
@@ -36,8 +35,15 @@ class BucketedEmbedder:
   sentence. Each (length, rows) shape compiles once per BucketedEmbedder, ever.
   """
 
-  def __init__(self, spec: ModelSpec, pooler: str | None = None, *, batch_size: int = 128,
-               max_seq_len: int | None = None, attend_padding: bool = False):
+  def __init__(
+    self,
+    spec: ModelSpec,
+    pooler: str | None = None,
+    *,
+    batch_size: int = 128,
+    max_seq_len: int | None = None,
+    attend_padding: bool = False,
+  ):
     self.spec = spec
     self.pooler = pooler or spec.pooling.test_pooler
     poolers.get(self.pooler)  # Raises for an unknown name.
@@ -77,8 +83,10 @@ class BucketedEmbedder:
       if progress is not None:
         progress.update(len(rows))
     if not np.isfinite(out).all():
-      raise EmbeddingError(f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
-                           f"of {len(out)} sentences (its parameters are NaN or overflow)")
+      raise EmbeddingError(
+        f"the model gives non-finite embeddings for {int((~np.isfinite(out).all(axis=1)).sum())} "
+        f"of {len(out)} sentences (its parameters are NaN or overflow)"
+      )
     return out
 
 

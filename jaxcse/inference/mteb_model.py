@@ -74,27 +74,49 @@ class MtebEncoder:
       than the encoder's own; each batch size compiles its own shapes, and changes the float rounding only.
   """
 
-  def __init__(self, model_name, revision: str | None = None, *, device: str | None = None,
-               name: str | None = None, use_mteb_batch_size: bool = True, **kwargs: Any):
+  def __init__(
+    self,
+    model_name,
+    revision: str | None = None,
+    *,
+    device: str | None = None,
+    name: str | None = None,
+    use_mteb_batch_size: bool = True,
+    **kwargs: Any,
+  ):
     del device, kwargs  # Keywords MTEB may pass to a model's constructor; none applies to a loaded encoder.
     if not all(hasattr(model_name, a) for a in ("encode", "fingerprint", "params", "embedder", "spec")):
-      raise TypeError(f"MtebEncoder wraps a jaxcse encoder, not {model_name!r}: load it first, "
-                      "jaxcse.encode.Encoder.load(path).mteb()")
+      raise TypeError(
+        f"MtebEncoder wraps a jaxcse encoder, not {model_name!r}: load it first, "
+        "jaxcse.encode.Encoder.load(path).mteb()"
+      )
     self.encoder = model_name
     if revision is not None and revision != self.encoder.fingerprint:
-      raise ValueError(f"the encoder's params fingerprint is {self.encoder.fingerprint}, not the revision "
-                       f"{revision} asked for")
+      raise ValueError(
+        f"the encoder's params fingerprint is {self.encoder.fingerprint}, not the revision {revision} asked for"
+      )
     self.name = name or default_name(self.encoder)
     self.use_mteb_batch_size = use_mteb_batch_size
     self._meta = None
 
   # -- EncoderProtocol.
 
-  def encode(self, inputs: Iterable[dict], *, task_metadata: Any = None, hf_split: str | None = None,
-             hf_subset: str | None = None, prompt_type: Any = None, **kwargs: Any) -> np.ndarray:
-    """float32 ``[n, dim]``: the embeddings of every batch's ``"text"``, in order (no prompts: jaxcse models
-    take none). ``batch_size`` (MTEB's ``encode_kwargs``) sets the forward-pass size."""
-    del task_metadata, hf_split, hf_subset, prompt_type
+  def encode(
+    self,
+    inputs: Iterable[dict],
+    *,
+    task_metadata: Any = None,
+    hf_split: str | None = None,
+    hf_subset: str | None = None,
+    prompt_type: Any = None,
+    **kwargs: Any,
+  ) -> np.ndarray:
+    """float32 ``[n, dim]``: the embeddings of every batch's ``"text"``, in order. ``batch_size`` (MTEB's
+    ``encode_kwargs``) sets the forward-pass size. By prompt type, as MTEB's sentence-transformers wrapper: the
+    model's prompt named after it (``"query"`` for queries, ``"document"`` for the corpus) is put before every
+    text when the model has one; otherwise none."""
+    del task_metadata, hf_split, hf_subset
+    prompt_name = prompt_name_for(prompt_type, self.encoder.prompts)
     texts = []
     for batch in inputs:
       if "text" not in batch:
@@ -103,7 +125,9 @@ class MtebEncoder:
     batch_size = kwargs.get("batch_size") if self.use_mteb_batch_size else None
     if not texts:
       return np.zeros((0, self.encoder.dim), np.float32)
-    return self.encoder.encode(texts, batch_size=batch_size, show_progress_bar=kwargs.get("show_progress_bar"))
+    return self.encoder.encode(
+      texts, batch_size=batch_size, show_progress_bar=kwargs.get("show_progress_bar"), prompt_name=prompt_name
+    )
 
   def similarity(self, embeddings1: Any, embeddings2: Any) -> np.ndarray:
     """Cosine similarities ``[n1, n2]``."""
@@ -139,26 +163,34 @@ def build_model_meta(encoder, name: str):
   n_params, n_bytes = _count(encoder.params)
   base = encoder.spec.source if encoder.step is not None and encoder.spec.source else None  # A workdir's start.
   return ModelMeta(
-      loader=None,  # This module loads no model (see MtebEncoder).
-      name=name,
-      revision=encoder.fingerprint,
-      release_date=None,
-      languages=None,
-      n_parameters=n_params,
-      n_embedding_parameters=_embedding_count(encoder.params),
-      memory_usage_mb=round(n_bytes / 2**20, 2),
-      max_tokens=encoder.embedder.max_seq_len,
-      embed_dim=encoder.dim,
-      license=None,
-      open_weights=True,
-      public_training_code=None,
-      public_training_data=None,
-      framework=["JAX"],
-      similarity_fn_name="cosine",
-      use_instructions=False,
-      training_datasets=None,
-      adapted_from=base,
-      modalities=["text"],
-      model_type=["dense"],
-      experiment_kwargs={"pooler": encoder.pooler, "max_seq_len": encoder.embedder.max_seq_len},
+    loader=None,  # This module loads no model (see MtebEncoder).
+    name=name,
+    revision=encoder.fingerprint,
+    release_date=None,
+    languages=None,
+    n_parameters=n_params,
+    n_embedding_parameters=_embedding_count(encoder.params),
+    memory_usage_mb=round(n_bytes / 2**20, 2),
+    max_tokens=encoder.embedder.max_seq_len,
+    embed_dim=encoder.dim,
+    license=None,
+    open_weights=True,
+    public_training_code=None,
+    public_training_data=None,
+    framework=["JAX"],
+    similarity_fn_name="cosine",
+    use_instructions=False,
+    training_datasets=None,
+    adapted_from=base,
+    modalities=["text"],
+    model_type=["dense"],
+    experiment_kwargs={"pooler": encoder.pooler, "max_seq_len": encoder.embedder.max_seq_len},
   )
+
+
+def prompt_name_for(prompt_type: Any, prompts: dict[str, str]) -> str | None:
+  """The model's prompt for an MTEB ``PromptType`` (``query``/``document``, by its value), or None."""
+  if prompt_type is None:
+    return None
+  name = getattr(prompt_type, "value", prompt_type)
+  return name if isinstance(name, str) and name in prompts else None

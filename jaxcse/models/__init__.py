@@ -21,8 +21,8 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import os
 import logging
+import os
 import shutil
 from typing import Any
 
@@ -33,11 +33,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxcse.core import files
-from jaxcse.storage import hub
-from jaxcse.models import poolers
 from jaxcse.core.errors import JaxcseError
-from jaxcse.models import families, weights
+from jaxcse.models import families, poolers, weights
 from jaxcse.models.common import BackboneOutput  # noqa: F401  (re-exported: what every backbone returns)
+from jaxcse.storage import hub
 
 log = logging.getLogger("jaxcse")
 
@@ -117,17 +116,20 @@ class PooledBackbone(nn.Module):
     if self.attend_padding:
       longest = jnp.max(jnp.sum(attention_mask, axis=-1))
       attended = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]) < longest, input_ids.shape).astype(
-          attention_mask.dtype)
-    outputs = self.backbone(input_ids, attended, deterministic=not train,
-                            output_hidden_states=pooler.needs_hidden_states)
-    pooled = poolers.pool(self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states,
-                          outputs.pooler_output)
+        attention_mask.dtype
+      )
+    outputs = self.backbone(
+      input_ids, attended, deterministic=not train, output_hidden_states=pooler.needs_hidden_states
+    )
+    pooled = poolers.pool(
+      self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states, outputs.pooler_output
+    )
     if pooler.has_mlp:
       dense = nn.Dense(
-          pooled.shape[-1],
-          kernel_init=nn.initializers.normal(self.initializer_range),
-          bias_init=nn.initializers.zeros,
-          name="mlp",
+        pooled.shape[-1],
+        kernel_init=nn.initializers.normal(self.initializer_range),
+        bias_init=nn.initializers.zeros,
+        name="mlp",
       )
       pooled = jnp.tanh(dense(pooled))
     return pooled
@@ -175,10 +177,10 @@ class ModelSpec:
 
   def module_for(self, pooler: str, *, attend_padding: bool = False) -> PooledBackbone:
     return PooledBackbone(
-        backbone=self.backbone,
-        pooler=pooler,
-        initializer_range=getattr(self.hf_config, "initializer_range", 0.02),
-        attend_padding=attend_padding,
+      backbone=self.backbone,
+      pooler=pooler,
+      initializer_range=getattr(self.hf_config, "initializer_range", 0.02),
+      attend_padding=attend_padding,
     )
 
   @property
@@ -203,23 +205,43 @@ def _mlm_variables(spec: ModelSpec, params) -> dict:
   return {"params": {spec.mlm.prefix: params["backbone"], **params["mlm_head"]}}
 
 
-def mlm_logits(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool,
-               rng: jax.Array | None = None) -> jax.Array:
+def mlm_logits(
+  spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool, rng: jax.Array | None = None
+) -> jax.Array:
   """Vocabulary logits ``[batch, len, vocab]`` of the MLM head on the encoder's backbone, at every position."""
-  return spec.mlm.module.apply(_mlm_variables(spec, params), input_ids, attention_mask, deterministic=not train,
-                               rngs={"dropout": rng} if train else {})
+  return spec.mlm.module.apply(
+    _mlm_variables(spec, params),
+    input_ids,
+    attention_mask,
+    deterministic=not train,
+    rngs={"dropout": rng} if train else {},
+  )
 
 
-def mlm_logits_at(spec: ModelSpec, params, input_ids: jax.Array, attention_mask: jax.Array, positions: jax.Array,
-                  *, train: bool, rng: jax.Array | None = None) -> jax.Array:
+def mlm_logits_at(
+  spec: ModelSpec,
+  params,
+  input_ids: jax.Array,
+  attention_mask: jax.Array,
+  positions: jax.Array,
+  *,
+  train: bool,
+  rng: jax.Array | None = None,
+) -> jax.Array:
   """Vocabulary logits ``[batch, predictions, vocab]`` at ``positions`` ``[batch, predictions]`` only.
 
   Equal to ``mlm_logits`` gathered at ``positions``, without computing the
   output layer (hidden x vocab, the largest matmul of a small BERT) at the
   ~85% of positions that are not predicted.
   """
-  return spec.mlm.module.apply(_mlm_variables(spec, params), input_ids, attention_mask, positions=positions,
-                               deterministic=not train, rngs={"dropout": rng} if train else {})
+  return spec.mlm.module.apply(
+    _mlm_variables(spec, params),
+    input_ids,
+    attention_mask,
+    positions=positions,
+    deterministic=not train,
+    rngs={"dropout": rng} if train else {},
+  )
 
 
 # --------------------------------------------------------------------------
@@ -250,11 +272,13 @@ def quiet_transformers():
     hf_logging.set_verbosity(verbosity)
 
 
-def _mlm_head(hf_config, dtype, *, pretrained: bool, tied: bool = True,
-              attention_dropout_per_element: bool = False) -> MLMHead:
+def _mlm_head(
+  hf_config, dtype, *, pretrained: bool, tied: bool = True, attention_dropout_per_element: bool = False
+) -> MLMHead:
   family = families.get(hf_config.model_type)
-  module = family.masked_lm(hf_config, dtype=dtype, tied=tied,
-                            **family.attention_dropout_options(attention_dropout_per_element))
+  module = family.masked_lm(
+    hf_config, dtype=dtype, tied=tied, **family.attention_dropout_options(attention_dropout_per_element)
+  )
   return MLMHead(module, module.backbone_prefix, pretrained, tied)
 
 
@@ -267,8 +291,12 @@ class _DenseAlone(nn.Module):
 
   @nn.compact
   def __call__(self, x):
-    return nn.Dense(self.hidden, kernel_init=nn.initializers.normal(self.initializer_range),
-                    bias_init=nn.initializers.zeros, name=self.child)(x)
+    return nn.Dense(
+      self.hidden,
+      kernel_init=nn.initializers.normal(self.initializer_range),
+      bias_init=nn.initializers.zeros,
+      name=self.child,
+    )(x)
 
 
 def _fresh_dense(spec: ModelSpec, seed: int, child: str = "mlp") -> dict:
@@ -302,10 +330,20 @@ def init_params(spec: ModelSpec, seed: int) -> dict:
   return params
 
 
-def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtype: Any = jnp.float32,
-               gradient_checkpointing: bool = False, with_mlm_head: bool = False, mlm_head: str = "tied",
-               mlm_pretrained: bool = False, source: str = "", revision: str | None = None,
-               attention_dropout_per_element: bool = False) -> ModelSpec:
+def build_spec(
+  hf_config,
+  tokenizer,
+  pooling: PoolerSpec = PoolerSpec(),
+  *,
+  dtype: Any = jnp.float32,
+  gradient_checkpointing: bool = False,
+  with_mlm_head: bool = False,
+  mlm_head: str = "tied",
+  mlm_pretrained: bool = False,
+  source: str = "",
+  revision: str | None = None,
+  attention_dropout_per_element: bool = False,
+) -> ModelSpec:
   """The spec of an encoder of ``hf_config`` (any of ``families``): real params come from ``load_pretrained`` or
   ``init_params``, their shapes from ``jax.eval_shape(lambda: init_params(spec, seed))``.
 
@@ -316,36 +354,64 @@ def build_spec(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, dtyp
   if with_mlm_head and mlm_head not in MLM_HEADS:
     raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
   family = families.get(hf_config.model_type)
-  module = family.backbone(hf_config, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                           add_pooling_layer=family.has_pooler,
-                           **family.attention_dropout_options(attention_dropout_per_element))
-  head = _mlm_head(hf_config, dtype, pretrained=mlm_pretrained, tied=mlm_head == "tied",
-                   attention_dropout_per_element=attention_dropout_per_element) if with_mlm_head else None
+  module = family.backbone(
+    hf_config,
+    dtype=dtype,
+    gradient_checkpointing=gradient_checkpointing,
+    add_pooling_layer=family.has_pooler,
+    **family.attention_dropout_options(attention_dropout_per_element),
+  )
+  head = (
+    _mlm_head(
+      hf_config,
+      dtype,
+      pretrained=mlm_pretrained,
+      tied=mlm_head == "tied",
+      attention_dropout_per_element=attention_dropout_per_element,
+    )
+    if with_mlm_head
+    else None
+  )
   return ModelSpec(hf_config, tokenizer, module, pooling, source=source, mlm=head, revision=revision)
 
 
-def build_random(hf_config, tokenizer, pooling: PoolerSpec = PoolerSpec(), *, seed: int = 0,
-                 dtype: Any = jnp.float32, gradient_checkpointing: bool = False, with_mlm_head: bool = False,
-                 source: str = "random") -> tuple[ModelSpec, dict]:
+def build_random(
+  hf_config,
+  tokenizer,
+  pooling: PoolerSpec = PoolerSpec(),
+  *,
+  seed: int = 0,
+  dtype: Any = jnp.float32,
+  gradient_checkpointing: bool = False,
+  with_mlm_head: bool = False,
+  source: str = "random",
+) -> tuple[ModelSpec, dict]:
   """A randomly initialised backbone of ``hf_config`` (BERT's own initialisation), for pretraining from scratch."""
-  spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                    with_mlm_head=with_mlm_head, source=source)
+  spec = build_spec(
+    hf_config,
+    tokenizer,
+    pooling,
+    dtype=dtype,
+    gradient_checkpointing=gradient_checkpointing,
+    with_mlm_head=with_mlm_head,
+    source=source,
+  )
   return spec, init_params(spec, seed)
 
 
 def load_pretrained(
-    name_or_path: str,
-    pooling: PoolerSpec = PoolerSpec(),
-    *,
-    dropout: float | None = None,
-    seed: int = 0,
-    dtype: Any = jnp.float32,
-    gradient_checkpointing: bool = False,
-    mlp_from_backbone_pooler: bool = False,
-    with_mlm_head: bool = False,
-    mlm_head: str = "tied",
-    revision: str | None = None,
-    attention_dropout_per_element: bool = False,
+  name_or_path: str,
+  pooling: PoolerSpec = PoolerSpec(),
+  *,
+  dropout: float | None = None,
+  seed: int = 0,
+  dtype: Any = jnp.float32,
+  gradient_checkpointing: bool = False,
+  mlp_from_backbone_pooler: bool = False,
+  with_mlm_head: bool = False,
+  mlm_head: str = "tied",
+  revision: str | None = None,
+  attention_dropout_per_element: bool = False,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 
@@ -381,23 +447,36 @@ def load_pretrained(
   hf_config = hf_config_from_pretrained(path, dropout)
   with quiet_transformers():
     tokenizer = AutoTokenizer.from_pretrained(path)
-  spec = build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                    with_mlm_head=with_mlm_head, mlm_head=mlm_head, source=name_or_path, revision=commit,
-                    attention_dropout_per_element=attention_dropout_per_element)
+  spec = build_spec(
+    hf_config,
+    tokenizer,
+    pooling,
+    dtype=dtype,
+    gradient_checkpointing=gradient_checkpointing,
+    with_mlm_head=with_mlm_head,
+    mlm_head=mlm_head,
+    source=name_or_path,
+    revision=commit,
+    attention_dropout_per_element=attention_dropout_per_element,
+  )
   shapes = jax.eval_shape(lambda: init_params(spec, seed))
   state = weights.read_state(path)
   family = spec.family
-  backbone, absent, used = weights.fill(shapes["backbone"], state, prefixes=("", spec_prefix(spec) + "."),
-                                        where=path, optional=("pooler",))
+  backbone, absent, used = weights.fill(
+    shapes["backbone"], state, prefixes=("", spec_prefix(spec) + "."), where=path, optional=("pooler",)
+  )
   if absent:  # BERT's NSP pooler layer, which masked-LM checkpoints lack.
     # Read by the bert_pooler poolers, and as the cls MLP when mlp_from_backbone_pooler: a pooler with no MLP (avg,
     # cls_before_pooler, ...) never reads it, so its absence is no error then.
     pooler = poolers.get(pooling.pooler)
     if pooler.needs_pooler_output or (mlp_from_backbone_pooler and pooler.has_mlp):
-      raise weights.WeightsError(f"{name_or_path}: pooler {pooling.pooler!r} needs the checkpoint's pooler layer "
-                                 "(pooler.dense), and it has none")
-    log.info("%s has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)",
-             name_or_path)
+      raise weights.WeightsError(
+        f"{name_or_path}: pooler {pooling.pooler!r} needs the checkpoint's pooler layer (pooler.dense), and it has none"
+      )
+    log.info(
+      "%s has no NSP pooler layer (pooler.dense): initialised fresh (only the bert_pooler poolers read it)",
+      name_or_path,
+    )
     backbone["pooler"] = {"dense": _fresh_dense(spec, seed, "dense")}
   params = {"backbone": backbone}
   if poolers.get(pooling.pooler).has_mlp:
@@ -418,8 +497,9 @@ def spec_prefix(spec: ModelSpec) -> str:
   return spec.family.masked_lm.backbone_prefix
 
 
-def _checkpoint_head(spec: ModelSpec, shapes: dict, state: dict, backbone: dict, kind: str, where: str
-                     ) -> tuple[dict | None, set[str]]:
+def _checkpoint_head(
+  spec: ModelSpec, shapes: dict, state: dict, backbone: dict, kind: str, where: str
+) -> tuple[dict | None, set[str]]:
   """The checkpoint's MLM head as ``kind`` asks (None: fresh), and the tensor names it took.
 
   ``untied_fresh`` takes nothing. ``tied`` and ``untied_pretrained`` take the checkpoint's head if it has one (all
@@ -443,8 +523,11 @@ def _checkpoint_head(spec: ModelSpec, shapes: dict, state: dict, backbone: dict,
 
 
 def _word_embeddings_path(backbone: dict) -> tuple[str, ...]:
-  paths = [p for p in flax.traverse_util.flatten_dict(backbone) if p[-1] == "embedding" and (
-      "word_embeddings" in p or "tok_embeddings" in p)]
+  paths = [
+    p
+    for p in flax.traverse_util.flatten_dict(backbone)
+    if p[-1] == "embedding" and ("word_embeddings" in p or "tok_embeddings" in p)
+  ]
   if len(paths) != 1:
     raise ValueError(f"cannot tell the word embeddings among {paths}")
   return paths[0]
@@ -454,20 +537,25 @@ class DescriptionError(JaxcseError, ValueError):
   """A workdir's model description is missing, unreadable, changed since it was written, or cannot be written."""
 
 
-def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False) -> ModelSpec:
-  """Builds a ``ModelSpec`` from a folder written by ``save_description``."""
+def from_description(
+  folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False, expect_record: bool = False
+) -> ModelSpec:
+  """Builds a ``ModelSpec`` from a folder written by ``save_description``, verified first (``check_description``)."""
   from transformers import AutoConfig, AutoTokenizer
 
   info_path = os.path.join(folder, JAXCSE_MODEL_FILE)
   if not os.path.isfile(info_path):
     raise DescriptionError(f"{info_path}: not a jaxcse model description (no {JAXCSE_MODEL_FILE})")
-  check_description(folder)
+  check_description(folder, expect_record=expect_record)
   try:
     with open(info_path) as f:
       info = json.load(f)
-    pooling = PoolerSpec(pooler=info["pooler"], mlp_only_train=info["mlp_only_train"],
-                         test_pooler_override=info.get("test_pooler_override"),
-                         dev_pooler_override=info.get("dev_pooler_override"))
+    pooling = PoolerSpec(
+      pooler=info["pooler"],
+      mlp_only_train=info["mlp_only_train"],
+      test_pooler_override=info.get("test_pooler_override"),
+      dev_pooler_override=info.get("dev_pooler_override"),
+    )
   except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
     raise DescriptionError(f"{info_path}: unreadable model description ({type(e).__name__}: {e})") from None
   try:
@@ -475,30 +563,69 @@ def from_description(folder: str, *, dtype: Any = jnp.float32, gradient_checkpoi
       hf_config = AutoConfig.from_pretrained(folder)
       tokenizer = AutoTokenizer.from_pretrained(folder)
     head = info.get("mlm_head")
-    return build_spec(hf_config, tokenizer, pooling, dtype=dtype, gradient_checkpointing=gradient_checkpointing,
-                      with_mlm_head=bool(head), mlm_head="tied" if info.get("mlm_head_tied", True) else "untied_fresh",
-                      mlm_pretrained=head == "pretrained", source=info.get("source", folder),
-                      revision=info.get("revision"))
+    return build_spec(
+      hf_config,
+      tokenizer,
+      pooling,
+      dtype=dtype,
+      gradient_checkpointing=gradient_checkpointing,
+      with_mlm_head=bool(head),
+      mlm_head="tied" if info.get("mlm_head_tied", True) else "untied_fresh",
+      mlm_pretrained=head == "pretrained",
+      source=info.get("source", folder),
+      revision=info.get("revision"),
+    )
   except (OSError, ValueError, TypeError) as e:
-    raise DescriptionError(f"{folder}: the model description is incomplete or unreadable "
-                           f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    raise DescriptionError(
+      f"{folder}: the model description is incomplete or unreadable "
+      f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    ) from None
 
 
-def check_description(folder: str) -> None:
+# jaxcse.json's format_version. 2: the description was written with its DESCRIPTION_RECORD, which must be there.
+DESCRIPTION_FORMAT = 2
+
+
+def check_description(folder: str, *, expect_record: bool = False) -> None:
   """Raises ``DescriptionError`` naming the file if a description's files do not match its ``DESCRIPTION_RECORD``.
 
-  Checked before anything reads the description. A description without the record (written by a jaxcse before
-  it kept one) is read unverified, with a warning; the trainer records it when it resumes such a workdir.
+  Checked before anything reads the description. The record must list every file and match them all
+  (``files.digest_mismatch``). A description without the record is read unverified, with a warning, only if
+  it was written by a jaxcse before it kept one: ``format_version`` 1 in its jaxcse.json, and ``expect_record``
+  false (the caller knows nothing else of its workdir that says a record was written); the trainer records it
+  when it resumes such a workdir. Otherwise a missing record is refused: nothing vouches for the files.
   """
   if not os.path.isfile(os.path.join(folder, DESCRIPTION_RECORD)):
-    log.warning("%s: no %s (an older jaxcse wrote this model description): its files are read unverified", folder,
-                DESCRIPTION_RECORD)
+    version = _format_version(folder)
+    if expect_record or version is None or version >= DESCRIPTION_FORMAT:
+      raise DescriptionError(
+        f"{os.path.join(folder, DESCRIPTION_RECORD)} is missing: this model description was "
+        "written with its sha256 record, so nothing vouches for its files now; put the record "
+        "back as it was (or start the run over with --restart)"
+      )
+    log.warning(
+      "%s: no %s (an older jaxcse wrote this model description): its files are read unverified",
+      folder,
+      DESCRIPTION_RECORD,
+    )
     return
   problem = files.digest_mismatch(folder, DESCRIPTION_RECORD)
   if problem:
-    raise DescriptionError(f"{os.path.join(folder, problem)}: the model description changed after training wrote "
-                           "it, and the checkpoints need it as it was; put the file back as it was (or start the run "
-                           "over with --restart)")
+    raise DescriptionError(
+      f"{os.path.join(folder, problem)}: the model description changed after training wrote "
+      "it, and the checkpoints need it as it was; put the file back as it was (or start the run "
+      "over with --restart)"
+    )
+
+
+def _format_version(folder: str) -> int | None:
+  """The ``format_version`` of a description's jaxcse.json; None if it cannot be read (then nothing is assumed)."""
+  try:
+    with open(os.path.join(folder, JAXCSE_MODEL_FILE)) as f:
+      version = json.load(f).get("format_version")
+  except (OSError, ValueError, AttributeError):
+    return None
+  return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def record_description(folder: str) -> None:
@@ -543,16 +670,16 @@ def _first_line(e: BaseException) -> str:
 def _write_description_info(spec: ModelSpec, folder: str) -> None:
   """``jaxcse.json``: what the HF config and tokenizer do not say (poolers, MLM head, source)."""
   info = {
-      "format_version": 1,
-      "pooler": spec.pooling.pooler,
-      "mlp_only_train": spec.pooling.mlp_only_train,
-      "test_pooler": spec.pooling.test_pooler,
-      "test_pooler_override": spec.pooling.test_pooler_override,
-      "dev_pooler_override": spec.pooling.dev_pooler_override,
-      "source": spec.source,
-      "revision": spec.revision,
-      # The params hold an MLM head: "pretrained" or "fresh" at the start; null: none.
-      "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
-      "mlm_head_tied": None if spec.mlm is None else spec.mlm.tied,
+    "format_version": DESCRIPTION_FORMAT,
+    "pooler": spec.pooling.pooler,
+    "mlp_only_train": spec.pooling.mlp_only_train,
+    "test_pooler": spec.pooling.test_pooler,
+    "test_pooler_override": spec.pooling.test_pooler_override,
+    "dev_pooler_override": spec.pooling.dev_pooler_override,
+    "source": spec.source,
+    "revision": spec.revision,
+    # The params hold an MLM head: "pretrained" or "fresh" at the start; null: none.
+    "mlm_head": None if spec.mlm is None else ("pretrained" if spec.mlm.pretrained else "fresh"),
+    "mlm_head_tied": None if spec.mlm is None else spec.mlm.tied,
   }
   files.write_json(os.path.join(folder, JAXCSE_MODEL_FILE), info)

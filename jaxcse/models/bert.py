@@ -47,12 +47,15 @@ class BertEmbeddings(nn.Module):
   @nn.compact
   def __call__(self, input_ids, token_type_ids, positions, deterministic: bool):
     c = self.config
-    words = nn.Embed(c.vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
-                     name="word_embeddings")(input_ids.astype("i4"))
-    places = nn.Embed(c.max_position_embeddings, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
-                      name="position_embeddings")(positions.astype("i4"))
-    types = nn.Embed(c.type_vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype,
-                     name="token_type_embeddings")(token_type_ids.astype("i4"))
+    words = nn.Embed(c.vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="word_embeddings")(
+      input_ids.astype("i4")
+    )
+    places = nn.Embed(
+      c.max_position_embeddings, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="position_embeddings"
+    )(positions.astype("i4"))
+    types = nn.Embed(
+      c.type_vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="token_type_embeddings"
+    )(token_type_ids.astype("i4"))
     hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(words + types + places)
     return nn.Dropout(rate=c.hidden_dropout_prob, name="dropout")(hidden, deterministic=deterministic)
 
@@ -77,8 +80,11 @@ class BertSelfAttention(nn.Module):
     projected = [dense(name)(hidden) for name in ("query", "key", "value")]  # All three, then the heads (the
     query, key, value = (split(x) for x in projected)  # order transformers' Flax BERT traced: the same program).
     mask = jnp.expand_dims(attention_mask, axis=(-3, -2))  # [b, 1, 1, len]: broadcast over heads and queries.
-    bias = jax.lax.select(mask > 0, jnp.full(mask.shape, 0.0).astype(self.dtype),
-                          jnp.full(mask.shape, jnp.finfo(self.dtype).min).astype(self.dtype))
+    bias = jax.lax.select(
+      mask > 0,
+      jnp.full(mask.shape, 0.0).astype(self.dtype),
+      jnp.full(mask.shape, jnp.finfo(self.dtype).min).astype(self.dtype),
+    )
     rate = c.attention_probs_dropout_prob
     if (deterministic or rate == 0.0) and jnp.dtype(self.dtype) != jnp.float64:
       # No dropout on the attention weights: jax's own attention, which can pick a fused kernel on GPUs. With the
@@ -92,11 +98,17 @@ class BertSelfAttention(nn.Module):
       # Dropout on the attention weights (shared: its mask broadcast over the batch and head dims, the stream
       # earlier jaxcse versions drew), or float64: flax's weights function.
       dropout = not deterministic and rate > 0.0
-      weights = dot_product_attention_weights(query, key, bias=bias,
-                                              dropout_rng=self.make_rng("dropout") if dropout else None,
-                                              dropout_rate=rate, broadcast_dropout=self.shared_attention_dropout,
-                                              deterministic=not dropout,
-                                              dtype=self.dtype, precision=None)
+      weights = dot_product_attention_weights(
+        query,
+        key,
+        bias=bias,
+        dropout_rng=self.make_rng("dropout") if dropout else None,
+        dropout_rate=rate,
+        broadcast_dropout=self.shared_attention_dropout,
+        deterministic=not dropout,
+        dtype=self.dtype,
+        precision=None,
+      )
       out = jnp.einsum("...hqk,...khd->...qhd", weights, value)
     return out.reshape(out.shape[:2] + (-1,))
 
@@ -123,7 +135,8 @@ class BertAttention(nn.Module):
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
     attended = BertSelfAttention(self.config, self.dtype, self.shared_attention_dropout, name="self")(
-        hidden, attention_mask, deterministic)
+      hidden, attention_mask, deterministic
+    )
     return BertResidual(self.config, self.dtype, name="output")(attended, hidden, deterministic)
 
 
@@ -135,7 +148,8 @@ class BertIntermediate(nn.Module):
   def __call__(self, hidden):
     c = self.config
     return activation(c.hidden_act)(
-        nn.Dense(c.intermediate_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden))
+      nn.Dense(c.intermediate_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden)
+    )
 
 
 class BertLayer(nn.Module):
@@ -146,7 +160,8 @@ class BertLayer(nn.Module):
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
     attended = BertAttention(self.config, self.dtype, self.shared_attention_dropout, name="attention")(
-        hidden, attention_mask, deterministic)
+      hidden, attention_mask, deterministic
+    )
     expanded = BertIntermediate(self.config, self.dtype, name="intermediate")(attended)
     return BertResidual(self.config, self.dtype, name="output")(expanded, attended, deterministic)
 
@@ -163,8 +178,10 @@ class BertLayers(nn.Module):
     # Rematerialised layers keep their activations out of memory; `deterministic` (argument 3, self counted) is a
     # Python bool, static for the remat trace.
     layer = nn.remat(BertLayer, static_argnums=(3,)) if self.gradient_checkpointing else BertLayer
-    self.layers = [layer(self.config, self.dtype, self.shared_attention_dropout, name=str(i))
-                   for i in range(self.config.num_hidden_layers)]
+    self.layers = [
+      layer(self.config, self.dtype, self.shared_attention_dropout, name=str(i))
+      for i in range(self.config.num_hidden_layers)
+    ]
 
   def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
     states = [hidden] if output_hidden_states else None
@@ -183,9 +200,9 @@ class BertEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
-    return BertLayers(self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout,
-                      name="layer")(
-        hidden, attention_mask, deterministic, output_hidden_states)
+    return BertLayers(
+      self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout, name="layer"
+    )(hidden, attention_mask, deterministic, output_hidden_states)
 
 
 class BertPooler(nn.Module):
@@ -220,17 +237,26 @@ class BertModel(nn.Module):
   shared_attention_dropout: bool = True
 
   @nn.compact
-  def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None, *, deterministic: bool = True,
-               output_hidden_states: bool = False) -> BackboneOutput:
+  def __call__(
+    self,
+    input_ids,
+    attention_mask,
+    token_type_ids=None,
+    position_ids=None,
+    *,
+    deterministic: bool = True,
+    output_hidden_states: bool = False,
+  ) -> BackboneOutput:
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
     if position_ids is None:
       position_ids = default_position_ids(self.config, input_ids)
-    hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(input_ids, token_type_ids, position_ids,
-                                                                        deterministic)
-    hidden, states = BertEncoder(self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout,
-                                 name="encoder")(
-        hidden, attention_mask, deterministic, output_hidden_states)
+    hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(
+      input_ids, token_type_ids, position_ids, deterministic
+    )
+    hidden, states = BertEncoder(
+      self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout, name="encoder"
+    )(hidden, attention_mask, deterministic, output_hidden_states)
     pooled = BertPooler(self.config, self.dtype, name="pooler")(hidden) if self.add_pooling_layer else None
     return BackboneOutput(hidden, states, pooled)
 
@@ -243,7 +269,8 @@ def _project(hidden, word_embeddings, config, dtype, tied: bool, kernel_init):
   """The output projection to the vocabulary: the word embeddings (tied) or a ``decoder`` matrix of its own."""
   if tied:  # The same Dense computation on the transposed embedding table, with no parameter of its own.
     return nn.Dense(config.vocab_size, dtype=dtype, use_bias=False, parent=None).apply(
-        {"params": {"kernel": word_embeddings.T}}, hidden)
+      {"params": {"kernel": word_embeddings.T}}, hidden
+    )
   return nn.Dense(config.vocab_size, dtype=dtype, use_bias=False, kernel_init=kernel_init, name="decoder")(hidden)
 
 
@@ -293,8 +320,9 @@ class RobertaLMHead(nn.Module):
   @nn.compact
   def __call__(self, hidden, word_embeddings):
     c = self.config
-    hidden = nn.gelu(nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name="dense")(hidden),
-                     approximate=False)  # GELU whatever config.hidden_act says, as transformers' RoBERTa head.
+    hidden = nn.gelu(
+      nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name="dense")(hidden), approximate=False
+    )  # GELU whatever config.hidden_act says, as transformers' RoBERTa head.
     hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="layer_norm")(hidden)
     hidden = _project(hidden, word_embeddings, c, self.dtype, self.tied, _normal(c))
     return hidden + jnp.asarray(self.param("bias", nn.initializers.zeros, (c.vocab_size,)), self.dtype)
@@ -318,14 +346,29 @@ class BertForMaskedLM(nn.Module):
   head: ClassVar[type[nn.Module]] = BertOnlyMLMHead
 
   @nn.compact
-  def __call__(self, input_ids, attention_mask, token_type_ids=None, position_ids=None, positions=None, *,
-               deterministic: bool = True) -> jax.Array:
+  def __call__(
+    self,
+    input_ids,
+    attention_mask,
+    token_type_ids=None,
+    position_ids=None,
+    positions=None,
+    *,
+    deterministic: bool = True,
+  ) -> jax.Array:
     """Logits ``[batch, len, vocab]``; with ``positions`` ``[batch, predictions]``, only there (the output layer,
     the largest matmul of a small BERT, skips the ~85% of positions that are not predicted)."""
-    backbone = BertModel(self.config, self.dtype, self.gradient_checkpointing, add_pooling_layer=False,
-                         shared_attention_dropout=self.shared_attention_dropout, name=self.backbone_prefix)
-    hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids, deterministic=deterministic
-                      ).last_hidden_state
+    backbone = BertModel(
+      self.config,
+      self.dtype,
+      self.gradient_checkpointing,
+      add_pooling_layer=False,
+      shared_attention_dropout=self.shared_attention_dropout,
+      name=self.backbone_prefix,
+    )
+    hidden = backbone(
+      input_ids, attention_mask, token_type_ids, position_ids, deterministic=deterministic
+    ).last_hidden_state
     if positions is not None:
       hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [batch, predictions, hidden]
     word_embeddings = backbone.variables["params"]["embeddings"]["word_embeddings"]["embedding"]

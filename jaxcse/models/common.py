@@ -11,12 +11,12 @@ import jax
 # transformers' names of feed-forward activations (config.hidden_act, ModernBERT's hidden_activation). "gelu" is
 # the exact (erf) GELU, "gelu_new" and "gelu_pytorch_tanh" its tanh approximation.
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
-    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
-    "swish": jax.nn.silu,
+  "gelu": functools.partial(jax.nn.gelu, approximate=False),
+  "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+  "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+  "relu": jax.nn.relu,
+  "silu": jax.nn.silu,
+  "swish": jax.nn.silu,
 }
 
 

@@ -77,8 +77,9 @@ def get(model_type: str) -> Family:
   try:
     return _REGISTRY[model_type]
   except KeyError:
-    raise ValueError(f"model type {model_type!r} is not supported by jaxcse; supported: "
-                     f"{', '.join(sorted(_REGISTRY))}") from None
+    raise ValueError(
+      f"model type {model_type!r} is not supported by jaxcse; supported: {', '.join(sorted(_REGISTRY))}"
+    ) from None
 
 
 def names() -> tuple[str, ...]:
@@ -87,12 +88,43 @@ def names() -> tuple[str, ...]:
 
 _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 _BERT_HEADS = ("cls.", "lm_head.", "classifier.", "qa_outputs.")
-register(Family("bert", bert.BertModel, bert.BertForMaskedLM, "BertModel", "BertForMaskedLM", True, _BERT_DROPOUT,
-                _BERT_HEADS, shares_attention_dropout=True))
+register(
+  Family(
+    "bert",
+    bert.BertModel,
+    bert.BertForMaskedLM,
+    "BertModel",
+    "BertForMaskedLM",
+    True,
+    _BERT_DROPOUT,
+    _BERT_HEADS,
+    shares_attention_dropout=True,
+  )
+)
 for _type, _name in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta")):
-  register(Family(_type, bert.BertModel, bert.RobertaForMaskedLM, f"{_name}Model", f"{_name}ForMaskedLM", True,
-                  _BERT_DROPOUT, _BERT_HEADS, position_offset=lambda config: config.pad_token_id + 1,
-                  shares_attention_dropout=True))
-register(Family("modernbert", modernbert.ModernBertModel, modernbert.ModernBertForMaskedLM, "ModernBertModel",
-                "ModernBertForMaskedLM", False, ("embedding_dropout", "attention_dropout", "mlp_dropout"),
-                ("head.", "decoder.", "classifier.")))
+  register(
+    Family(
+      _type,
+      bert.BertModel,
+      bert.RobertaForMaskedLM,
+      f"{_name}Model",
+      f"{_name}ForMaskedLM",
+      True,
+      _BERT_DROPOUT,
+      _BERT_HEADS,
+      position_offset=lambda config: config.pad_token_id + 1,
+      shares_attention_dropout=True,
+    )
+  )
+register(
+  Family(
+    "modernbert",
+    modernbert.ModernBertModel,
+    modernbert.ModernBertForMaskedLM,
+    "ModernBertModel",
+    "ModernBertForMaskedLM",
+    False,
+    ("embedding_dropout", "attention_dropout", "mlp_dropout"),
+    ("head.", "decoder.", "classifier."),
+  )
+)

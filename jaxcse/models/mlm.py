@@ -25,8 +25,16 @@ import jax.numpy as jnp
 import optax
 
 
-def mask_tokens(rng: jax.Array, ids: jax.Array, attention_mask: jax.Array, *, mask_token_id: int,
-                vocab_size: int, special_ids: tuple[int, ...], probability: float) -> tuple[jax.Array, jax.Array]:
+def mask_tokens(
+  rng: jax.Array,
+  ids: jax.Array,
+  attention_mask: jax.Array,
+  *,
+  mask_token_id: int,
+  vocab_size: int,
+  special_ids: tuple[int, ...],
+  probability: float,
+) -> tuple[jax.Array, jax.Array]:
   """Bernoulli masking of ``[rows, len]`` ids: returns (masked ids, labels; -100 = not predicted).
 
   Each non-special, non-padding token is chosen with ``probability``; a chosen
@@ -46,9 +54,17 @@ def max_predictions(max_seq_len: int, probability: float) -> int:
   return max(1, math.ceil(probability * max_seq_len))
 
 
-def mask_positions(rng: jax.Array, ids: jax.Array, attention_mask: jax.Array, *, mask_token_id: int,
-                   vocab_size: int, special_ids: tuple[int, ...], probability: float, num_predictions: int
-                   ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+def mask_positions(
+  rng: jax.Array,
+  ids: jax.Array,
+  attention_mask: jax.Array,
+  *,
+  mask_token_id: int,
+  vocab_size: int,
+  special_ids: tuple[int, ...],
+  probability: float,
+  num_predictions: int,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
   """BERT's pretraining masking of ``[rows, len]`` ids, as positions.
 
   Per sequence, ``n = min(num_predictions, max(1, round(probability * c)))``

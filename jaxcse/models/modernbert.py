@@ -20,7 +20,6 @@ the output projections, the head's dense layer and the untied decoder; LayerNorm
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any, Callable, ClassVar
 
@@ -29,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxcse.models.common import BackboneOutput, activation
+
 
 def _init(config, std: float) -> Callable:
   cutoff = config.initializer_cutoff_factor if config.initializer_cutoff_factor is not None else 3.0
@@ -42,8 +42,9 @@ def _stds(config) -> tuple[float, float]:
 
 def _layer_norm(config, dtype, name: str) -> nn.LayerNorm:
   # Two-pass variance, as PyTorch's: the fast E[x^2] - E[x]^2 loses digits to cancellation.
-  return nn.LayerNorm(epsilon=config.norm_eps, use_bias=config.norm_bias, use_fast_variance=False, dtype=dtype,
-                      name=name)
+  return nn.LayerNorm(
+    epsilon=config.norm_eps, use_bias=config.norm_bias, use_fast_variance=False, dtype=dtype, name=name
+  )
 
 
 def rotary_tables(position_ids: jax.Array, theta: float, head_dim: int, dtype: Any) -> tuple[jax.Array, jax.Array]:
@@ -82,8 +83,9 @@ class ModernBertEmbeddings(nn.Module):
   @nn.compact
   def __call__(self, input_ids: jax.Array, deterministic: bool) -> jax.Array:
     c = self.config
-    x = nn.Embed(c.vocab_size, c.hidden_size, dtype=self.dtype, embedding_init=_init(c, _stds(c)[0]),
-                 name="tok_embeddings")(input_ids)
+    x = nn.Embed(
+      c.vocab_size, c.hidden_size, dtype=self.dtype, embedding_init=_init(c, _stds(c)[0]), name="tok_embeddings"
+    )(input_ids)
     x = _layer_norm(c, self.dtype, "norm")(x)
     return nn.Dropout(c.embedding_dropout)(x, deterministic=deterministic)
 
@@ -101,8 +103,9 @@ class ModernBertAttention(nn.Module):
     batch, length, hidden = x.shape
     heads = c.num_attention_heads
     head_dim = hidden // heads
-    qkv = nn.Dense(3 * hidden, use_bias=c.attention_bias, dtype=self.dtype, kernel_init=_init(c, std_in),
-                   name="Wqkv")(x)
+    qkv = nn.Dense(3 * hidden, use_bias=c.attention_bias, dtype=self.dtype, kernel_init=_init(c, std_in), name="Wqkv")(
+      x
+    )
     # Wqkv's output is [q | k | v], each [heads, head_dim].
     q, k, v = jnp.unstack(qkv.reshape(batch, length, 3, heads, head_dim), axis=2)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -119,8 +122,9 @@ class ModernBertAttention(nn.Module):
       probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
       probs = nn.Dropout(c.attention_dropout)(probs, deterministic=deterministic)
       out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
-    out = nn.Dense(hidden, use_bias=c.attention_bias, dtype=self.dtype, kernel_init=_init(c, std_out),
-                   name="Wo")(out.reshape(batch, length, hidden))
+    out = nn.Dense(hidden, use_bias=c.attention_bias, dtype=self.dtype, kernel_init=_init(c, std_out), name="Wo")(
+      out.reshape(batch, length, hidden)
+    )
     # transformers applies attention_dropout twice: to the probabilities and to the output projection.
     return nn.Dropout(c.attention_dropout)(out, deterministic=deterministic)
 
@@ -135,12 +139,12 @@ class ModernBertMLP(nn.Module):
   def __call__(self, x: jax.Array, deterministic: bool) -> jax.Array:
     c = self.config
     std_in, std_out = _stds(c)
-    h = nn.Dense(2 * c.intermediate_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_in),
-                 name="Wi")(x)
+    h = nn.Dense(
+      2 * c.intermediate_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_in), name="Wi"
+    )(x)
     inputs, gate = jnp.split(h, 2, axis=-1)
     h = nn.Dropout(c.mlp_dropout)(activation(c.hidden_activation)(inputs) * gate, deterministic=deterministic)
-    return nn.Dense(c.hidden_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_out),
-                    name="Wo")(h)
+    return nn.Dense(c.hidden_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_out), name="Wo")(h)
 
 
 class ModernBertEncoderLayer(nn.Module):
@@ -204,9 +208,16 @@ class ModernBertModel(nn.Module):
   add_pooling_layer: bool = False
 
   @nn.compact
-  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, token_type_ids: jax.Array | None = None,
-               position_ids: jax.Array | None = None, *, deterministic: bool = True,
-               output_hidden_states: bool = False) -> BackboneOutput:
+  def __call__(
+    self,
+    input_ids: jax.Array,
+    attention_mask: jax.Array,
+    token_type_ids: jax.Array | None = None,
+    position_ids: jax.Array | None = None,
+    *,
+    deterministic: bool = True,
+    output_hidden_states: bool = False,
+  ) -> BackboneOutput:
     del token_type_ids  # ModernBERT has no token types.
     c = self.config
     length = input_ids.shape[-1]
@@ -225,8 +236,9 @@ class ModernBertModel(nn.Module):
     head_dim = c.hidden_size // c.num_attention_heads
     rotary = {t: rotary_tables(position_ids, _rope_theta(c, t), head_dim, self.dtype) for t in set(c.layer_types)}
     embedded = x
-    x, layer_outputs = _Layers(c, self.dtype, self.gradient_checkpointing, name="layers")(x, masks, rotary,
-                                                                                          deterministic)
+    x, layer_outputs = _Layers(c, self.dtype, self.gradient_checkpointing, name="layers")(
+      x, masks, rotary, deterministic
+    )
     last = _layer_norm(c, self.dtype, "final_norm")(x)
     hidden_states = None
     if output_hidden_states:
@@ -245,8 +257,9 @@ class ModernBertPredictionHead(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     c = self.config
-    x = nn.Dense(c.hidden_size, use_bias=c.classifier_bias, dtype=self.dtype, kernel_init=_init(c, _stds(c)[1]),
-                 name="dense")(x)
+    x = nn.Dense(
+      c.hidden_size, use_bias=c.classifier_bias, dtype=self.dtype, kernel_init=_init(c, _stds(c)[1]), name="dense"
+    )(x)
     return _layer_norm(c, self.dtype, "norm")(activation(c.classifier_activation)(x))
 
 
@@ -288,12 +301,20 @@ class ModernBertForMaskedLM(nn.Module):
   backbone_prefix: ClassVar[str] = "model"
 
   @nn.compact
-  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, token_type_ids: jax.Array | None = None,
-               position_ids: jax.Array | None = None, positions: jax.Array | None = None, *,
-               deterministic: bool = True) -> jax.Array:
+  def __call__(
+    self,
+    input_ids: jax.Array,
+    attention_mask: jax.Array,
+    token_type_ids: jax.Array | None = None,
+    position_ids: jax.Array | None = None,
+    positions: jax.Array | None = None,
+    *,
+    deterministic: bool = True,
+  ) -> jax.Array:
     backbone = ModernBertModel(self.config, self.dtype, self.gradient_checkpointing, name=self.backbone_prefix)
-    hidden = backbone(input_ids, attention_mask, token_type_ids, position_ids,
-                      deterministic=deterministic).last_hidden_state
+    hidden = backbone(
+      input_ids, attention_mask, token_type_ids, position_ids, deterministic=deterministic
+    ).last_hidden_state
     if positions is not None:
       hidden = jnp.take_along_axis(hidden, positions[..., None], axis=1)  # [batch, predictions, hidden]
     hidden = ModernBertPredictionHead(self.config, self.dtype, name="head")(hidden)

@@ -57,26 +57,60 @@ def register(pooler: Pooler) -> Pooler:
   return pooler
 
 
-register(Pooler("cls", lambda mask, last, hs, po: last[:, 0], has_mlp=True,
-                doc="[CLS] state through a Linear(H, H) + tanh head (SimCSE's MLP)"))
+register(
+  Pooler(
+    "cls",
+    lambda mask, last, hs, po: last[:, 0],
+    has_mlp=True,
+    doc="[CLS] state through a Linear(H, H) + tanh head (SimCSE's MLP)",
+  )
+)
 register(Pooler("cls_before_pooler", lambda mask, last, hs, po: last[:, 0], doc="[CLS] state, no head"))
 register(Pooler("avg", lambda mask, last, hs, po: _masked_mean(last, mask), doc="mask-weighted mean of the last layer"))
-register(Pooler("avg_top2", lambda mask, last, hs, po: _masked_mean((hs[-1] + hs[-2]) / 2.0, mask),
-                needs_hidden_states=True, doc="mean of the last two layers, then masked mean"))
+register(
+  Pooler(
+    "avg_top2",
+    lambda mask, last, hs, po: _masked_mean((hs[-1] + hs[-2]) / 2.0, mask),
+    needs_hidden_states=True,
+    doc="mean of the last two layers, then masked mean",
+  )
+)
 # "First-last" has two readings. SimCSE's current code averages hidden_states[1] (the first layer's output) with the
 # last layer; the SimCSE paper's table and the MixCSE and DCLR code average hidden_states[0] (the embedding output).
-register(Pooler("avg_first_last", lambda mask, last, hs, po: _masked_mean((hs[1] + hs[-1]) / 2.0, mask),
-                needs_hidden_states=True,
-                doc="mean of the first layer's output (hidden_states[1], SimCSE's current code) and the last"))
-register(Pooler("avg_embeddings_last", lambda mask, last, hs, po: _masked_mean((hs[0] + hs[-1]) / 2.0, mask),
-                needs_hidden_states=True,
-                doc="mean of the embedding output (hidden_states[0]: SimCSE's paper, MixCSE's and DCLR's code) and "
-                    "the last layer"))
-register(Pooler("bert_pooler", lambda mask, last, hs, po: po, needs_pooler_output=True,
-                doc="the backbone's own pooler layer on [CLS] (BERT's NSP Linear + tanh; DCLR's dev evaluation)"))
-register(Pooler("bert_pooler_mlp", lambda mask, last, hs, po: po, has_mlp=True, needs_pooler_output=True,
-                exportable=False,
-                doc="the backbone's pooler layer, then SimCSE's MLP (DCLR's released training forward)"))
+register(
+  Pooler(
+    "avg_first_last",
+    lambda mask, last, hs, po: _masked_mean((hs[1] + hs[-1]) / 2.0, mask),
+    needs_hidden_states=True,
+    doc="mean of the first layer's output (hidden_states[1], SimCSE's current code) and the last",
+  )
+)
+register(
+  Pooler(
+    "avg_embeddings_last",
+    lambda mask, last, hs, po: _masked_mean((hs[0] + hs[-1]) / 2.0, mask),
+    needs_hidden_states=True,
+    doc="mean of the embedding output (hidden_states[0]: SimCSE's paper, MixCSE's and DCLR's code) and the last layer",
+  )
+)
+register(
+  Pooler(
+    "bert_pooler",
+    lambda mask, last, hs, po: po,
+    needs_pooler_output=True,
+    doc="the backbone's own pooler layer on [CLS] (BERT's NSP Linear + tanh; DCLR's dev evaluation)",
+  )
+)
+register(
+  Pooler(
+    "bert_pooler_mlp",
+    lambda mask, last, hs, po: po,
+    has_mlp=True,
+    needs_pooler_output=True,
+    exportable=False,
+    doc="the backbone's pooler layer, then SimCSE's MLP (DCLR's released training forward)",
+  )
+)
 
 
 def names() -> tuple[str, ...]:
@@ -96,8 +130,13 @@ def get(name: str) -> Pooler:
     raise ValueError(f"unknown pooler {name!r}; choose one of {', '.join(_REGISTRY)}") from None
 
 
-def pool(name: str, attention_mask: jax.Array, last_hidden: jax.Array,
-         hidden_states: Sequence[jax.Array] | None = None, pooler_output: jax.Array | None = None) -> jax.Array:
+def pool(
+  name: str,
+  attention_mask: jax.Array,
+  last_hidden: jax.Array,
+  hidden_states: Sequence[jax.Array] | None = None,
+  pooler_output: jax.Array | None = None,
+) -> jax.Array:
   """Pools token states ``[batch, len, hidden]`` into ``[batch, hidden]`` (before any MLP)."""
   pooler = get(name)
   if pooler.needs_hidden_states and hidden_states is None:

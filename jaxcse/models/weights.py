@@ -69,12 +69,15 @@ def weights_file(folder: str) -> str | None:
 
 def read_state(folder: str) -> dict[str, np.ndarray]:
   """Every tensor of a Hugging Face folder's weights, PyTorch-named (a Flax msgpack is renamed and transposed)."""
+  from safetensors import SafetensorError
   from safetensors.numpy import load_file
 
   file = weights_file(folder)
   if file is None:
-    raise WeightsError(f"{folder}: no weights ({', '.join(WEIGHT_FILES)}); jaxcse reads safetensors or Flax "
-                       "msgpack, not PyTorch .bin files (convert them with transformers' save_pretrained)")
+    raise WeightsError(
+      f"{folder}: no weights ({', '.join(WEIGHT_FILES)}); jaxcse reads safetensors or Flax "
+      "msgpack, not PyTorch .bin files (convert them with transformers' save_pretrained)"
+    )
   try:
     if file.endswith(SAFETENSORS):
       return load_file(file)
@@ -88,9 +91,10 @@ def read_state(folder: str) -> dict[str, np.ndarray]:
     with open(file, "rb") as f:
       tree = flax.serialization.msgpack_restore(f.read())
     return to_state(tree)
-  except (OSError, ValueError, KeyError, TypeError) as e:  # Truncated or foreign files.
-    raise WeightsError(f"{file}: unreadable weights ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
-                       ) from None
+  except (OSError, ValueError, KeyError, TypeError, SafetensorError) as e:  # Truncated or foreign files.
+    raise WeightsError(
+      f"{file}: unreadable weights ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+    ) from None
 
 
 def _candidates(name: str, prefixes: Iterable[str]) -> list[str]:
@@ -99,8 +103,14 @@ def _candidates(name: str, prefixes: Iterable[str]) -> list[str]:
   return [f"{p}{module}.{l}" for p in prefixes for l in leaves]
 
 
-def fill(shapes: Any, state: Mapping[str, np.ndarray], *, prefixes: Iterable[str] = ("",), where: str = "",
-         optional: Iterable[str] = ()) -> tuple[dict, list[str], set[str]]:
+def fill(
+  shapes: Any,
+  state: Mapping[str, np.ndarray],
+  *,
+  prefixes: Iterable[str] = ("",),
+  where: str = "",
+  optional: Iterable[str] = (),
+) -> tuple[dict, list[str], set[str]]:
   """Fills a tree of shapes with ``state``'s tensors: ``(params, missing optional subtrees, names used)``.
 
   A leaf's tensor is looked up under each of ``prefixes`` (and LayerNorm's old names). A missing leaf is an error
@@ -125,8 +135,9 @@ def fill(shapes: Any, state: Mapping[str, np.ndarray], *, prefixes: Iterable[str
     used.add(found)
   if missing:
     more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-    raise WeightsError(f"{where}: the checkpoint has no tensor {', '.join(missing[:3])}{more} (is it another "
-                       "architecture or config?)")
+    raise WeightsError(
+      f"{where}: the checkpoint has no tensor {', '.join(missing[:3])}{more} (is it another architecture or config?)"
+    )
   kept = {p: v for p, v in params.items() if p[0] not in absent_optional}
   return flax.traverse_util.unflatten_dict(kept), sorted(absent_optional), used
 
@@ -136,5 +147,7 @@ def check_all_used(state: Mapping[str, np.ndarray], used: set[str], *, ignored: 
   left = sorted(n for n in state if n not in used and not n.startswith(ignored) and not n.endswith("position_ids"))
   if left:
     more = f" and {len(left) - 3} more" if len(left) > 3 else ""
-    raise WeightsError(f"{where}: the checkpoint has tensors the model does not use: {', '.join(left[:3])}{more} "
-                       "(is it another architecture or config?)")
+    raise WeightsError(
+      f"{where}: the checkpoint has tensors the model does not use: {', '.join(left[:3])}{more} "
+      "(is it another architecture or config?)"
+    )

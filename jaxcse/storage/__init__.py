@@ -1,7 +1,8 @@
 """Where models live and how they are found: workdirs, checkpoints, Hugging Face folders, hub ids, s-t folders.
 
-  checkpoints.py  the workdir's layout and its orbax checkpoints, verified, never half-written
-  loading.py      a model for inference from anything a user points at (workdir, checkpoint, folder, hub id)
-  hub.py          where a model name points: a local folder, a package that ships it, the hub's cache
-  st_format.py    the sentence-transformers folder format, with numpy only
+checkpoints.py  the workdir's layout and its orbax checkpoints, verified, never half-written
+loading.py      a model for inference from anything a user points at (workdir, checkpoint, folder, hub id)
+hub.py          where a model name points: a local folder, a package that ships it, the hub's cache
+st_format.py    the sentence-transformers folder format, with numpy only
+model_card.py   the exported folder's README.md, as sentence-transformers writes one
 """

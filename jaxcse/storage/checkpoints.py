@@ -32,6 +32,7 @@ finite and the model's outputs on a fixed probe batch are finite
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -43,13 +44,14 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxcse.core import files
 from jaxcse import models
-from jaxcse.models import poolers
-from jaxcse.data import tokenization
+from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
+from jaxcse.data import tokenization
+from jaxcse.models import poolers
 
 log = logging.getLogger("jaxcse")
 
@@ -59,6 +61,7 @@ BEST_DIR = os.path.join("checkpoints", "best")
 SET_ASIDE_DIR = os.path.join("checkpoints", "set_aside")
 CHECKSUMS = "sha256.json"
 LOCK_FILE = ".lock"
+INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus (``train``); written with the description's record.
 KEEP = 2  # Checkpoints kept per folder: one to fall back to if the newest is damaged.
 
 
@@ -69,9 +72,10 @@ class CheckpointError(JaxcseError, RuntimeError):
 def manager(directory: str, *, max_to_keep: int = KEEP, create: bool = True) -> ocp.CheckpointManager:
   """A checkpoint manager keeping the newest ``max_to_keep`` steps; synchronous, atomic (tmp dir + rename)."""
   return ocp.CheckpointManager(
-      os.path.abspath(directory),
-      options=ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=create, enable_async_checkpointing=False,
-                                           cleanup_tmp_directories=create),
+    os.path.abspath(directory),
+    options=ocp.CheckpointManagerOptions(
+      max_to_keep=max_to_keep, create=create, enable_async_checkpointing=False, cleanup_tmp_directories=create
+    ),
   )
 
 
@@ -160,6 +164,9 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
       the message names the folder and the cause. Nothing is left under the step's name.
   """
   path = _step_dir(mngr, step)
+  content = content_sha256(trees)
+  if content is not None:
+    meta = {**meta, CONTENT_KEY: content}
   items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
   try:
     with _quiet_orbax():
@@ -179,6 +186,28 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
       raise CheckpointError(f"could not write {record}: {e.strerror or e}") from None
 
 
+CONTENT_KEY = "content_sha256"  # In a checkpoint's meta: ``content_sha256`` of what it holds (``set_aside``).
+
+
+def content_sha256(trees: dict[str, Any]) -> str | None:
+  """sha256 of named pytrees' paths, dtypes, shapes and array bytes: what a checkpoint holds, whatever orbax's files.
+
+  Two saves of the same state write different files (orbax names its data files at random and times its
+  metadata), so set-aside copies are compared by this, which their meta keeps. None when an array is not whole on
+  this process (sharded across processes): nothing is then claimed.
+  """
+  digest = hashlib.sha256()
+  for path, leaf in jax.tree_util.tree_leaves_with_path(trees):
+    if isinstance(leaf, jax.Array):
+      if not (leaf.is_fully_addressable or leaf.is_fully_replicated):
+        return None
+      leaf = leaf if leaf.is_fully_addressable else leaf.addressable_data(0)
+    array = np.ascontiguousarray(jax.device_get(leaf))
+    digest.update(f"{jax.tree_util.keystr(path)} {array.dtype} {array.shape}\n".encode())
+    digest.update(array.tobytes())
+  return digest.hexdigest()
+
+
 def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
   """Why checkpoint ``step`` is not complete and intact, or None if it is.
 
@@ -192,8 +221,10 @@ def verify(mngr: ocp.CheckpointManager, step: int) -> str | None:
 def verify_folder(path: str) -> str | None:
   """``verify`` of a checkpoint's folder, without a manager (which would create folders and remove temporary ones)."""
   if not os.path.isfile(os.path.join(path, CHECKSUMS)):
-    return (f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
-            "an older jaxcse wrote it)")
+    return (
+      f"no {CHECKSUMS}: the save did not finish (stopped between orbax's write and the checksum record, or "
+      "an older jaxcse wrote it)"
+    )
   return files.digest_mismatch(path, CHECKSUMS, _file_digests(path))
 
 
@@ -213,8 +244,22 @@ def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str, *, intact: bo
   src = _step_dir(mngr, step)
   directory = str(mngr.directory)
   workdir_checkpoints = os.path.dirname(directory)
-  dest = os.path.join(workdir_checkpoints, os.path.basename(SET_ASIDE_DIR),
-                      f"{os.path.basename(directory)}-{step}-{time.strftime('%Y%m%dT%H%M%S')}")
+  set_aside_dir = os.path.join(workdir_checkpoints, os.path.basename(SET_ASIDE_DIR))
+  prefix = f"{os.path.basename(directory)}-{step}-"
+  copy = _same_content(src, set_aside_dir, prefix)
+  if copy is not None:  # Set aside before, byte for byte: one copy is kept, this one is not needed.
+    if jax.process_index() == 0:
+      shutil.rmtree(src)
+    why = f"is intact but {reason}" if intact else f"is not usable ({reason})"
+    log.warning(
+      "checkpoint %s %s; the same arrays and metadata are already set aside in %s, so this copy was removed",
+      src,
+      why,
+      copy,
+    )
+    mngr.reload()
+    return copy
+  dest = os.path.join(set_aside_dir, f"{prefix}{time.strftime('%Y%m%dT%H%M%S')}")
   taken = dest
   for n in range(2, 1000):  # Set aside twice within a second (the same step saved again, then set aside again).
     if not os.path.exists(dest):
@@ -229,6 +274,48 @@ def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str, *, intact: bo
     log.warning("checkpoint %s is not usable (%s); moved to %s", src, reason, dest)
   mngr.reload()
   return dest
+
+
+def _same_content(src: str, set_aside_dir: str, prefix: str) -> str | None:
+  """The set-aside folder named ``prefix...`` that holds what ``src`` holds, or None.
+
+  Both must be intact (their files match their records) and their meta must agree, the ``CONTENT_KEY`` included
+  (``save`` writes it): the same arrays and the same metadata. A damaged checkpoint is never matched: it is kept.
+  """
+  if not os.path.isdir(set_aside_dir):
+    return None
+  meta = _read_meta(src)
+  if meta is None or CONTENT_KEY not in meta or verify_folder(src) is not None:
+    return None
+  for name in sorted(os.listdir(set_aside_dir)):
+    other = os.path.join(set_aside_dir, name)
+    if name.startswith(prefix) and os.path.isdir(other) and _read_meta(other) == meta and verify_folder(other) is None:
+      return other
+  return None
+
+
+def _read_meta(folder: str) -> dict | None:
+  """A checkpoint folder's JSON ``meta`` as orbax wrote it (``meta/metadata``), or None if it cannot be read."""
+  try:
+    with open(os.path.join(folder, "meta", "metadata")) as f:
+      meta = json.load(f)
+  except (OSError, ValueError):
+    return None
+  return meta if isinstance(meta, dict) else None
+
+
+def prune_set_aside(workdir: str) -> tuple[int, int]:
+  """Removes ``workdir``'s set-aside checkpoints (``SET_ASIDE_DIR``) and nothing else; returns (count, bytes).
+
+  They are never read by the run: removing them changes neither its resume nor what readers serve.
+  """
+  folder = os.path.join(workdir, SET_ASIDE_DIR)
+  if not os.path.isdir(folder):
+    return 0, 0
+  entries = sorted(os.listdir(folder))
+  size = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
+  shutil.rmtree(folder)
+  return len(entries), size
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> dict:
@@ -261,8 +348,13 @@ def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
 
 
-def newest_good(mngr: ocp.CheckpointManager, read: Callable[[ocp.CheckpointManager, int], Any] | None = None, *,
-                steps: list[int] | None = None, set_aside_bad: bool) -> tuple[int, Any]:
+def newest_good(
+  mngr: ocp.CheckpointManager,
+  read: Callable[[ocp.CheckpointManager, int], Any] | None = None,
+  *,
+  steps: list[int] | None = None,
+  set_aside_bad: bool,
+) -> tuple[int, Any]:
   """The newest good checkpoint: ``(step, read(mngr, step))`` for the newest of ``steps`` that ``read`` reads.
 
   The one search for the newest good checkpoint, for the trainer (resume, the best checkpoint it keeps, the step
@@ -323,23 +415,35 @@ def _all_finite(leaves):
 # The probe batch: a short, an empty and a long sentence, cut to PROBE_LENGTH tokens. Finite parameters can still
 # overflow in the forward pass (weights near 1e30 after an exploding update); any such model gives non-finite
 # outputs on these, since every token goes through the same weights.
-PROBE_SENTENCES = ("A man is playing a guitar.", "", "The quick brown fox jumps over the lazy dog, twice, near "
-                   "the old river bank at dawn.")
+PROBE_SENTENCES = (
+  "A man is playing a guitar.",
+  "",
+  "The quick brown fox jumps over the lazy dog, twice, near the old river bank at dawn.",
+)
 PROBE_LENGTH = 32
 
 
-def output_probe(spec: models.ModelSpec) -> Callable[[Any], str | None]:
-  """``probe(params)``: why the model's outputs are not finite on ``PROBE_SENTENCES``, or None if they are.
+# A collapsed encoder embeds every probe sentence as the same vector: their distances are within this fraction of the
+# embeddings' norm. Rounding alone (one vector pooled over other lengths) stays near float32's 1e-7; sentences as
+# unlike as the probe's, from any model that tells sentences apart, lie far above it (a cosine of 0.98, as an
+# untrained BERT's, is a relative distance of 0.2).
+COLLAPSE_TOLERANCE = 1e-4
+
+
+def output_probe(spec: models.ModelSpec) -> Callable[..., str | None]:
+  """``probe(params, distinct=False)``: why the model's outputs fail on ``PROBE_SENTENCES``, or None if they pass.
 
   Checks every output the model is used for: the sentence embedding of each of its poolers (training, dev and
-  test) and, with an MLM head, its logits. Build it once per spec and call it per params (one compilation).
+  test) and, with an MLM head, its logits, are finite. With ``distinct`` (what readers serve), also that the test
+  pooler does not embed every probe sentence as the same vector (``COLLAPSE_TOLERANCE``): such a model embeds
+  nothing. Build it once per spec and call it per params (one compilation).
   """
   names = sorted({spec.pooling.pooler, spec.pooling.dev_pooler, spec.pooling.test_pooler})
   ids, mask = tokenization.tokenize_padded(spec.tokenizer, PROBE_SENTENCES, min(PROBE_LENGTH, spec.max_positions))
 
   @jax.jit
-  def finite(params):
-    ok = {}
+  def check(params):
+    ok, spread = {}, None
     for name in names:
       has_mlp = poolers.get(name).has_mlp
       if has_mlp and "mlp" not in params:
@@ -347,23 +451,49 @@ def output_probe(spec: models.ModelSpec) -> Callable[[Any], str | None]:
       used = {k: v for k, v in params.items() if k == "backbone" or (k == "mlp" and has_mlp)}
       embeddings = spec.module_for(name).apply({"params": used}, ids, mask, train=False)
       ok[f"pooler {name}"] = jnp.all(jnp.isfinite(embeddings))
+      if name == spec.pooling.test_pooler:
+        e = embeddings.astype(jnp.float32)
+        distance = jnp.max(jnp.linalg.norm(e - e[:1], axis=-1))
+        spread = distance / jnp.maximum(jnp.max(jnp.linalg.norm(e, axis=-1)), jnp.finfo(jnp.float32).tiny)
     if spec.mlm is not None and "mlm_head" in params:
       ok["masked-LM logits"] = jnp.all(jnp.isfinite(models.mlm_logits(spec, params, ids, mask, train=False)))
-    return ok
+    return ok, spread
 
-  def probe(params) -> str | None:
-    bad = [name for name, good in jax.device_get(finite(params)).items() if not good]
-    return f"its outputs ({', '.join(bad)}) are not finite on a probe batch" if bad else None
+  def probe(params, distinct: bool = False) -> str | None:
+    ok, spread = jax.device_get(check(params))
+    bad = [name for name, good in ok.items() if not good]
+    if bad:
+      return f"its outputs ({', '.join(bad)}) are not finite on a probe batch"
+    if distinct and spread is not None and spread <= COLLAPSE_TOLERANCE:
+      return (
+        f"it embeds every sentence of a probe batch as the same vector (pooler {spec.pooling.test_pooler}: "
+        f"distances {float(spread):.1e} of the norm; a collapsed model)"
+      )
+    return None
 
   return probe
+
+
+def description(workdir: str, **kwargs) -> models.ModelSpec:
+  """The spec of a workdir's model description (``models.from_description``, ``kwargs`` passed on), verified.
+
+  A workdir with ``INPUTS_FILE`` was written by a jaxcse that records its description too: a missing record there is
+  refused, never read unverified.
+  """
+  return models.from_description(
+    os.path.join(workdir, MODEL_DIR), expect_record=os.path.isfile(os.path.join(workdir, INPUTS_FILE)), **kwargs
+  )
 
 
 def find_workdir(path: str) -> str | None:
   """The training workdir that ``path`` is, or lies inside; None if it is not one."""
   path = os.path.abspath(path)
   while True:
-    if os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE)) or \
-        os.path.isfile(os.path.join(path, "config.json")) and os.path.isdir(os.path.join(path, "checkpoints")):
+    if (
+      os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE))
+      or os.path.isfile(os.path.join(path, "config.json"))
+      and os.path.isdir(os.path.join(path, "checkpoints"))
+    ):
       return path
     parent = os.path.dirname(path)
     if parent == path:
@@ -372,16 +502,45 @@ def find_workdir(path: str) -> str | None:
 
 
 def checkpoint_choice(workdir: str, path: str, checkpoint: str) -> tuple[str, list[int]]:
-  """(manager directory, steps to try, newest first) for a workdir and ``best | latest | <step>`` or a step folder.
+  """(manager directory, steps to try, newest first) for what ``path`` names inside ``workdir``.
 
-  ``best`` tries the best checkpoints, then, with a warning, the latest ones (a run that never evaluated).
+  Exactly what was named, or an error: the workdir itself with ``checkpoint`` (``best | latest | <step>``; ``best``
+  tries the best checkpoints, then, with a warning, the latest ones, for a run that never evaluated);
+  ``checkpoints/best`` or ``checkpoints/latest`` (their newest good one, or ``checkpoint``'s step there); or one
+  of their step folders (that checkpoint alone). Any other folder inside a workdir (a set-aside checkpoint,
+  ``model/``, ``checkpoints/``) is refused: a reader never serves another checkpoint than the one named.
   """
-  path = os.path.abspath(path)
-  base = os.path.basename(path)
-  for sub in (BEST_DIR, LATEST_DIR):
-    directory = os.path.join(workdir, sub)
-    if os.path.dirname(path) == directory and base.isdigit():
-      return directory, [int(base)]
+  path, workdir = os.path.abspath(path), os.path.abspath(workdir)
+  rel = os.path.relpath(path, workdir)
+  if rel in (BEST_DIR, LATEST_DIR):
+    if checkpoint.isdigit():
+      if not os.path.isdir(os.path.join(path, checkpoint)):
+        raise FileNotFoundError(f"{path}: no checkpoint at step {checkpoint}")
+      return path, [int(checkpoint)]
+    if checkpoint not in ("best", os.path.basename(path)):  # "best" is the default: not a choice.
+      raise CheckpointError(
+        f"{path} names the {os.path.basename(path)} checkpoints; --checkpoint {checkpoint} "
+        "names others: give the workdir, or leave --checkpoint out"
+      )
+    steps = ocp.utils.checkpoint_steps(path) if os.path.isdir(path) else []
+    if not steps:
+      raise FileNotFoundError(f"{path}: no checkpoint there")
+    return path, sorted(steps, reverse=True)
+  if os.path.dirname(rel) in (BEST_DIR, LATEST_DIR) and os.path.basename(rel).isdigit():
+    if checkpoint not in ("best", "latest", os.path.basename(rel)):  # "best" is the default: not a choice.
+      raise CheckpointError(f"{path} is checkpoint {os.path.basename(rel)}; --checkpoint {checkpoint} names another")
+    return os.path.dirname(path), [int(os.path.basename(rel))]
+  if rel != ".":
+    if os.path.dirname(rel) == SET_ASIDE_DIR or rel.startswith(SET_ASIDE_DIR + os.sep):
+      raise CheckpointError(
+        f"{path}: a set-aside checkpoint (moved out of the run {workdir}, damaged or no longer "
+        "fitting it) is not served; give the workdir, or one of its checkpoints/best or "
+        "checkpoints/latest folders"
+      )
+    raise CheckpointError(
+      f"{path}: not a checkpoint of the workdir {workdir}; give the workdir, its "
+      "checkpoints/best or checkpoints/latest folder, or one of their step folders"
+    )
   if checkpoint.isdigit():
     for sub in (BEST_DIR, LATEST_DIR):
       if os.path.isdir(os.path.join(workdir, sub, checkpoint)):

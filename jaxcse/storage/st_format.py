@@ -69,46 +69,71 @@ def _write_json(path: str, obj: Any) -> None:
   files.write_json(path, obj)
 
 
-def write_modules(folder: str, pooler: str, hidden: int, num_layers: int, max_seq_len: int,
-                  mlp: dict[str, np.ndarray] | None) -> list[str]:
+def write_modules(
+  folder: str,
+  pooler: str,
+  hidden: int,
+  num_layers: int,
+  max_seq_len: int,
+  mlp: dict[str, np.ndarray] | None,
+  prompts: dict[str, str] | None = None,
+) -> list[str]:
   """Writes sentence-transformers' module chain for ``pooler`` into ``folder``; returns the module folders.
 
   ``mlp`` (for ``cls``): ``{"pooler.dense.weight": [H, H], "pooler.dense.bias": [H]}`` in PyTorch layout.
+  ``prompts``: name -> text put before a sentence encoded with that ``prompt_name`` (``config_sentence_transformers.json``).
   """
   modules = [("", _ST_TRANSFORMER)]
-  _write_json(os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_len, "do_lower_case": False})
+  _write_json(
+    os.path.join(folder, "sentence_bert_config.json"), {"max_seq_length": max_seq_len, "do_lower_case": False}
+  )
   if pooler in LAYER_AVERAGE_POOLERS:
     layer_start, weights = layer_weights(pooler, num_layers)
     sub = f"{len(modules)}_WeightedLayerPooling"
-    _write_json(os.path.join(folder, sub, "config.json"),
-                {"word_embedding_dimension": hidden, "layer_start": layer_start, "num_hidden_layers": num_layers})
+    _write_json(
+      os.path.join(folder, sub, "config.json"),
+      {"word_embedding_dimension": hidden, "layer_start": layer_start, "num_hidden_layers": num_layers},
+    )
     save_file({"layer_weights": weights}, os.path.join(folder, sub, "model.safetensors"), metadata={"format": "pt"})
     modules.append((sub, _ST_LAYER_POOLING))
   sub = f"{len(modules)}_Pooling"
   cls_token = pooler in ("cls", "cls_before_pooler", *DENSE_POOLERS)
-  _write_json(os.path.join(folder, sub, "config.json"), {
+  _write_json(
+    os.path.join(folder, sub, "config.json"),
+    {
       "word_embedding_dimension": hidden,
       "pooling_mode_cls_token": cls_token,
       "pooling_mode_mean_tokens": not cls_token,
       "pooling_mode_max_tokens": False,
       "pooling_mode_mean_sqrt_len_tokens": False,
-  })
+    },
+  )
   modules.append((sub, _ST_POOLING))
   if pooler in DENSE_POOLERS:
     sub = f"{len(modules)}_Dense"
-    _write_json(os.path.join(folder, sub, "config.json"),
-                {"in_features": hidden, "out_features": hidden, "bias": True, "activation_function": _ST_TANH})
-    save_file({"linear.weight": mlp["pooler.dense.weight"], "linear.bias": mlp["pooler.dense.bias"]},
-              os.path.join(folder, sub, "model.safetensors"), metadata={"format": "pt"})
+    _write_json(
+      os.path.join(folder, sub, "config.json"),
+      {"in_features": hidden, "out_features": hidden, "bias": True, "activation_function": _ST_TANH},
+    )
+    save_file(
+      {"linear.weight": mlp["pooler.dense.weight"], "linear.bias": mlp["pooler.dense.bias"]},
+      os.path.join(folder, sub, "model.safetensors"),
+      metadata={"format": "pt"},
+    )
     modules.append((sub, _ST_DENSE))
-  _write_json(os.path.join(folder, "modules.json"),
-              [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(modules)])
-  _write_json(os.path.join(folder, "config_sentence_transformers.json"), {
+  _write_json(
+    os.path.join(folder, "modules.json"),
+    [{"idx": i, "name": str(i), "path": path, "type": kind} for i, (path, kind) in enumerate(modules)],
+  )
+  _write_json(
+    os.path.join(folder, "config_sentence_transformers.json"),
+    {
       "model_type": "SentenceTransformer",
-      "prompts": {},
+      "prompts": dict(prompts or {}),
       "default_prompt_name": None,
       "similarity_fn_name": "cosine",  # SimCSE's training and STS evaluation compare by cosine.
-  })
+    },
+  )
   return [path for path, _ in modules[1:]]
 
 
@@ -124,16 +149,35 @@ def _pooling_mode(config: dict) -> str | None:
   """``"cls"`` or ``"mean"`` from a Pooling config (5.x's ``pooling_mode`` or the older booleans); else None."""
   mode = config.get("pooling_mode")
   if mode is None:
-    active = [m for key, m in (("pooling_mode_cls_token", "cls"), ("pooling_mode_mean_tokens", "mean"),
-                               ("pooling_mode_max_tokens", "max"), ("pooling_mode_mean_sqrt_len_tokens", "sqrt"),
-                               ("pooling_mode_weightedmean_tokens", "weighted"), ("pooling_mode_lasttoken", "last"))
-              if config.get(key)]
+    active = [
+      m
+      for key, m in (
+        ("pooling_mode_cls_token", "cls"),
+        ("pooling_mode_mean_tokens", "mean"),
+        ("pooling_mode_max_tokens", "max"),
+        ("pooling_mode_mean_sqrt_len_tokens", "sqrt"),
+        ("pooling_mode_weightedmean_tokens", "weighted"),
+        ("pooling_mode_lasttoken", "last"),
+      )
+      if config.get(key)
+    ]
     mode = active[0] if len(active) == 1 else None
   return mode if mode in ("cls", "mean") else None
 
 
 def _tensors(path: str) -> dict[str, np.ndarray]:
   return load_file(path) if os.path.isfile(path) else {}
+
+
+def read_prompts(folder: str) -> dict[str, str]:
+  """A sentence-transformers folder's prompts (``config_sentence_transformers.json``), name -> text; {} if none."""
+  path = os.path.join(folder, "config_sentence_transformers.json")
+  if not os.path.isfile(path):
+    return {}
+  prompts = _read_json(path).get("prompts") or {}
+  if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+    raise ValueError(f"{path}: 'prompts' must map prompt names to strings")
+  return dict(prompts)
 
 
 def read_pooler(folder: str) -> str | None:

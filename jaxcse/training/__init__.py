@@ -5,7 +5,8 @@
   cli.py            the commands' flags, the shipped configs by name, ``--help``, one-line mistakes
   train_step.py     the pure step: embed the views, the objective's loss, gradients (plain or GradCache), update
   objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
-  losses.py         the contrastive losses, pure functions on embeddings
+  losses.py         the papers' contrastive losses, pure functions on embeddings
+  ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
   gradcache.py      chunked value-and-grad over a whole batch's embeddings
   augment.py        discrete augmentations of token ids, pure
   distributed.py    the device mesh, multi-host runs, agreement checks

@@ -65,13 +65,19 @@ class WordPieces:
     """From a Hugging Face WordPiece (BERT) tokenizer; a ValueError for any other kind."""
     vocab = tokenizer.get_vocab()
     if not any(token.startswith("##") for token in vocab):
-      raise ValueError(f"the discrete augmentations need a WordPiece vocabulary (pieces marked '##'); "
-                       f"{type(tokenizer).__name__} has none")
+      raise ValueError(
+        f"the discrete augmentations need a WordPiece vocabulary (pieces marked '##'); "
+        f"{type(tokenizer).__name__} has none"
+      )
     continuation = np.zeros(max(vocab.values()) + 1, dtype=bool)
     for token, index in vocab.items():
       continuation[index] = token.startswith("##")
-    return cls(continuation, tuple(int(i) for i in tokenizer.all_special_ids), int(tokenizer.pad_token_id),
-               int(tokenizer.mask_token_id))
+    return cls(
+      continuation,
+      tuple(int(i) for i in tokenizer.all_special_ids),
+      int(tokenizer.pad_token_id),
+      int(tokenizer.mask_token_id),
+    )
 
 
 def _per_mille(fraction: float) -> int:
@@ -127,8 +133,9 @@ def _of_word(per_word: jax.Array, word: jax.Array) -> jax.Array:
   return jnp.take_along_axis(per_word, jnp.maximum(word, 0), axis=1)
 
 
-def crop(key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: float, pieces: WordPieces
-         ) -> tuple[jax.Array, jax.Array]:
+def crop(
+  key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: float, pieces: WordPieces
+) -> tuple[jax.Array, jax.Array]:
   """Keeps a random contiguous span of ``n - round(fraction n)`` of each row's ``n`` words (at least one)."""
   content, word, num_words = words(ids, mask, pieces)
   keep_words = jnp.maximum(num_words - share_of_words(fraction, num_words), jnp.minimum(num_words, 1))
@@ -138,8 +145,15 @@ def crop(key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: float, pi
   return repack(ids, mask, ~content | inside, pad_id=pieces.pad_id)
 
 
-def delete_words(key: jax.Array, ids: jax.Array, mask: jax.Array, *, pieces: WordPieces, fraction: float | None = None,
-                 count: int | None = None) -> tuple[jax.Array, jax.Array]:
+def delete_words(
+  key: jax.Array,
+  ids: jax.Array,
+  mask: jax.Array,
+  *,
+  pieces: WordPieces,
+  fraction: float | None = None,
+  count: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
   """Deletes ``round(fraction n)`` (or ``count``) words of each row, at random, never its last word."""
   if (fraction is None) == (count is None):
     raise ValueError("give fraction or count")
@@ -149,8 +163,9 @@ def delete_words(key: jax.Array, ids: jax.Array, mask: jax.Array, *, pieces: Wor
   return repack(ids, mask, ~(content & _of_word(deleted, word)), pad_id=pieces.pad_id)
 
 
-def mlm_replace(key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: float, pieces: WordPieces,
-                logits_fn: LogitsFn) -> tuple[jax.Array, jax.Array]:
+def mlm_replace(
+  key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: float, pieces: WordPieces, logits_fn: LogitsFn
+) -> tuple[jax.Array, jax.Array]:
   """Replaces ``round(fraction n)`` words of each row by an MLM's samples at their masked pieces; same mask."""
   k_choose, k_sample = jax.random.split(key)
   content, word, num_words = words(ids, mask, pieces)
@@ -161,8 +176,7 @@ def mlm_replace(key: jax.Array, ids: jax.Array, mask: jax.Array, *, fraction: fl
   # Never sampled: special tokens, ids past the tokenizer's vocabulary (a model's padded embedding rows), and
   # '##' pieces at the first piece of a word (which would glue the replacement to the word before it).
   banned = (jnp.arange(vocab) >= pieces.continuation.shape[0]).at[jnp.asarray(pieces.special_ids)].set(True)
-  continuation = jnp.zeros(vocab, bool).at[:pieces.continuation.shape[0]].set(
-      jnp.asarray(pieces.continuation[:vocab]))
+  continuation = jnp.zeros(vocab, bool).at[: pieces.continuation.shape[0]].set(jnp.asarray(pieces.continuation[:vocab]))
   first_piece = content & (word != jnp.pad(word[:, :-1], ((0, 0), (1, 0)), constant_values=-1))
   banned = banned | (first_piece[..., None] & continuation)
   sampled = jax.random.categorical(k_sample, jnp.where(banned, -jnp.inf, logits), axis=-1).astype(ids.dtype)
@@ -189,8 +203,9 @@ class SecondView:
   def active(self) -> bool:
     return bool(self.crop or self.word_deletion or self.delete_one_word or self.mlm)
 
-  def __call__(self, key: jax.Array, ids: jax.Array, mask: jax.Array, pieces: WordPieces,
-               logits_fn: LogitsFn | None = None) -> tuple[jax.Array, jax.Array]:
+  def __call__(
+    self, key: jax.Array, ids: jax.Array, mask: jax.Array, pieces: WordPieces, logits_fn: LogitsFn | None = None
+  ) -> tuple[jax.Array, jax.Array]:
     """The augmented ``(ids, mask)``. Each operation has its own key (``split(key, 4)[i]``, in the order above),
     so e.g. "crop + MLM" draws the same MLM choices as "MLM" would on the cropped rows' words."""
     k_crop, k_deletion, k_one, k_mlm = jax.random.split(key, 4)

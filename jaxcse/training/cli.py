@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import ml_collections
 
 from jaxcse import data as data_lib
-from jaxcse.training import distributed
 from jaxcse.core.errors import USER_ERRORS, JaxcseError, command_name, print_error
+from jaxcse.training import distributed
 
 
 def define_train_flags() -> None:
@@ -28,25 +28,53 @@ def define_train_flags() -> None:
   from absl import flags
   from ml_collections import config_flags
 
-  config_flags.DEFINE_config_file("config", None, "Training config: a file (configs/base.py) or the name of a config "
-                                  "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
-                                  lock_config=True)
+  config_flags.DEFINE_config_file(
+    "config",
+    None,
+    "Training config: a file (configs/base.py) or the name of a config "
+    "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
+    lock_config=True,
+  )
   flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
   flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
-  flags.DEFINE_bool("restart", False, "Start over in a workdir that holds a previous run (deletes its checkpoints, "
-                    "description and metrics) instead of resuming it.")
+  flags.DEFINE_bool(
+    "restart",
+    False,
+    "Start over in a workdir that holds a previous run (deletes its checkpoints, "
+    "description and metrics) instead of resuming it.",
+  )
   # Several processes (hosts); see distributed.initialize_distributed. Defaults come from the environment so that a
   # launcher can set them per process.
-  flags.DEFINE_bool("distributed", os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
-                    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
-                    "GKE); env JAXCSE_DISTRIBUTED=1.")
-  flags.DEFINE_string("coordinator_address", os.environ.get("JAX_COORDINATOR_ADDRESS"),
-                      "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.")
-  flags.DEFINE_integer("num_processes", _env_int("JAX_NUM_PROCESSES"),
-                       "Number of processes in the run; env JAX_NUM_PROCESSES.")
-  flags.DEFINE_integer("process_id", _env_int("JAX_PROCESS_ID"),
-                       "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID.")
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.DEFINE_bool(
+    "distributed",
+    os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
+    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
+    "GKE); env JAXCSE_DISTRIBUTED=1.",
+  )
+  flags.DEFINE_string(
+    "coordinator_address",
+    os.environ.get("JAX_COORDINATOR_ADDRESS"),
+    "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.",
+  )
+  flags.DEFINE_integer(
+    "num_processes", _env_int("JAX_NUM_PROCESSES"), "Number of processes in the run; env JAX_NUM_PROCESSES."
+  )
+  flags.DEFINE_integer(
+    "process_id", _env_int("JAX_PROCESS_ID"), "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID."
+  )
+  flags.DEFINE_bool(
+    "prune_set_aside",
+    False,
+    "Remove the workdir's set-aside checkpoints (checkpoints/set_aside/: "
+    "damaged ones, and intact ones the run no longer uses) and nothing else, then exit; --config is "
+    "then not needed.",
+  )
+  flags.mark_flags_as_required(["workdir"])
+  flags.register_multi_flags_validator(
+    ["config", "prune_set_aside"],
+    lambda values: values["config"] is not None or values["prune_set_aside"],
+    message="flag --config must have a value other than None.",
+  )
 
 
 def _env_int(name: str) -> int | None:
@@ -68,7 +96,7 @@ def resolve_config(value: str) -> str:
   if os.path.exists(path) or path.endswith(".py") or os.sep in path:
     return value
   packaged = os.path.join(CONFIGS_DIR, f"{path}.py")
-  return packaged + value[len(path):] if os.path.isfile(packaged) else value
+  return packaged + value[len(path) :] if os.path.isfile(packaged) else value
 
 
 def shipped_configs() -> list[str]:
@@ -77,6 +105,7 @@ def shipped_configs() -> list[str]:
 
 TRAIN_HELP = """\
 usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
+       {prog} --workdir DIR --prune_set_aside
 
 Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
 pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
@@ -96,12 +125,11 @@ example: {prog} --config quickstart --workdir workdirs/quickstart
 
 def print_train_help(full: bool) -> None:
   """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
-  from absl import flags
-
   import textwrap
 
-  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25,
-                          subsequent_indent=" " * 25)
+  from absl import flags
+
+  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25, subsequent_indent=" " * 25)
   print(TRAIN_HELP.format(prog=command_name("jaxcse.train"), configs=configs))
   if full:
     print("flags (all):" + flags.FLAGS.get_help())
@@ -129,8 +157,10 @@ def check_config_file(value: str) -> str:
     raise FlagError(f"--config {value}: {path} is not a file")
   if not path.endswith(".py") and os.sep not in path:  # A name: the shipped configs are the candidates.
     shipped = shipped_configs()
-    raise FlagError(f"--config {value}: no such file, and no config of that name ships with jaxcse"
-                    f"{_closest(path, shipped)} (shipped: {', '.join(shipped)})")
+    raise FlagError(
+      f"--config {value}: no such file, and no config of that name ships with jaxcse"
+      f"{_closest(path, shipped)} (shipped: {', '.join(shipped)})"
+    )
   folder = os.path.dirname(path) or "."
   if not os.path.isdir(folder):
     raise FlagError(f"--config {value}: no such file ({folder} is not a folder)")
@@ -146,8 +176,11 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
   Exceptions raised by the file's own code (``get_config`` raising ``NameError``, ``ZeroDivisionError``, ...) name
   the file and the line of the file where they were raised; a file without ``get_config`` says so.
   """
-  same_file = isinstance(error, SyntaxError) and error.filename and os.path.abspath(error.filename) == os.path.abspath(
-      config_path)
+  same_file = (
+    isinstance(error, SyntaxError)
+    and error.filename
+    and os.path.abspath(error.filename) == os.path.abspath(config_path)
+  )
   if same_file:
     return FlagError(f"{config_path}:{error.lineno}: {error.msg} (the config file does not parse)")
   line = None
@@ -158,11 +191,14 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
     traceback = traceback.tb_next
   if line is not None:
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return FlagError(f"{config_path}:{line}: loading the config raised {type(error).__name__}"
-                     f"{': ' + message if message else ''}")
+    return FlagError(
+      f"{config_path}:{line}: loading the config raised {type(error).__name__}{': ' + message if message else ''}"
+    )
   if isinstance(error, AttributeError) and "get_config" in str(error):
-    return FlagError(f"{config_path}: defines no get_config() (a config file is a module whose get_config() returns "
-                     "an ml_collections.ConfigDict, as in the shipped configs)")
+    return FlagError(
+      f"{config_path}: defines no get_config() (a config file is a module whose get_config() returns "
+      "an ml_collections.ConfigDict, as in the shipped configs)"
+    )
   return None
 
 
@@ -179,7 +215,7 @@ def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
   hint = ""
   parts = named[0].split(".") if len(named) == 1 else []
   if suggestion and missing in parts:  # The override with the field replaced by ml_collections' suggestion.
-    hint = f"; did you mean {'.'.join(parts[:parts.index(missing)] + [suggestion.group(1)])}?"
+    hint = f"; did you mean {'.'.join(parts[: parts.index(missing)] + [suggestion.group(1)])}?"
   elif suggestion:
     hint = f"; did you mean {suggestion.group(1)!r}?"
   return FlagError(f"unknown config field {missing!r} in {', '.join(named)}{hint} (the config file lists every field)")
@@ -222,8 +258,8 @@ def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
       config_path = check_config_file(argv[i + 1])
       argv[i + 1] = resolve_config(argv[i + 1])
     elif arg.startswith("--config="):
-      config_path = check_config_file(arg[len("--config="):])
-      argv[i] = "--config=" + resolve_config(arg[len("--config="):])
+      config_path = check_config_file(arg[len("--config=") :])
+      argv[i] = "--config=" + resolve_config(arg[len("--config=") :])
   try:
     rest = flags.FLAGS(argv)
   except Exception as e:  # noqa: BLE001 -- sorted below: the user's config file's errors, then absl's and ours.
@@ -234,13 +270,34 @@ def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
       raise _unknown_field(e, argv) from None
     if isinstance(e, (flags.Error, OSError, SyntaxError, TypeError, ValueError)):
       message = " ".join(str(e).split()).replace(" ?", "?") or type(e).__name__  # absl: "Did you mean: workdir ?"
-      raise FlagError(f"{message} ({command_name(module)} --help lists the flags; shipped configs: "
-                      f"{', '.join(shipped_configs())})") from None
+      raise FlagError(
+        f"{message} ({command_name(module)} --help lists the flags; shipped configs: {', '.join(shipped_configs())})"
+      ) from None
     raise
   config = flags.FLAGS.config
   if config is not None and not isinstance(config, ml_collections.ConfigDict):  # None: not given (compile's list).
     raise FlagError(f"{config_path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
   return rest
+
+
+def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
+  """Raises ``FlagError`` naming the fields of ``configs/base.py`` that a config file's config lacks.
+
+  Training reads every one of them, some only after the workdir is written; a config file written for another
+  jaxcse version, or by hand, may lack one.
+  """
+  import flax
+
+  from jaxcse.configs import base
+
+  have = flax.traverse_util.flatten_dict(config.to_dict(), sep=".")
+  missing = [name for name in flax.traverse_util.flatten_dict(base.get_config().to_dict(), sep=".") if name not in have]
+  if missing:
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    raise FlagError(
+      f"{config_path.split(':', 1)[0]}: the config lacks {shown} (every config has the fields of "
+      "configs/base.py: start from base.get_config(), as the shipped configs do)"
+    )
 
 
 def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
@@ -249,17 +306,18 @@ def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
   Also sets the console's logging (jaxcse's progress lines, not orbax's) and joins a multi-process run when the
   flags or the environment say so (``distributed.initialize_distributed``).
   """
-  from absl import flags
-  from absl import logging as absl_logging
+  from absl import flags, logging as absl_logging
 
   # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("jaxcse").setLevel(logging.INFO)
   config = flags.FLAGS.config
+  check_fields(config, flags.FLAGS["config"].config_filename)
   if flags.FLAGS.data_dir:
     config.data.data_dir = flags.FLAGS.data_dir
-  distributed.initialize_distributed(flags.FLAGS.coordinator_address, flags.FLAGS.num_processes,
-                                     flags.FLAGS.process_id, auto=flags.FLAGS.distributed)
+  distributed.initialize_distributed(
+    flags.FLAGS.coordinator_address, flags.FLAGS.num_processes, flags.FLAGS.process_id, auto=flags.FLAGS.distributed
+  )
   return config, flags.FLAGS.workdir, flags.FLAGS.restart
 
 
@@ -282,6 +340,12 @@ def print_train_summary(config: ml_collections.ConfigDict, workdir: str, summary
     print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
   if summary["best_metric"] is not None:
     print(f"best {config.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+  steps, every = summary["steps"], config.eval.every
+  if not config.eval.at_end and steps % every:  # The model served is the best evaluated one: say what it misses.
+    print(
+      f"note: steps {steps - steps % every + 1}-{steps} were not evaluated (eval.at_end=False, eval.every="
+      f"{every}): the best checkpoint, which evaluate, encode and export serve, predates them"
+    )
   evaluate_it = command_name("jaxcse.train").replace("train", "evaluate")
   # The STS test sets ship with jaxcse, so this runs as printed, with or without a data root (one that is given, and
   # has the sets, is read instead: the same numbers).

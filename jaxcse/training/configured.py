@@ -24,10 +24,10 @@ from typing import Any
 import jax
 import ml_collections
 
-from jaxcse.storage import checkpoints, hub, loading, st_format
-from jaxcse.training import configuration, objectives
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
+from jaxcse.storage import checkpoints, hub, loading, st_format
+from jaxcse.training import configuration, objectives
 
 log = logging.getLogger("jaxcse")
 
@@ -65,8 +65,9 @@ class SpecialTokens:
 
   @classmethod
   def of(cls, tokenizer) -> "SpecialTokens":
-    return cls(tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids),
-               dict(tokenizer.get_vocab()))
+    return cls(
+      tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids), dict(tokenizer.get_vocab())
+    )
 
   def get_vocab(self) -> dict[str, int]:
     """The tokenizer's ``get_vocab()``, as ``augment.WordPieces.from_tokenizer`` reads it."""
@@ -77,42 +78,93 @@ class SpecialTokens:
 
 # Published config.json shapes (huggingface.co/<id>/blob/main/config.json) of the models jaxcse's configs name,
 # for machines that hold neither their files nor a network: their dropout is the files' own (0.1).
-_BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
-                  intermediate_size=3072, max_position_embeddings=512, type_vocab_size=2, pad_token_id=0,
-                  hidden_act="gelu", layer_norm_eps=1e-12, initializer_range=0.02,
-                  position_embedding_type="absolute")
-_BERT_LARGE = {**_BERT_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-               "intermediate_size": 4096}
-_ROBERTA_BASE = dict(model_type="roberta", vocab_size=50265, hidden_size=768, num_hidden_layers=12,
-                     num_attention_heads=12, intermediate_size=3072, max_position_embeddings=514, type_vocab_size=1,
-                     pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_act="gelu", layer_norm_eps=1e-5,
-                     initializer_range=0.02)
-_ROBERTA_LARGE = {**_ROBERTA_BASE, "hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
-                  "intermediate_size": 4096}
-_MODERNBERT_BASE = dict(model_type="modernbert", vocab_size=50368, hidden_size=768, num_hidden_layers=22,
-                        num_attention_heads=12, intermediate_size=1152, max_position_embeddings=8192,
-                        hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, global_attn_every_n_layers=3,
-                        local_attention=128, global_rope_theta=160000.0, local_rope_theta=10000.0,
-                        initializer_range=0.02, initializer_cutoff_factor=2.0, pad_token_id=50283,
-                        bos_token_id=50281, eos_token_id=50282, cls_token_id=50281, sep_token_id=50282)
+_BERT_BASE = dict(
+  model_type="bert",
+  vocab_size=30522,
+  hidden_size=768,
+  num_hidden_layers=12,
+  num_attention_heads=12,
+  intermediate_size=3072,
+  max_position_embeddings=512,
+  type_vocab_size=2,
+  pad_token_id=0,
+  hidden_act="gelu",
+  layer_norm_eps=1e-12,
+  initializer_range=0.02,
+  position_embedding_type="absolute",
+)
+_BERT_LARGE = {
+  **_BERT_BASE,
+  "hidden_size": 1024,
+  "num_hidden_layers": 24,
+  "num_attention_heads": 16,
+  "intermediate_size": 4096,
+}
+_ROBERTA_BASE = dict(
+  model_type="roberta",
+  vocab_size=50265,
+  hidden_size=768,
+  num_hidden_layers=12,
+  num_attention_heads=12,
+  intermediate_size=3072,
+  max_position_embeddings=514,
+  type_vocab_size=1,
+  pad_token_id=1,
+  bos_token_id=0,
+  eos_token_id=2,
+  hidden_act="gelu",
+  layer_norm_eps=1e-5,
+  initializer_range=0.02,
+)
+_ROBERTA_LARGE = {
+  **_ROBERTA_BASE,
+  "hidden_size": 1024,
+  "num_hidden_layers": 24,
+  "num_attention_heads": 16,
+  "intermediate_size": 4096,
+}
+_MODERNBERT_BASE = dict(
+  model_type="modernbert",
+  vocab_size=50368,
+  hidden_size=768,
+  num_hidden_layers=22,
+  num_attention_heads=12,
+  intermediate_size=1152,
+  max_position_embeddings=8192,
+  hidden_activation="gelu",
+  norm_eps=1e-5,
+  norm_bias=False,
+  global_attn_every_n_layers=3,
+  local_attention=128,
+  global_rope_theta=160000.0,
+  local_rope_theta=10000.0,
+  initializer_range=0.02,
+  initializer_cutoff_factor=2.0,
+  pad_token_id=50283,
+  bos_token_id=50281,
+  eos_token_id=50282,
+  cls_token_id=50281,
+  sep_token_id=50282,
+)
 # Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
 # RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
 _BERT_UNCASED_IDS = SpecialTokens(mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103))
 _ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264))
 # ModernBERT: [UNK] 50280, [CLS] 50281, [SEP] 50282, [PAD] 50283, [MASK] 50284.
-_MODERNBERT_IDS = SpecialTokens(mask_token_id=50284, pad_token_id=50283,
-                                all_special_ids=(50281, 50282, 50280, 50283, 50284))
+_MODERNBERT_IDS = SpecialTokens(
+  mask_token_id=50284, pad_token_id=50283, all_special_ids=(50281, 50282, 50280, 50283, 50284)
+)
 PUBLISHED_SHAPES = {
-    "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
-    "roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-    "roberta-large": (_ROBERTA_LARGE, _ROBERTA_IDS),
-    # SimCSE's released checkpoints (DCLR's complementary models) are these backbones, trained.
-    "princeton-nlp/unsup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-    "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-    "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-    "answerdotai/ModernBERT-base": (_MODERNBERT_BASE, _MODERNBERT_IDS),
+  "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+  "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
+  "roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+  "roberta-large": (_ROBERTA_LARGE, _ROBERTA_IDS),
+  # SimCSE's released checkpoints (DCLR's complementary models) are these backbones, trained.
+  "princeton-nlp/unsup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+  "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
+  "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+  "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
+  "answerdotai/ModernBERT-base": (_MODERNBERT_BASE, _MODERNBERT_IDS),
 }
 for _name in ("bert-base-uncased", "bert-large-uncased"):  # The hub's current names of the same repositories.
   PUBLISHED_SHAPES["google-bert/" + _name] = PUBLISHED_SHAPES[_name]
@@ -149,8 +201,9 @@ def _cached_snapshot(name: str, revision: str | None) -> str | None:
   from huggingface_hub.errors import LocalEntryNotFoundError
 
   try:
-    folder = snapshot_download(name, revision=revision or None, allow_patterns=_DESCRIPTION_FILES,
-                               local_files_only=True)
+    folder = snapshot_download(
+      name, revision=revision or None, allow_patterns=_DESCRIPTION_FILES, local_files_only=True
+    )
   except (LocalEntryNotFoundError, OSError, ValueError):
     return None
   return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
@@ -189,10 +242,12 @@ def model_shape(name: str, *, revision: str | None = None, dropout: float | None
     hf_config = with_dropout(AutoConfig.for_model(fields.pop("model_type"), **fields))
     return ModelShape(hf_config, tokens, f"the published shape of {name}")
   known = ", ".join(n for n in PUBLISHED_SHAPES if "/" not in n)
-  raise ShapeError(f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
-                   f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
-                   "config.json, or fetch its description first (huggingface-cli download NAME config.json "
-                   "tokenizer.json tokenizer_config.json)")
+  raise ShapeError(
+    f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
+    f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
+    "config.json, or fetch its description first (huggingface-cli download NAME config.json "
+    "tokenizer.json tokenizer_config.json)"
+  )
 
 
 # --------------------------------------------------------------------------
@@ -207,8 +262,10 @@ def _tokenizer(name: str):
   if not os.path.isdir(folder):
     folder = _cached_snapshot(name, None)
   if folder is None:
-    raise ShapeError(f"model.tokenizer {name}: not a local folder nor in the Hugging Face cache (its vocabulary size "
-                     "sets the embedding's shape)")
+    raise ShapeError(
+      f"model.tokenizer {name}: not a local folder nor in the Hugging Face cache (its vocabulary size "
+      "sets the embedding's shape)"
+    )
   with models.quiet_transformers():
     return AutoTokenizer.from_pretrained(folder)
 
@@ -218,8 +275,9 @@ def random_architecture(config: ml_collections.ConfigDict, tokenizer) -> Any:
   from transformers import AutoConfig
 
   arch = dict(config.model.architecture)
-  hf_config = AutoConfig.for_model(arch.pop("model_type", "bert"), vocab_size=len(tokenizer),
-                                   pad_token_id=tokenizer.pad_token_id, **arch)
+  hf_config = AutoConfig.for_model(
+    arch.pop("model_type", "bert"), vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **arch
+  )
   models.families.get(hf_config.model_type).set_dropout(hf_config, config.model.dropout)
   return hf_config
 
@@ -236,28 +294,52 @@ def _augments_tokens(config: ml_collections.ConfigDict) -> bool:
 
 def _needs_vocabulary(name: str, tokens) -> None:
   if tokens is None or getattr(tokens, "vocab", True) is None:
-    raise ShapeError(f"{name}: config.augment's discrete augmentations read the tokenizer's vocabulary (which "
-                     "pieces continue a word), and no tokenizer files were found: fetch them first "
-                     f"(huggingface-cli download {name} config.json vocab.txt tokenizer.json tokenizer_config.json)")
+    raise ShapeError(
+      f"{name}: config.augment's discrete augmentations read the tokenizer's vocabulary (which "
+      "pieces continue a word), and no tokenizer files were found: fetch them first "
+      f"(huggingface-cli download {name} config.json vocab.txt tokenizer.json tokenizer_config.json)"
+    )
 
 
 def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built:
-  """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only."""
+  """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only.
+
+  Raises ``configuration.ConfigError`` if the config does not fit the model (``configuration.check_model``).
+  """
+  built = _model(config, abstract)
+  configuration.check_model(config, built.spec)
+  return built
+
+
+def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
+  """``model``, before the config is checked against the model's."""
   dtype = models.DTYPES[config.model.dtype]
   pooling = objectives.pooling_of(config)
   with_mlm = objectives.needs(config).token_loss is not None
   mlm_head = config.mlm.head if config.mlm.enabled else "tied"
-  build = dict(dtype=dtype, gradient_checkpointing=config.model.gradient_checkpointing, with_mlm_head=with_mlm,
-               mlm_head=mlm_head, attention_dropout_per_element=config.model.attention_dropout_per_element)
+  build = dict(
+    dtype=dtype,
+    gradient_checkpointing=config.model.gradient_checkpointing,
+    with_mlm_head=with_mlm,
+    mlm_head=mlm_head,
+    attention_dropout_per_element=config.model.attention_dropout_per_element,
+  )
   if config.model.init == "random":
     tokenizer = _tokenizer(config.model.tokenizer)
     source = f"random init ({config.model.tokenizer})"
     spec = models.build_spec(random_architecture(config, tokenizer), tokenizer, pooling, source=source, **build)
-    return Built(spec, _abstract_params(spec, config.seed) if abstract else models.init_params(spec, config.seed),
-                 source)
+    return Built(
+      spec, _abstract_params(spec, config.seed) if abstract else models.init_params(spec, config.seed), source
+    )
   if not abstract:
-    spec, params = models.load_pretrained(config.model.name, pooling, dropout=config.model.dropout,
-                                          seed=config.seed, revision=config.model.revision or None, **build)
+    spec, params = models.load_pretrained(
+      config.model.name,
+      pooling,
+      dropout=config.model.dropout,
+      seed=config.seed,
+      revision=config.model.revision or None,
+      **build,
+    )
     if spec.mlm is not None and not spec.mlm.pretrained:
       log.warning("%s has no masked-LM head; the MLM objective starts from a fresh one", config.model.name)
     return Built(spec, params, config.model.name)
@@ -265,8 +347,10 @@ def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built
   if _augments_tokens(config):
     _needs_vocabulary(config.model.name, shape.tokens)
   if with_mlm and (shape.tokens is None or shape.tokens.mask_token_id is None):
-    raise ShapeError(f"{config.model.name}: the masked-LM objective needs the tokenizer's [MASK] and special ids, "
-                     "and no tokenizer files were found beside its config.json")
+    raise ShapeError(
+      f"{config.model.name}: the masked-LM objective needs the tokenizer's [MASK] and special ids, "
+      "and no tokenizer files were found beside its config.json"
+    )
   spec = models.build_spec(shape.hf_config, shape.tokens, pooling, source=config.model.name, **build)
   return Built(spec, _abstract_params(spec, config.seed), shape.source)
 
@@ -290,7 +374,7 @@ def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) 
     return Built(spec, loaded.params, path)
   workdir = checkpoints.find_workdir(path)
   if workdir is not None:
-    spec = models.from_description(os.path.join(workdir, checkpoints.MODEL_DIR))
+    spec = checkpoints.description(workdir)
     spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
     return Built(spec, _abstract_params(spec, 0), f"workdir {workdir}")
   shape = model_shape(path)
@@ -299,8 +383,7 @@ def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) 
   return Built(spec, _abstract_params(spec, 0), shape.source)
 
 
-def augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, *, abstract: bool = False
-                ) -> Built | None:
+def augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, *, abstract: bool = False) -> Built | None:
   """The frozen masked LM of ``config.augment.mlm`` (SimCSE's "MLM k%"), or None when unused.
 
   ``augment.mlm_model``, else ``model.name``: the starting encoder (not the params being trained) with its own
@@ -321,9 +404,12 @@ def augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, *, ab
     mlm_spec, params = models.load_pretrained(name, models.PoolerSpec("avg"), revision=revision, **build)
     source = name
     if not mlm_spec.mlm.pretrained:
-      raise configuration.ConfigError(f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
-                                      "from (set augment.mlm_model to a model that has one)")
+      raise configuration.ConfigError(
+        f"augment.mlm: {name} has no pretrained masked-LM head to sample replacements "
+        "from (set augment.mlm_model to a model that has one)"
+      )
   if mlm_spec.tokenizer.get_vocab() != spec.tokenizer.get_vocab():
-    raise configuration.ConfigError(f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples "
-                                    "would be other tokens")
+    raise configuration.ConfigError(
+      f"augment.mlm: {name}'s vocabulary is not the trained model's: its samples would be other tokens"
+    )
   return Built(mlm_spec, params, source)

@@ -31,8 +31,13 @@ def data_shardings(mesh: jax.sharding.Mesh) -> tuple[NamedSharding, NamedShardin
   return NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec("data"))
 
 
-def initialize_distributed(coordinator_address: str | None = None, num_processes: int | None = None,
-                           process_id: int | None = None, *, auto: bool = False) -> None:
+def initialize_distributed(
+  coordinator_address: str | None = None,
+  num_processes: int | None = None,
+  process_id: int | None = None,
+  *,
+  auto: bool = False,
+) -> None:
   """Joins a multi-process run through ``jax.distributed.initialize``; does nothing for a single process.
 
   Give all three of ``coordinator_address`` (``host:port`` of process 0),
@@ -45,11 +50,18 @@ def initialize_distributed(coordinator_address: str | None = None, num_processes
   if not auto and all(v is None for v in given):
     return
   if not auto and None in given:
-    raise ValueError("multi-process training needs all of --coordinator_address, --num_processes and --process_id "
-                     f"(got {given}), or --distributed to detect them (TPU pods, SLURM, Open MPI)")
+    raise ValueError(
+      "multi-process training needs all of --coordinator_address, --num_processes and --process_id "
+      f"(got {given}), or --distributed to detect them (TPU pods, SLURM, Open MPI)"
+    )
   jax.distributed.initialize(coordinator_address, num_processes, process_id)
-  log.info("process %d of %d; %d local of %d devices", jax.process_index(), jax.process_count(),
-           jax.local_device_count(), jax.device_count())
+  log.info(
+    "process %d of %d; %d local of %d devices",
+    jax.process_index(),
+    jax.process_count(),
+    jax.local_device_count(),
+    jax.device_count(),
+  )
 
 
 def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> np.ndarray:
@@ -60,8 +72,12 @@ def process_rows(sharding: jax.sharding.Sharding, batch_size: int) -> np.ndarray
   * rows``, so it stays right for meshes whose device order interleaves hosts.
   One process holds every row.
   """
-  spans = sorted({(s.start or 0, batch_size if s.stop is None else s.stop)
-                  for (s, *_) in sharding.addressable_devices_indices_map((batch_size,)).values()})
+  spans = sorted(
+    {
+      (s.start or 0, batch_size if s.stop is None else s.stop)
+      for (s, *_) in sharding.addressable_devices_indices_map((batch_size,)).values()
+    }
+  )
   return np.concatenate([np.arange(start, stop) for start, stop in spans])
 
 
@@ -79,6 +95,8 @@ def check_processes_agree(**values: int) -> None:
   for column, name in enumerate(values):
     seen = every[:, column].tolist()
     if len(set(seen)) > 1:
-      raise RuntimeError(f"the {jax.process_count()} processes disagree on {name} ({seen} by process index): every "
-                         "host must run the same code and config, with the same data and model files, and one "
-                         "workdir on storage that all hosts share")
+      raise RuntimeError(
+        f"the {jax.process_count()} processes disagree on {name} ({seen} by process index): every "
+        "host must run the same code and config, with the same data and model files, and one "
+        "workdir on storage that all hosts share"
+      )

@@ -47,6 +47,7 @@ def to_chunks(tree: Any, num_chunks: int) -> Any:
   each chunk's forward still runs on all devices, and which rows share a chunk
   (and a dropout key) does not depend on the device count.
   """
+
   def split(x):
     if x.shape[0] % num_chunks:
       raise ValueError(f"a batch of {x.shape[0]} rows does not split into {num_chunks} chunks")
@@ -60,9 +61,16 @@ def from_chunks(x: jax.Array) -> jax.Array:
   return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
 
 
-def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batch_loss: BatchLoss | None = None,
-                   chunk_loss: ChunkLoss | None = None, chunk_weight: jax.Array | float = 1.0,
-                   cache: bool = True) -> tuple[tuple[jax.Array, Parts], Any]:
+def value_and_grad(
+  params: Any,
+  chunks: Any,
+  *,
+  embed: Embed | None = None,
+  batch_loss: BatchLoss | None = None,
+  chunk_loss: ChunkLoss | None = None,
+  chunk_weight: jax.Array | float = 1.0,
+  cache: bool = True,
+) -> tuple[tuple[jax.Array, Parts], Any]:
   """Value and gradient of ``batch_loss(embeddings of all chunks) + chunk_weight * sum of chunk_loss``.
 
   Args:
@@ -102,6 +110,7 @@ def value_and_grad(params: Any, chunks: Any, *, embed: Embed | None = None, batc
     return value, parts
 
   if not cache:
+
     def total(p):
       (z, s), aux = jax.lax.map(lambda c: forward(p, c), chunks)
       return combine(from_chunks(z) if embed is not None else z, s.sum(), jax.tree.map(jnp.sum, aux))

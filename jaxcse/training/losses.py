@@ -37,12 +37,12 @@ def _unit_rows(x: jax.Array) -> jax.Array:
 
 
 def simcse_loss(
-    z1: jax.Array,
-    z2: jax.Array,
-    hard_negatives: jax.Array | None = None,
-    *,
-    temperature: float = 0.05,
-    hard_negative_weight: float = 0.0,
+  z1: jax.Array,
+  z2: jax.Array,
+  hard_negatives: jax.Array | None = None,
+  *,
+  temperature: float = 0.05,
+  hard_negative_weight: float = 0.0,
 ) -> jax.Array:
   """SimCSE's InfoNCE loss with in-batch negatives (Gao et al., 2021).
 
@@ -99,9 +99,7 @@ def _check_pair(z1: jax.Array, z2: jax.Array) -> None:
 _MIXCSE_NEIGHBOURS = ("roll", "random", "hardest")
 
 
-def _mixcse_neighbours(
-    sim: jax.Array, neighbour: str, rng: jax.Array | None
-) -> tuple[jax.Array, jax.Array]:
+def _mixcse_neighbours(sim: jax.Array, neighbour: str, rng: jax.Array | None) -> tuple[jax.Array, jax.Array]:
   """Indices of the rows mixed into each positive: ``(for z2 rows, for z1 rows)``, both ``[batch]``."""
   batch = sim.shape[0]
   rows = jnp.arange(batch)
@@ -122,15 +120,15 @@ def _mixcse_neighbours(
 
 
 def mixcse_loss(
-    z1: jax.Array,
-    z2: jax.Array,
-    *,
-    temperature: float = 0.05,
-    mix_lambda: float = 0.2,
-    neighbour: str = "roll",
-    symmetric: bool = True,
-    stop_gradient: bool = True,
-    rng: jax.Array | None = None,
+  z1: jax.Array,
+  z2: jax.Array,
+  *,
+  temperature: float = 0.05,
+  mix_lambda: float = 0.2,
+  neighbour: str = "roll",
+  symmetric: bool = True,
+  stop_gradient: bool = True,
+  rng: jax.Array | None = None,
 ) -> jax.Array:
   r"""MixCSE: SimCSE's loss plus hard negatives mixed from the positives (Zhang et al., 2022).
 
@@ -240,12 +238,12 @@ def mixcse_loss(
 
 
 def mixcse_mix_scores(
-    z1: jax.Array,
-    z2: jax.Array,
-    *,
-    mix_lambda: float = 0.2,
-    neighbour: str = "roll",
-    rng: jax.Array | None = None,
+  z1: jax.Array,
+  z2: jax.Array,
+  *,
+  mix_lambda: float = 0.2,
+  neighbour: str = "roll",
+  rng: jax.Array | None = None,
 ) -> jax.Array:
   """The MixCSE paper's mix score per anchor, as a cosine: ``cos(z1[i], lam * z2[i] + (1 - lam) * z2[nb(i)])``.
 
@@ -285,7 +283,7 @@ def mixcse_mix_scores(
 
 
 def dclr_initial_noise(
-    rng: jax.Array, num: int, dim: int, *, sigma: float = 1.0, dtype: jax.typing.DTypeLike = jnp.float32
+  rng: jax.Array, num: int, dim: int, *, sigma: float = 1.0, dtype: jax.typing.DTypeLike = jnp.float32
 ) -> jax.Array:
   """DCLR's noise-based negatives before the ascent: i.i.d. N(0, sigma^2).
 
@@ -319,13 +317,13 @@ def _noise_objective(z1: jax.Array, in_batch_logits: jax.Array, noise: jax.Array
 
 
 def dclr_noise_negatives(
-    z1: jax.Array,
-    z2: jax.Array,
-    noise: jax.Array,
-    *,
-    temperature: float = 0.05,
-    steps: int = 4,
-    step_size: float = 1e-3,
+  z1: jax.Array,
+  z2: jax.Array,
+  noise: jax.Array,
+  *,
+  temperature: float = 0.05,
+  steps: int = 4,
+  step_size: float = 1e-3,
 ) -> jax.Array:
   r"""DCLR's noise-based negatives: ``steps`` normalised gradient-ascent steps on the noise.
 
@@ -425,13 +423,13 @@ _DCLR_FORMS = ("official", "infonce")
 
 
 def dclr_loss(
-    z1: jax.Array,
-    z2: jax.Array,
-    noise: jax.Array | None,
-    weights: jax.Array | None,
-    *,
-    temperature: float = 0.05,
-    form: str = "official",
+  z1: jax.Array,
+  z2: jax.Array,
+  noise: jax.Array | None,
+  weights: jax.Array | None,
+  *,
+  temperature: float = 0.05,
+  form: str = "official",
 ) -> jax.Array:
   r"""DCLR's instance-weighted contrastive loss with noise negatives (Zhou et al., 2022).
 

@@ -25,10 +25,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from jaxcse.training import losses
 from jaxcse import models
+from jaxcse.training import losses, ranking_losses
 
-# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics).
+# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
+# objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.
 SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
 
 
@@ -99,6 +100,8 @@ class Objective:
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
     encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
+    labels: the loss reads a gold score per example: the batch's ``"labels"`` (float ``[batch]``), passed to
+      ``loss`` as ``labels=``.
     doc: one line for ``--help`` and errors.
   """
 
@@ -108,6 +111,7 @@ class Objective:
   scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
+  labels: bool = False
   doc: str = ""
 
   def __post_init__(self):
@@ -132,8 +136,9 @@ def unregister(name: str) -> None:
 
 def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
   """The run's poolers, as ``config.model`` names them (every method: a method never replaces them)."""
-  return models.PoolerSpec(config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None,
-                           config.model.dev_pooler or None)
+  return models.PoolerSpec(
+    config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None, config.model.dev_pooler or None
+  )
 
 
 def names() -> tuple[str, ...]:
@@ -155,8 +160,9 @@ def needs(config: ml_collections.ConfigDict) -> Needs:
   """
   objective = get(config.method)
   token_loss = "pretraining" if objective.masked_lm else "auxiliary" if config.mlm.enabled else None
-  return Needs(**dataclasses.asdict(objective.encoder(config)), sentence_loss=objective.loss is not None,
-               token_loss=token_loss)
+  return Needs(
+    **dataclasses.asdict(objective.encoder(config)), sentence_loss=objective.loss is not None, token_loss=token_loss
+  )
 
 
 # --------------------------------------------------------------------------
@@ -166,16 +172,24 @@ def needs(config: ml_collections.ConfigDict) -> Needs:
 def _simcse(config, z, rng, complementary):
   del rng, complementary
   hard = z[:, 2] if z.shape[1] > 2 else None  # Supervised: a third column of hard negatives.
-  return losses.simcse_loss(z[:, 0], z[:, 1], hard, temperature=config.loss.temperature,
-                            hard_negative_weight=config.loss.hard_negative_weight), {}
+  return losses.simcse_loss(
+    z[:, 0], z[:, 1], hard, temperature=config.loss.temperature, hard_negative_weight=config.loss.hard_negative_weight
+  ), {}
 
 
 def _mixcse(config, z, rng, complementary):
   del complementary
   m = config.mixcse
-  return losses.mixcse_loss(z[:, 0], z[:, 1], temperature=config.loss.temperature, mix_lambda=m.mix_lambda,
-                            neighbour=m.neighbour, symmetric=m.symmetric, stop_gradient=m.stop_gradient,
-                            rng=rng), {}
+  return losses.mixcse_loss(
+    z[:, 0],
+    z[:, 1],
+    temperature=config.loss.temperature,
+    mix_lambda=m.mix_lambda,
+    neighbour=m.neighbour,
+    symmetric=m.symmetric,
+    stop_gradient=m.stop_gradient,
+    rng=rng,
+  ), {}
 
 
 def _mixcse_scores(config, z, rng):
@@ -183,8 +197,9 @@ def _mixcse_scores(config, z, rng):
   scores = contrastive_scores(config, z, rng)
   z = jax.lax.stop_gradient(z)
   m = config.mixcse
-  scores["mix_score"] = losses.mixcse_mix_scores(z[:, 0], z[:, 1], mix_lambda=m.mix_lambda, neighbour=m.neighbour,
-                                                 rng=rng).mean()
+  scores["mix_score"] = losses.mixcse_mix_scores(
+    z[:, 0], z[:, 1], mix_lambda=m.mix_lambda, neighbour=m.neighbour, rng=rng
+  ).mean()
   return scores
 
 
@@ -211,11 +226,13 @@ def _dclr(config, z, rng, complementary):
   noise = None
   if d.noise_negatives != "none":
     num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
-    noise = losses.dclr_initial_noise(rng, num_noise, z1.shape[-1], sigma=d.noise_std,
-                                      dtype=jnp.promote_types(z1.dtype, jnp.float32))
+    noise = losses.dclr_initial_noise(
+      rng, num_noise, z1.shape[-1], sigma=d.noise_std, dtype=jnp.promote_types(z1.dtype, jnp.float32)
+    )
     if d.noise_negatives == "ascent":
-      noise = losses.dclr_noise_negatives(z1, z2, noise, temperature=temperature, steps=d.ascent_steps,
-                                          step_size=d.ascent_step_size)
+      noise = losses.dclr_noise_negatives(
+        z1, z2, noise, temperature=temperature, steps=d.ascent_steps, step_size=d.ascent_step_size
+      )
   weights = None
   if _dclr_weighting(config) == "complementary":
     weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
@@ -234,24 +251,34 @@ def _dclr_encoder(config) -> EncoderNeeds:
   """The released code passes no attention mask (so attends to padding) and runs its complementary model with
   dropout on (``dclr.as_released``); the complementary model is used only to weight instances by it."""
   released = bool(config.dclr.as_released)
-  return EncoderNeeds(attend_padding=released, complementary=_dclr_weighting(config) == "complementary",
-                      complementary_dropout=bool(config.dclr.complementary_dropout) or released)
+  return EncoderNeeds(
+    attend_padding=released,
+    complementary=_dclr_weighting(config) == "complementary",
+    complementary_dropout=bool(config.dclr.complementary_dropout) or released,
+  )
 
 
 # DCLR's released code trains on BERT's pooler layer + a fresh MLP, selects on the pooler layer and tests on [CLS]:
 # configs/dclr_as_released.py sets these model fields, and dclr.as_released refuses any other choice.
-DCLR_RELEASED_POOLING = {"pooler": "bert_pooler_mlp", "mlp_only_train": False, "test_pooler": "cls_before_pooler",
-                         "dev_pooler": "bert_pooler"}
+DCLR_RELEASED_POOLING = {
+  "pooler": "bert_pooler_mlp",
+  "mlp_only_train": False,
+  "test_pooler": "cls_before_pooler",
+  "dev_pooler": "bert_pooler",
+}
 
 
 def _check_dclr(config):
   d = config.dclr
   weighting, noise = _dclr_weighting(config), d.noise_negatives
-  if d.as_released and (differ := [f"model.{k}={config.model[k]!r}" for k, v in DCLR_RELEASED_POOLING.items()
-                                   if config.model[k] != v]):
-    raise ValueError(f"dclr.as_released pools as the released code ("
-                     f"{', '.join(f'model.{k}={v!r}' for k, v in DCLR_RELEASED_POOLING.items())}), not "
-                     f"{', '.join(differ)}: use configs/dclr_as_released.py, or drop dclr.as_released")
+  if d.as_released and (
+    differ := [f"model.{k}={config.model[k]!r}" for k, v in DCLR_RELEASED_POOLING.items() if config.model[k] != v]
+  ):
+    raise ValueError(
+      f"dclr.as_released pools as the released code ("
+      f"{', '.join(f'model.{k}={v!r}' for k, v in DCLR_RELEASED_POOLING.items())}), not "
+      f"{', '.join(differ)}: use configs/dclr_as_released.py, or drop dclr.as_released"
+    )
   if weighting not in DCLR_INSTANCE_WEIGHTING:
     raise ValueError(f"dclr.instance_weighting must be one of {', '.join(DCLR_INSTANCE_WEIGHTING)}, not {weighting!r}")
   if noise not in DCLR_NOISE_NEGATIVES:
@@ -261,26 +288,126 @@ def _check_dclr(config):
   if d.loss_form not in ("official", "infonce"):
     raise ValueError(f"dclr.loss_form must be official or infonce, not {d.loss_form!r}")
   if noise != "none" and int(config.train.batch_size * d.noise_times) < 1:
-    raise ValueError(f"dclr.noise_times={d.noise_times} gives int(train.batch_size x noise_times) = 0 noise "
-                     "negatives; for none, set dclr.noise_negatives=none")
+    raise ValueError(
+      f"dclr.noise_times={d.noise_times} gives int(train.batch_size x noise_times) = 0 noise "
+      "negatives; for none, set dclr.noise_negatives=none"
+    )
   if noise == "ascent" and d.ascent_steps < 1:
-    raise ValueError(f"dclr.ascent_steps={d.ascent_steps} takes no ascent step; for random noise negatives without "
-                     "gradient ascent, set dclr.noise_negatives=random")
+    raise ValueError(
+      f"dclr.ascent_steps={d.ascent_steps} takes no ascent step; for random noise negatives without "
+      "gradient ascent, set dclr.noise_negatives=random"
+    )
 
 
 def _check_mlm(config):
   if config.mlm.enabled:
-    raise ValueError("method mlm is masked-LM pretraining itself; leave mlm.enabled False (that adds SimCSE's "
-                     "auxiliary MLM loss to a contrastive method)")
+    raise ValueError(
+      "method mlm is masked-LM pretraining itself; leave mlm.enabled False (that adds SimCSE's "
+      "auxiliary MLM loss to a contrastive method)"
+    )
   if config.train.grad_cache_chunk:
     raise ValueError("method mlm has no in-batch negatives: use a smaller batch instead of train.grad_cache_chunk")
 
 
-register(Objective("simcse", loss=_simcse,
-                   doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)"))
-register(Objective("mixcse", loss=_mixcse, scores=_mixcse_scores, check_config=_check_mixcse,
-                   doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient"))
-register(Objective("dclr", loss=_dclr, check_config=_check_dclr, encoder=_dclr_encoder,
-                   doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model"))
-register(Objective("mlm", masked_lm=True, scores=None, check_config=_check_mlm,
-                   doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)"))
+def mnrl_directions(value) -> tuple[str, ...]:
+  """``mnrl.directions`` as a tuple: a comma-separated string (``"query_to_doc,doc_to_query"``) or a sequence."""
+  if isinstance(value, str):
+    return tuple(d.strip() for d in value.split(",") if d.strip())
+  return tuple(value)
+
+
+def _mnrl_settings(config) -> dict:
+  m = config.mnrl
+  return dict(
+    scale=m.scale,
+    directions=mnrl_directions(m.directions),
+    partition_mode=m.partition_mode,
+    hardness_mode=m.hardness_mode,
+    hardness_strength=m.hardness_strength,
+  )
+
+
+def _mnrl(config, z, rng, complementary):
+  """sentence-transformers 6's MultipleNegativesRankingLoss: columns anchor, positive, hard negatives 1..k."""
+  del rng, complementary
+  return ranking_losses.mnrl_loss(z, **_mnrl_settings(config)), {}
+
+
+def _check_mnrl(config):
+  if "mnrl" not in config:
+    raise ValueError(
+      "method mnrl needs the config block mnrl (scale, directions, partition_mode, hardness_mode, "
+      "hardness_strength): configs/base.py has it"
+    )
+  ranking_losses.check_mnrl_settings(**_mnrl_settings(config), prefix="mnrl.")
+
+
+def _cosent(config, z, rng, complementary, *, labels):
+  """sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs and their gold scores."""
+  del rng, complementary
+  if z.shape[1] != 2:
+    raise ValueError(
+      f"method cosent scores pairs: a batch of 2 sentence columns and a score per row, not {z.shape[1]} columns"
+    )
+  return ranking_losses.cosent_loss(z[:, 0], z[:, 1], labels, scale=config.cosent.scale), {}
+
+
+def _check_cosent(config):
+  if "cosent" not in config:
+    raise ValueError("method cosent needs the config block cosent (scale): configs/base.py has it")
+  scale = config.cosent.scale
+  if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+    raise ValueError(f"cosent.scale must be positive, not {scale!r}")
+
+
+register(
+  Objective(
+    "simcse",
+    loss=_simcse,
+    doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)",
+  )
+)
+register(
+  Objective(
+    "mixcse",
+    loss=_mixcse,
+    scores=_mixcse_scores,
+    check_config=_check_mixcse,
+    doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient",
+  )
+)
+register(
+  Objective(
+    "dclr",
+    loss=_dclr,
+    check_config=_check_dclr,
+    encoder=_dclr_encoder,
+    doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model",
+  )
+)
+register(
+  Objective(
+    "mnrl",
+    loss=_mnrl,
+    check_config=_check_mnrl,
+    doc="sentence-transformers' MultipleNegativesRankingLoss: anchor, positive, k >= 0 hard negatives",
+  )
+)
+register(
+  Objective(
+    "cosent",
+    loss=_cosent,
+    check_config=_check_cosent,
+    labels=True,
+    doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score",
+  )
+)
+register(
+  Objective(
+    "mlm",
+    masked_lm=True,
+    scores=None,
+    check_config=_check_mlm,
+    doc="BERT's masked-LM pretraining (15% of tokens, output layer at the masked positions only)",
+  )
+)

@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from jaxcse.training import augment, distributed, gradcache, objectives
-from jaxcse.models import mlm
 from jaxcse import models
+from jaxcse.models import mlm
+from jaxcse.training import augment, distributed, gradcache, objectives
 
 
 @flax.struct.dataclass
@@ -47,11 +47,11 @@ def make_schedule(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Sch
   if cfg.warmup_steps <= 0:
     return optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps, 1))
   return optax.join_schedules(
-      [
-          optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
-          optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - cfg.warmup_steps, 1)),
-      ],
-      [cfg.warmup_steps],
+    [
+      optax.linear_schedule(0.0, cfg.learning_rate, max(cfg.warmup_steps, 1)),
+      optax.linear_schedule(cfg.learning_rate, 0.0, max(total_steps - cfg.warmup_steps, 1)),
+    ],
+    [cfg.warmup_steps],
   )
 
 
@@ -62,11 +62,12 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
   def decay_mask(params):  # HF excludes biases and LayerNorm weights from weight decay.
     flat = flax.traverse_util.flatten_dict(params)
     return flax.traverse_util.unflatten_dict(
-        {k: not (k[-1] == "bias" or any("LayerNorm" in part for part in k)) for k in flat}
+      {k: not (k[-1] == "bias" or any("LayerNorm" in part for part in k)) for k in flat}
     )
 
-  adamw = optax.adamw(schedule, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps,
-                      weight_decay=cfg.weight_decay, mask=decay_mask)
+  adamw = optax.adamw(
+    schedule, b1=cfg.adam_b1, b2=cfg.adam_b2, eps=cfg.adam_eps, weight_decay=cfg.weight_decay, mask=decay_mask
+  )
   if cfg.max_grad_norm <= 0:
     return adamw
   world = cfg.official_world_size
@@ -86,8 +87,15 @@ def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.A
   return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
 
 
-def embed_views(module: models.PooledBackbone, params, batch: dict, rng: jax.Array, *, train: bool = True,
-                same_dropout_mask: bool = False) -> jax.Array:
+def embed_views(
+  module: models.PooledBackbone,
+  params,
+  batch: dict,
+  rng: jax.Array,
+  *,
+  train: bool = True,
+  same_dropout_mask: bool = False,
+) -> jax.Array:
   """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
 
   ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
@@ -103,10 +111,17 @@ def embed_views(module: models.PooledBackbone, params, batch: dict, rng: jax.Arr
   """
   if same_dropout_mask:
     if batch["input_ids"].shape[1] != 1:
-      raise ValueError(f"augment.same_dropout_mask needs one sentence per example (its views are copies of it); "
-                       f"this batch has {batch['input_ids'].shape[1]} columns")
-    z = module.apply({"params": params}, batch["input_ids"][:, 0], batch["attention_mask"][:, 0], train=train,
-                     rngs={"dropout": rng} if train else {})
+      raise ValueError(
+        f"augment.same_dropout_mask needs one sentence per example (its views are copies of it); "
+        f"this batch has {batch['input_ids'].shape[1]} columns"
+      )
+    z = module.apply(
+      {"params": params},
+      batch["input_ids"][:, 0],
+      batch["attention_mask"][:, 0],
+      train=train,
+      rngs={"dropout": rng} if train else {},
+    )
     return jnp.stack([z, z], axis=1)
   ids, mask, b, v = flat_views(batch)
   z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
@@ -137,8 +152,9 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   complementary model, the MLM term) then sees the transformed view.
   """
   settings = config.augment
-  view = augment.SecondView(crop=settings.crop, word_deletion=settings.word_deletion,
-                            delete_one_word=settings.delete_one_word, mlm=settings.mlm)
+  view = augment.SecondView(
+    crop=settings.crop, word_deletion=settings.word_deletion, delete_one_word=settings.delete_one_word, mlm=settings.mlm
+  )
   if not view.active:
     return None
   if view.mlm and augment_mlm is None:
@@ -153,10 +169,13 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
       return jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, masked_ids, attention_mask, train=False))
 
     new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn if view.mlm else None)
-    if second == 0:  # [sentence, its transformed copy].
-      return {"input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
-              "attention_mask": jnp.stack([mask[:, 0], new_mask], axis=1)}
-    return {"input_ids": ids.at[:, 1].set(new_ids), "attention_mask": mask.at[:, 1].set(new_mask)}
+    if second == 0:  # [sentence, its transformed copy]; the batch's other arrays (labels) as they are.
+      return {
+        **batch,
+        "input_ids": jnp.stack([ids[:, 0], new_ids], axis=1),
+        "attention_mask": jnp.stack([mask[:, 0], new_mask], axis=1),
+      }
+    return {**batch, "input_ids": ids.at[:, 1].set(new_ids), "attention_mask": mask.at[:, 1].set(new_mask)}
 
   return apply
 
@@ -217,16 +236,22 @@ class MaskedLMTerm:
   weight: float  # Of the mean token cross-entropy in the step's loss.
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec,
-                  token_loss: str | None) -> MaskedLMTerm | None:
+  def from_config(
+    cls, config: ml_collections.ConfigDict, spec: models.ModelSpec, token_loss: str | None
+  ) -> MaskedLMTerm | None:
     if token_loss is None:
       return None
     tok = spec.tokenizer
-    masking = dict(mask_token_id=tok.mask_token_id, vocab_size=spec.hf_config.vocab_size,
-                   special_ids=tuple(tok.all_special_ids), probability=config.mlm.probability)
+    masking = dict(
+      mask_token_id=tok.mask_token_id,
+      vocab_size=spec.hf_config.vocab_size,
+      special_ids=tuple(tok.all_special_ids),
+      probability=config.mlm.probability,
+    )
     if token_loss == "pretraining":
-      num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len,
-                                                                          config.mlm.probability)
+      num_predictions = config.mlm.max_predictions or mlm.max_predictions(
+        config.data.max_seq_len, config.mlm.probability
+      )
       return cls(spec, True, masking, num_predictions, 1.0)
     return cls(spec, False, masking, None, config.mlm.weight)
 
@@ -235,8 +260,9 @@ class MaskedLMTerm:
     (at least 1)."""
     if self.pretraining:
       ids, mask, _, _ = flat_views(batch, two_views=False)
-      masked, positions, labels, weights = mlm.mask_positions(key, ids, mask, num_predictions=self.num_predictions,
-                                                              **self.masking)
+      masked, positions, labels, weights = mlm.mask_positions(
+        key, ids, mask, num_predictions=self.num_predictions, **self.masking
+      )
       return MaskedPositions(masked, mask, positions, labels, weights), jnp.maximum(weights.sum(), 1)
     ids, mask, b, _ = flat_views(batch)
     masked, labels = mlm.mask_tokens(key, ids, mask, **self.masking)
@@ -246,8 +272,9 @@ class MaskedLMTerm:
   def sums(self, params, targets: MaskedPositions | MaskedViews, key: jax.Array) -> TokenSums:
     """The term over ``targets``' rows, with dropout ``key``."""
     if self.pretraining:
-      logits = models.mlm_logits_at(self.spec, params, targets.masked, targets.mask, targets.positions, train=True,
-                                    rng=key)
+      logits = models.mlm_logits_at(
+        self.spec, params, targets.masked, targets.mask, targets.positions, train=True, rng=key
+      )
       return TokenSums(*mlm.cross_entropy_sums(logits, targets.labels, targets.weights))
     masked, mask, labels = (x.reshape(-1, x.shape[-1]) for x in targets)
     logits = models.mlm_logits(self.spec, params, masked, mask, train=True, rng=key)
@@ -268,8 +295,12 @@ class Rows(NamedTuple):
   def chunks(self, num_chunks: int) -> Rows:
     """``[num_chunks, ...]`` leaves (``gradcache.to_chunks``), chunk ``i`` with key ``split(key, num_chunks)[i]``."""
     split = lambda key: None if key is None else jax.random.split(key, num_chunks)  # noqa: E731
-    return Rows(gradcache.to_chunks(self.batch, num_chunks), split(self.dropout_key),
-                gradcache.to_chunks(self.tokens, num_chunks), split(self.tokens_dropout_key))
+    return Rows(
+      gradcache.to_chunks(self.batch, num_chunks),
+      split(self.dropout_key),
+      gradcache.to_chunks(self.tokens, num_chunks),
+      split(self.tokens_dropout_key),
+    )
 
 
 class StepInputs(NamedTuple):
@@ -301,8 +332,9 @@ class StepLoss:
   def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec) -> StepLoss:
     needs = objectives.needs(config)
     module = spec.module_for(spec.pooling.pooler, attend_padding=needs.attend_padding)
-    return cls(config, objectives.get(config.method), needs, module,
-               MaskedLMTerm.from_config(config, spec, needs.token_loss))
+    return cls(
+      config, objectives.get(config.method), needs, module, MaskedLMTerm.from_config(config, spec, needs.token_loss)
+    )
 
   def inputs(self, batch: dict, dropout_key: jax.Array, mlm_key: jax.Array) -> StepInputs:
     """The step's inputs; the MLM tokens masked once, on the whole batch (the same whatever the chunking)."""
@@ -316,23 +348,35 @@ class StepLoss:
     """The objective on the whole batch: (loss, metrics)."""
     sentence = None
     if self.needs.sentence_loss:
-      sentence = self.sentence(self.embed(params, x.rows), method_key, complementary)
+      sentence = self.sentence(self.embed(params, x.rows), method_key, complementary, x.rows.batch.get("labels"))
     tokens = self.token_sums(params, x.rows) if self.tokens is not None else None
     return self.total(sentence, tokens, x.token_count)
 
   def embed(self, params, rows: Rows) -> jax.Array:
     """``[rows, views, hidden]`` embeddings of ``rows``, with dropout."""
-    return embed_views(self.module, params, rows.batch, rows.dropout_key,
-                       same_dropout_mask=bool(self.config.augment.same_dropout_mask))
+    return embed_views(
+      self.module, params, rows.batch, rows.dropout_key, same_dropout_mask=bool(self.config.augment.same_dropout_mask)
+    )
 
-  def sentence(self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None) -> SentenceTerm:
+  def sentence(
+    self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None, labels: jax.Array | None = None
+  ) -> SentenceTerm:
     """The method's loss on the whole batch's ``[batch, views, hidden]`` embeddings, and its metrics.
 
     In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
-    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0.
+    cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0. ``labels``: the whole
+    batch's gold scores (the batch's ``"labels"``, ``[batch]``), for an objective that reads them.
     """
     z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
-    loss, extra = self.objective.loss(self.config, z, method_key, complementary)
+    if self.objective.labels:
+      if labels is None:
+        raise ValueError(
+          f'method {self.objective.name} needs a gold score per pair: a batch with "labels" '
+          "(a data file with a label or score column)"
+        )
+      loss, extra = self.objective.loss(self.config, z, method_key, complementary, labels=labels.astype(z.dtype))
+    else:
+      loss, extra = self.objective.loss(self.config, z, method_key, complementary)
     scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
     return SentenceTerm(loss, {"contrastive_loss": loss, **scores, **extra})
 
@@ -344,14 +388,25 @@ class StepLoss:
     """(loss, metrics) of the whole batch from its ``SentenceTerm`` and its summed ``TokenSums``."""
     loss, metrics = sentence if sentence is not None else (0.0, {})
     if tokens is not None:
-      metrics = {**metrics, "mlm_loss": tokens.cross_entropy / token_count,
-                 "mlm_accuracy": tokens.correct / token_count}
+      metrics = {
+        **metrics,
+        "mlm_loss": tokens.cross_entropy / token_count,
+        "mlm_accuracy": tokens.correct / token_count,
+      }
       loss = loss + self.tokens.weight * metrics["mlm_loss"]
     return loss, metrics
 
 
-def value_and_grad(loss: StepLoss, params, x: StepInputs, method_key: jax.Array, complementary: jax.Array | None,
-                   *, num_chunks: int = 0, cache: bool = True):
+def value_and_grad(
+  loss: StepLoss,
+  params,
+  x: StepInputs,
+  method_key: jax.Array,
+  complementary: jax.Array | None,
+  *,
+  num_chunks: int = 0,
+  cache: bool = True,
+):
   """``((loss, metrics), grads)`` of ``loss``: plain (``num_chunks`` 0), or GradCache's over ``num_chunks`` chunks.
 
   GradCache (``gradcache.value_and_grad``) is the same objective in chunks: ``embed`` chunk by chunk, ``sentence``
@@ -363,14 +418,21 @@ def value_and_grad(loss: StepLoss, params, x: StepInputs, method_key: jax.Array,
     return jax.value_and_grad(loss, has_aux=True)(params, x, method_key, complementary)
   sentence, tokens = loss.needs.sentence_loss, loss.tokens is not None
   (_, parts), grads = gradcache.value_and_grad(
-      params, x.rows.chunks(num_chunks),
-      embed=loss.embed if sentence else None,
-      batch_loss=(lambda z: loss.sentence(z, method_key, complementary)) if sentence else None,
-      chunk_loss=loss.token_sums if tokens else None,
-      chunk_weight=loss.tokens.weight / x.token_count if tokens else 1.0,
-      cache=cache)
-  return loss.total(SentenceTerm(parts.batch_loss, parts.batch_aux) if sentence else None,
-                    TokenSums(parts.chunk_sum, parts.chunk_aux) if tokens else None, x.token_count), grads
+    params,
+    x.rows.chunks(num_chunks),
+    embed=loss.embed if sentence else None,
+    batch_loss=(lambda z: loss.sentence(z, method_key, complementary, x.rows.batch.get("labels")))
+    if sentence
+    else None,
+    chunk_loss=loss.token_sums if tokens else None,
+    chunk_weight=loss.tokens.weight / x.token_count if tokens else 1.0,
+    cache=cache,
+  )
+  return loss.total(
+    SentenceTerm(parts.batch_loss, parts.batch_aux) if sentence else None,
+    TokenSums(parts.chunk_sum, parts.chunk_aux) if tokens else None,
+    x.token_count,
+  ), grads
 
 
 def _complementary_embeddings(complementary: models.ModelSpec, needs: objectives.Needs):
@@ -387,8 +449,11 @@ def _complementary_embeddings(complementary: models.ModelSpec, needs: objectives
   def apply(params, batch, key, num_chunks):
     if not num_chunks:
       return embed(params, batch, key)
-    return gradcache.from_chunks(jax.lax.map(lambda c: embed(params, *c),
-                                             (gradcache.to_chunks(batch, num_chunks), jax.random.split(key, num_chunks))))
+    return gradcache.from_chunks(
+      jax.lax.map(
+        lambda c: embed(params, *c), (gradcache.to_chunks(batch, num_chunks), jax.random.split(key, num_chunks))
+      )
+    )
 
   return apply
 
@@ -401,9 +466,15 @@ def _num_chunks(batch: dict, chunk: int) -> int:
   return rows // chunk if chunk else 0
 
 
-def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
-                    complementary: models.ModelSpec | None = None, *, cache_gradients: bool = True,
-                    augment_mlm: models.ModelSpec | None = None):
+def make_train_step(
+  config: ml_collections.ConfigDict,
+  spec: models.ModelSpec,
+  tx: optax.GradientTransformation,
+  complementary: models.ModelSpec | None = None,
+  *,
+  cache_gradients: bool = True,
+  augment_mlm: models.ModelSpec | None = None,
+):
   """The pure train step ``(state, batch, complementary_params=None, augment_params=None) -> (state, metrics)``.
 
   ``complementary`` is DCLR's frozen complementary model (when its instance
@@ -431,8 +502,9 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   chunk = config.train.grad_cache_chunk
   base_rng = jax.random.key(config.seed)
 
-  def train_step(state: TrainState, batch: dict, complementary_params=None, augment_params=None
-                 ) -> tuple[TrainState, dict]:
+  def train_step(
+    state: TrainState, batch: dict, complementary_params=None, augment_params=None
+  ) -> tuple[TrainState, dict]:
     step_key = jax.random.fold_in(base_rng, state.step)
     keys = _Keys(*jax.random.split(step_key, 4))
     if second_view is not None:
@@ -442,8 +514,9 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
     comp = None
     if embed_complementary is not None:
       comp = embed_complementary(complementary_params, batch, keys.complementary, num_chunks)
-    (value, metrics), grads = value_and_grad(loss, state.params, inputs, keys.method, comp,
-                                             num_chunks=num_chunks, cache=cache_gradients)
+    (value, metrics), grads = value_and_grad(
+      loss, state.params, inputs, keys.method, comp, num_chunks=num_chunks, cache=cache_gradients
+    )
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
     metrics = {"loss": value, "grad_norm": optax.tree.norm(grads), **metrics}
@@ -452,9 +525,15 @@ def make_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, t
   return train_step
 
 
-def jit_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx: optax.GradientTransformation,
-                   complementary: models.ModelSpec | None, mesh: jax.sharding.Mesh, *,
-                   augment_mlm: models.ModelSpec | None = None):
+def jit_train_step(
+  config: ml_collections.ConfigDict,
+  spec: models.ModelSpec,
+  tx: optax.GradientTransformation,
+  complementary: models.ModelSpec | None,
+  mesh: jax.sharding.Mesh,
+  *,
+  augment_mlm: models.ModelSpec | None = None,
+):
   """``make_train_step`` jitted as the trainer runs it on ``mesh`` (``distributed.make_mesh``'s 1-axis ``data``).
 
   Called as ``step(state, batch, complementary_params, augment_params)`` (each frozen model's params, or None when
@@ -464,6 +543,9 @@ def jit_train_step(config: ml_collections.ConfigDict, spec: models.ModelSpec, tx
   object with abstract arguments for a TPU slice or GPU that is not present.
   """
   replicated, batch = distributed.data_shardings(mesh)
-  return jax.jit(make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
-                 in_shardings=(replicated, batch, replicated, replicated), out_shardings=(replicated, replicated),
-                 donate_argnums=0)
+  return jax.jit(
+    make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+    in_shardings=(replicated, batch, replicated, replicated),
+    out_shardings=(replicated, replicated),
+    donate_argnums=0,
+  )

@@ -1,0 +1,319 @@
+"""Pair and triplet data in sentence-transformers' convention, read with Hugging Face ``datasets``.
+
+Sources (``config.data.train``, or a ``datasets.Dataset`` given to ``train.train_and_evaluate``):
+  * ``.jsonl`` (or ``.json``), ``.parquet``, and ``.csv`` with ``data.csv_format=sentence_transformers``;
+  * a folder written by ``Dataset.save_to_disk``;
+  * ``hf:NAME[:CONFIG[:SPLIT]]``: a dataset of the Hugging Face hub (split default ``train``; ``hf:NAME::SPLIT``
+    keeps the default config), through ``datasets.load_dataset`` and its cache (``HF_HUB_OFFLINE=1`` reads the
+    cache only).
+
+Columns, as sentence-transformers' data collator reads them: the first column named ``label``, ``labels``,
+``score`` or ``scores`` (in that order) is the label, one number per row; a ``dataset_name`` column is ignored;
+every other column, in the dataset's order whatever its name, is text: anchor, positive, negative_1..k.
+
+Every row is checked before training starts (``validate``): a missing value, an empty text or a label that is not a
+finite number is a ``DataError`` naming the source, the row (counted from 0, as ``dataset[i]``) and the column. The
+rows stay in Arrow (memory-mapped for files and folders): batches read their rows when they are made, and checks
+and digests walk the data in chunks of ``CHUNK_ROWS``.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import hashlib
+import os
+import re
+
+import numpy as np
+
+from jaxcse.data.root import DataError, resolve
+
+HF_PREFIX = "hf:"
+LABEL_COLUMNS = ("label", "labels", "score", "scores")  # sentence-transformers' DEFAULT_LABEL_COLUMNS, in its order.
+IGNORED_COLUMNS = ("dataset_name",)  # sentence-transformers' multi-dataset tag: never text.
+FILE_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+CSV_FORMATS = ("simcse", "sentence_transformers")
+CHUNK_ROWS = 65_536  # Rows per Arrow slice of the checks and digests: bounded memory whatever the dataset's size.
+_NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # What a csv's label must look like (no nan, no inf).
+
+
+def is_pairs_source(source, csv_format: str = "simcse") -> bool:
+  """Whether ``source`` is read here: a ``datasets.Dataset``, ``hf:...``, a folder, or a file of this reader's kind.
+
+  A ``.csv`` is this reader's only with ``csv_format="sentence_transformers"``; else it is SimCSE's
+  ``sent0,sent1[,hard_neg]`` file (``corpora.read_csv``).
+  """
+  if not isinstance(source, str):
+    return True
+  if source.startswith(HF_PREFIX):
+    return True
+  suffix = os.path.splitext(source)[1].lower()
+  if suffix == ".csv":
+    return csv_format == "sentence_transformers"
+  return suffix in FILE_SUFFIXES or os.path.isdir(source)
+
+
+@dataclasses.dataclass
+class PairCorpus:
+  """Training rows of a ``datasets.Dataset``: text columns in order (anchor, positive, negatives), maybe a label.
+
+  ``dataset`` holds only those columns, in Arrow format (``dataset[rows]`` is a ``pyarrow.Table``). ``labels`` is
+  the label column as float64, or None.
+  """
+
+  path: str  # The source, as messages name it.
+  dataset: object  # datasets.Dataset, with_format("arrow"), its columns text_columns (+ label_column).
+  text_columns: tuple[str, ...]
+  label_column: str | None
+  labels: np.ndarray | None
+  skipped_empty_lines: tuple = ()  # Nothing is skipped: a bad row is an error.
+
+  def __len__(self) -> int:
+    return len(self.dataset)
+
+  def texts(self, rows) -> list[list[str]]:
+    """The texts of ``rows``, one list per text column (anchor first)."""
+    table = self.dataset[np.asarray(rows).tolist()]
+    return [table.column(name).to_pylist() for name in self.text_columns]
+
+  def text_columns_arrow(self):
+    """Each text column as a ``pyarrow.ChunkedArray`` of all rows, in the dataset's order."""
+    table = self.dataset[0 : len(self)]
+    return [table.column(name) for name in self.text_columns]
+
+  @functools.cached_property
+  def content_sha256(self) -> str:
+    """sha256 of the rows' content (column names, texts, labels), whatever the Arrow chunking."""
+    return content_sha256(self.dataset, self.text_columns, self.label_column)
+
+
+def _chunks(dataset):
+  """``(start, pyarrow.Table)`` slices of ``dataset`` (Arrow format) in row order, ``CHUNK_ROWS`` rows each."""
+  for start in range(0, len(dataset), CHUNK_ROWS):
+    yield start, dataset[start : start + CHUNK_ROWS]
+
+
+def content_sha256(dataset, text_columns, label_column) -> str:
+  """sha256 of the texts (lengths and UTF-8 bytes) and labels (float64) of ``dataset``, column by column."""
+  import pyarrow as pa
+
+  names = list(text_columns) + ([label_column] if label_column else [])
+  lengths = {name: hashlib.sha256() for name in names}
+  values = {name: hashlib.sha256() for name in names}
+  for _, table in _chunks(dataset):
+    for name in text_columns:
+      column = table.column(name).cast(pa.large_string()).combine_chunks()
+      if not len(column):
+        continue
+      _, offsets, data = column.buffers()
+      offsets = np.frombuffer(offsets, np.int64)[column.offset : column.offset + len(column) + 1]
+      lengths[name].update(np.diff(offsets).astype("<i8").tobytes())
+      values[name].update(memoryview(data)[offsets[0] : offsets[-1]])
+    if label_column:
+      values[label_column].update(table.column(label_column).cast(pa.float64()).to_numpy().astype("<f8").tobytes())
+  whole = hashlib.sha256()
+  for name in names:
+    whole.update(f"{name}\0{lengths[name].hexdigest()}\0{values[name].hexdigest()}\0".encode())
+  return whole.hexdigest()
+
+
+# --------------------------------------------------------------------------
+# Reading.
+
+
+_HF_SPEC = re.compile(r"hf:(?P<name>[^:]+)(?::(?P<config>[^:]*))?(?::(?P<split>.+))?")
+
+
+def _load_hub(spec: str):
+  """``hf:NAME[:CONFIG[:SPLIT]]`` through ``datasets.load_dataset`` (the hub, or its cache offline)."""
+  import datasets
+
+  match = _HF_SPEC.fullmatch(spec)
+  if not match:
+    raise DataError(
+      f"{spec}: expected hf:NAME[:CONFIG[:SPLIT]] (e.g. hf:sentence-transformers/all-nli:triplet:train, "
+      "or hf:NAME::SPLIT for the default config)"
+    )
+  name, config, split = match["name"], match["config"] or None, match["split"] or "train"
+  try:
+    return datasets.load_dataset(name, config, split=split)
+  except Exception as e:  # The hub client and datasets raise many types; all mean "cannot load this".
+    raise DataError(
+      f"{spec}: datasets.load_dataset({name!r}, {config!r}, split={split!r}) failed: {_describe(e)}"
+    ) from None
+
+
+def _csv_header(path: str) -> list[str]:
+  try:
+    with open(path, encoding="utf-8-sig", newline="") as f:
+      return next(csv.reader(f))
+  except StopIteration:
+    raise DataError(f"{path}: empty csv (expected a header naming the columns)") from None
+  except (OSError, UnicodeDecodeError, csv.Error) as e:
+    raise DataError(f"{path}: cannot read its header ({type(e).__name__}: {e})") from None
+
+
+def _load_file(path: str, kind: str):
+  """A ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file as a ``datasets.Dataset`` (Arrow, cached by datasets)."""
+  import datasets
+
+  kwargs = {}
+  if kind == "csv":
+    # Every column as written: pandas would read "NA" or "null" as a missing value and "007" as the number 7.
+    header = _csv_header(path)
+    if len(set(header)) != len(header):
+      raise DataError(f"{path}:1: header {','.join(header)} names a column twice")
+    kwargs = {
+      "features": datasets.Features({name: datasets.Value("string") for name in header}),
+      "keep_default_na": False,
+    }
+  try:
+    return datasets.load_dataset(kind, data_files=path, split="train", **kwargs)
+  except Exception as e:  # pyarrow's and pandas' parse errors come in many types; each names what is wrong.
+    raise DataError(f"{path}: cannot read as {kind}: {_describe(e)}") from None
+
+
+def _load_folder(path: str):
+  import datasets
+
+  try:
+    loaded = datasets.load_from_disk(path)
+  except Exception as e:  # FileNotFoundError for a folder of something else; others for damaged files.
+    raise DataError(f"{path}: not a folder written by Dataset.save_to_disk ({_describe(e)})") from None
+  if isinstance(loaded, datasets.DatasetDict):
+    splits = ", ".join(loaded)
+    raise DataError(
+      f"{path}: a DatasetDict (splits {splits}): give one split's folder, e.g. {os.path.join(path, next(iter(loaded)))}"
+    )
+  return loaded
+
+
+def _describe(error: BaseException) -> str:
+  """``Type: message`` of the error's root cause (datasets wraps a parse error in a DatasetGenerationError), on one
+  line."""
+  while error.__cause__ is not None or (error.__context__ is not None and not error.__suppress_context__):
+    error = error.__cause__ or error.__context__
+  text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+  return f"{type(error).__name__}: {text[:500]}"
+
+
+def load_pairs(source, *, root: str | None = None) -> PairCorpus:
+  """Reads and checks ``source`` (see the module's docstring): a ``PairCorpus``, or a ``DataError``."""
+  import datasets
+
+  if isinstance(source, datasets.Dataset):
+    name, dataset = "train_data (a datasets.Dataset)", source
+  elif not isinstance(source, str):
+    raise DataError(f"training data must be a path, hf:NAME or a datasets.Dataset, not a {type(source).__name__}")
+  elif source.startswith(HF_PREFIX):
+    name, dataset = source, _load_hub(source)
+  else:
+    name = resolve(source, root)
+    if os.path.isdir(name):
+      dataset = _load_folder(name)
+    else:
+      kind = FILE_SUFFIXES.get(os.path.splitext(name)[1].lower())
+      if kind is None:
+        raise DataError(f"{name}: not a .jsonl, .json, .parquet or .csv file, nor a Dataset.save_to_disk folder")
+      dataset = _load_file(name, kind)
+  return validate(dataset, name)
+
+
+def split_columns(names: list[str]) -> tuple[tuple[str, ...], str | None, list[str]]:
+  """``(text columns in order, label column or None, other label-named columns)`` of a dataset's column names, as
+  sentence-transformers reads them (it would tokenize a second label-named column as text: ``validate`` refuses)."""
+  labels = [name for name in LABEL_COLUMNS if name in names]
+  label = labels[0] if labels else None
+  texts = tuple(name for name in names if name != label and name not in IGNORED_COLUMNS)
+  return texts, label, labels[1:]
+
+
+def validate(dataset, name: str) -> PairCorpus:
+  """Checks every row of ``dataset`` (see the module's docstring) and returns it as a ``PairCorpus``."""
+  import pyarrow as pa
+  import pyarrow.compute as pc
+
+  texts, label, extra = split_columns(list(dataset.column_names))
+  if extra:
+    raise DataError(
+      f"{name}: columns {label!r} and {extra[0]!r} are both label columns (sentence-transformers "
+      f"reads the first of {', '.join(LABEL_COLUMNS)} as the label): keep one"
+    )
+  if not texts:
+    raise DataError(f"{name}: no text column (columns: {', '.join(dataset.column_names) or 'none'})")
+  if len(dataset) == 0:
+    raise DataError(f"{name}: no rows")
+  types = dataset.features.arrow_schema
+  for column in texts:
+    kind = types.field(column).type
+    if pa.types.is_null(kind):  # No value at all in the column (a key that no JSON line has a value for).
+      raise DataError(f"{name}: row 0, column {column!r}: missing value (null)")
+    if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
+      _first_bad(name, 0, column, _not_json_text(dataset, column), "not text")
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
+      raise DataError(
+        f"{name}: column {column!r} holds {kind}, not text (every column but a label "
+        f"({'/'.join(LABEL_COLUMNS)}) and dataset_name is a text column: anchor, positive, negatives)"
+      )
+  if label:
+    kind = types.field(label).type
+    if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
+      _first_bad(name, 0, label, _not_json_number(dataset, label), "not a number")
+    if not (
+      pa.types.is_integer(kind)
+      or pa.types.is_floating(kind)
+      or pa.types.is_string(kind)
+      or pa.types.is_large_string(kind)
+      or pa.types.is_boolean(kind)
+    ):
+      raise DataError(f"{name}: label column {label!r} holds {kind}, not numbers")
+  arrow = dataset.select_columns(list(texts) + ([label] if label else [])).with_format("arrow")
+  labels = []
+  for start, table in _chunks(arrow):
+    for column in texts:
+      values = table.column(column)
+      _first_bad(name, start, column, pc.is_null(values), "missing value (null)")
+      _first_bad(name, start, column, pc.equal(pc.utf8_trim_whitespace(values), ""), "empty text")
+    if label:
+      values = table.column(label)
+      _first_bad(name, start, label, pc.is_null(values), "missing label")
+      if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        bad = pc.invert(pc.match_substring_regex(values, _NUMBER))
+        if pc.any(bad).as_py():
+          row = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
+          raise DataError(f"{name}: row {start + row}, column {label!r}: {values[row].as_py()!r} is not a number")
+      values = pc.cast(values, pa.float64())
+      _first_bad(name, start, label, pc.invert(pc.is_finite(values)), "not a finite number")
+      labels.append(values.to_numpy())
+  return PairCorpus(name, arrow, texts, label, np.concatenate(labels) if label else None)
+
+
+def _json_values(dataset, column: str):
+  """The JSON text of each value of a column that ``datasets`` read as JSON (its values of mixed types)."""
+  import pyarrow as pa
+
+  values = dataset.with_format("arrow")[0 : len(dataset)].column(column)
+  return pa.chunked_array([chunk.storage for chunk in values.chunks], pa.string())
+
+
+def _not_json_text(dataset, column: str):
+  import pyarrow.compute as pc
+
+  return pc.invert(pc.starts_with(_json_values(dataset, column), '"'))
+
+
+def _not_json_number(dataset, column: str):
+  import pyarrow.compute as pc
+
+  return pc.invert(pc.match_substring_regex(_json_values(dataset, column), _NUMBER))
+
+
+def _first_bad(name: str, start: int, column: str, mask, problem: str) -> None:
+  """Raises naming the first row where ``mask`` (a boolean Arrow array of a chunk from row ``start``) is true."""
+  import pyarrow.compute as pc
+
+  if pc.any(mask).as_py():
+    row = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
+    raise DataError(f"{name}: row {start + row}, column {column!r}: {problem}")

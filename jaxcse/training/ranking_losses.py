@@ -1,0 +1,228 @@
+"""Ranking losses on pairs and tuples as sentence-transformers 6 defines them, as pure functions.
+
+``mnrl_loss`` is ``MultipleNegativesRankingLoss`` (InfoNCE with in-batch negatives, k >= 0 hard negatives per
+anchor, its ``directions``, ``partition_mode`` and hardness weighting); ``cosent_loss`` is ``CoSENTLoss`` for
+scored pairs. Each is written on the global batch (as ``losses``): under ``jax.jit`` with a batch-sharded input
+the compiler gathers the negatives across devices, as s-t's ``gather_across_devices=True`` does, so the loss and
+its gradient are s-t's on the whole global batch. ``tests/test_ranking_losses.py`` checks both against
+sentence-transformers 6.2.0 in float64 (relative error <= 1e-10 on the loss and on its gradient).
+
+References (sentence-transformers 6.2.0):
+  ``sentence_transformers/sentence_transformer/losses/multiple_negatives_ranking.py``
+  (``MultipleNegativesRankingLoss.compute_loss_from_embeddings``) and
+  ``sentence_transformers/sentence_transformer/losses/cosent.py`` (``CoSENTLoss.compute_loss_from_embeddings``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxcse.training.losses import _unit_rows, cosine_similarity_matrix
+
+# s-t's names. query_to_doc holds the positive pair, so every direction set includes it.
+DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
+PARTITION_MODES = ("joint", "per_direction")
+# s-t's hardness_mode None is "none" here (a config string).
+HARDNESS_MODES = ("none", "in_batch_negatives", "hard_negatives", "all_negatives")
+
+
+def check_mnrl_settings(
+  scale: float,
+  directions: Sequence[str],
+  partition_mode: str,
+  hardness_mode: str,
+  hardness_strength: float,
+  *,
+  prefix: str = "",
+) -> None:
+  """Raises ``ValueError`` (one line naming the setting) for a setting s-t's ``MultipleNegativesRankingLoss`` refuses.
+
+  The same rules as its constructor: ``scale > 0``; at least one direction, all known, ``query_to_doc`` among them;
+  ``per_direction`` without ``query_to_query`` or ``doc_to_doc`` (their candidates never include the positive);
+  a known hardness mode; ``hardness_strength >= 0``. Also: no direction twice. ``prefix`` goes before each
+  setting's name in the message (``"mnrl."`` for the config block).
+  """
+  if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
+    raise ValueError(f"{prefix}scale must be positive, not {scale!r}")
+  if not directions:
+    raise ValueError(f"{prefix}directions is empty: give at least query_to_doc")
+  if unknown := [d for d in directions if d not in DIRECTIONS]:
+    raise ValueError(
+      f"{prefix}directions names unknown directions {', '.join(map(repr, unknown))}; choose from "
+      f"{', '.join(DIRECTIONS)}"
+    )
+  if len(set(directions)) != len(directions):
+    raise ValueError(f"{prefix}directions {','.join(directions)} name one direction twice")
+  if "query_to_doc" not in directions:
+    raise ValueError(
+      f"{prefix}directions {','.join(directions)} lack query_to_doc, the direction that holds the positive pair"
+    )
+  if partition_mode not in PARTITION_MODES:
+    raise ValueError(f"{prefix}partition_mode must be one of {', '.join(PARTITION_MODES)}, not {partition_mode!r}")
+  if partition_mode == "per_direction" and (same := [d for d in ("query_to_query", "doc_to_doc") if d in directions]):
+    raise ValueError(
+      f"{prefix}partition_mode per_direction cannot take {', '.join(same)} (its candidates never "
+      "include the positive, so its own softmax is ill-defined): use partition_mode joint"
+    )
+  if hardness_mode not in HARDNESS_MODES:
+    raise ValueError(f"{prefix}hardness_mode must be one of {', '.join(HARDNESS_MODES)}, not {hardness_mode!r}")
+  if (
+    isinstance(hardness_strength, bool) or not isinstance(hardness_strength, (int, float)) or not hardness_strength >= 0
+  ):
+    raise ValueError(f"{prefix}hardness_strength must be >= 0, not {hardness_strength!r}")
+
+
+def _hardness_penalty_mask(batch: int, num_docs: int, hardness_mode: str) -> jax.Array:
+  """``[batch, num_docs * batch]`` booleans: the query-to-doc logits that get the hardness penalty.
+
+  Column ``c * batch + j`` is document column ``c`` (0 the positives, ``c >= 1`` hard negative ``c``) of row ``j``;
+  row ``i``'s own documents are the columns with ``j == i``.
+  """
+  own = jnp.tile(jnp.eye(batch, dtype=bool), (1, num_docs))
+  if hardness_mode == "in_batch_negatives":  # Every other row's positive and hard negatives.
+    return ~own
+  if hardness_mode == "hard_negatives":  # The row's own hard negatives only.
+    return own.at[:, :batch].set(False)
+  return ~own.at[:, batch:].set(False)  # all_negatives: everything but the positive.
+
+
+def mnrl_loss(
+  z: jax.Array,
+  *,
+  scale: float = 20.0,
+  directions: Sequence[str] = ("query_to_doc",),
+  partition_mode: str = "joint",
+  hardness_mode: str = "none",
+  hardness_strength: float = 0.0,
+) -> jax.Array:
+  r"""sentence-transformers 6's ``MultipleNegativesRankingLoss`` on the global batch's embeddings.
+
+  ``z[:, 0]`` are the queries (anchors) ``q``, ``z[:, 1]`` their positives and ``z[:, 2:]`` their ``k >= 0`` hard
+  negatives; the documents ``D`` are all ``(1 + k) * batch`` of columns 1.., column by column (the positives, then
+  every row's first hard negative, ...). With ``cos`` the cosine similarity and ``s = scale``, row ``i`` (query
+  ``q_i``, positive ``d_i``) scores, for each direction:
+
+  * ``query_to_doc``: ``s cos(q_i, D_j)`` for every document (the positive is ``d_i``);
+  * ``query_to_query``: ``s cos(q_i, q_j)``, ``j != i``;
+  * ``doc_to_query``: ``s cos(d_i, q_j)`` for every query;
+  * ``doc_to_doc``: ``s cos(d_i, D_j)`` for the documents of the other rows.
+
+  Hardness weighting adds ``hardness_strength * stop_gradient(cos(q_i, D_j))`` (not scaled) to the query-to-doc
+  logits of the negatives ``hardness_mode`` names: ``in_batch_negatives`` (the other rows' documents),
+  ``hard_negatives`` (the row's own hard negatives), ``all_negatives`` (both); ``none`` or strength 0 adds
+  nothing. With ``p_i = s cos(q_i, d_i)``, the loss is ``mean_i (log Z_i - p_i)`` where ``log Z_i`` is the
+  logsumexp of all the row's logits (``joint``) or the mean over directions of each direction's logsumexp
+  (``per_direction``).
+
+  The default is InfoNCE with in-batch negatives. With ``k = 1`` it is supervised SimCSE's loss
+  (``losses.simcse_loss`` with hard negatives, ``hard_negative_weight`` 0) at ``temperature = 1 / scale``: the
+  logits are computed as ``cos / (1 / scale)``, simcse_loss's operations in its order, so where ``1 / scale`` is
+  the temperature's float (scale 20, temperature 0.05) the loss and its gradient are the same bits.
+
+  Args:
+    z: ``[batch, 2 + k, dim]``: anchor, positive, hard negatives 1..k.
+    scale: multiplies the cosines (s-t's ``scale``, ``1 / temperature``; 20 = temperature 0.05); > 0.
+    directions: a subset of ``DIRECTIONS`` holding ``query_to_doc`` (checked by ``check_mnrl_settings``).
+    partition_mode: ``joint`` (one softmax over every direction's logits) or ``per_direction`` (one per direction,
+      their log-normalisers averaged; not with ``query_to_query`` or ``doc_to_doc``).
+    hardness_mode: ``none``, ``in_batch_negatives``, ``hard_negatives`` or ``all_negatives``.
+    hardness_strength: the penalty's ``alpha`` (>= 0).
+
+  Returns:
+    A scalar: the mean over the ``batch`` rows.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> z = jnp.stack([jnp.eye(2), jnp.eye(2)], axis=1)  # Two rows, each its own positive.
+    >>> round(float(mnrl_loss(z, scale=1.0)), 4)  # log(1 + e^-1), as simcse_loss at temperature 1.
+    0.3133
+
+  References:
+    sentence-transformers 6.2.0, ``MultipleNegativesRankingLoss.compute_loss_from_embeddings``; hardness: Lan et
+    al. 2025 (https://huggingface.co/papers/2503.04812), Schechter Vera et al. 2025 (EmbeddingGemma,
+    https://huggingface.co/papers/2509.20354).
+  """
+  if z.ndim != 3 or z.shape[1] < 2:
+    raise ValueError(f"z must be [batch, 2 + k, dim] (anchor, positive, k hard negatives); got {z.shape}")
+  directions = tuple(directions)
+  check_mnrl_settings(scale, directions, partition_mode, hardness_mode, hardness_strength)
+  batch, columns = z.shape[0], z.shape[1]
+  queries, positives = z[:, 0], z[:, 1]
+  docs = [z[:, c] for c in range(1, columns)]
+  rows = jnp.arange(batch)
+  # Column block by column block, each divided by the temperature before they are joined, as simcse_loss computes
+  # its [positives | hard negatives] logits: the same operations, so the same bits (the gradient too) at k = 1,
+  # eagerly or jitted. (cos / (1 / scale) is cos * scale to the last bit or one rounding off: 1e-16 in float64.)
+  temperature = 1.0 / scale
+  cosines = [cosine_similarity_matrix(queries, d) for d in docs]
+  logits = {"query_to_doc": jnp.concatenate([c / temperature for c in cosines], axis=1)}
+  # s-t's order (query_to_doc, query_to_query, doc_to_query, doc_to_doc), whatever the order of ``directions``.
+  if "query_to_query" in directions:
+    logits["query_to_query"] = jnp.where(
+      jnp.eye(batch, dtype=bool), -jnp.inf, cosine_similarity_matrix(queries, queries) / temperature
+    )
+  if "doc_to_query" in directions:
+    logits["doc_to_query"] = cosines[0].T / temperature  # [i, j] = cos(q_j, d_i).
+  if "doc_to_doc" in directions:
+    own_docs = jnp.tile(jnp.eye(batch, dtype=bool), (1, len(docs)))
+    logits["doc_to_doc"] = jnp.where(
+      own_docs, -jnp.inf, jnp.concatenate([cosine_similarity_matrix(positives, d) / temperature for d in docs], axis=1)
+    )
+  if hardness_mode != "none" and hardness_strength > 0:
+    penalty = hardness_strength * jax.lax.stop_gradient(jnp.concatenate(cosines, axis=1))
+    mask = _hardness_penalty_mask(batch, len(docs), hardness_mode)
+    logits["query_to_doc"] = logits["query_to_doc"] + jnp.where(mask, penalty, 0.0)
+
+  if partition_mode == "joint":
+    # The positive is column i of the first block: the cross-entropy with label i (simcse_loss's computation).
+    return optax.softmax_cross_entropy_with_integer_labels(jnp.concatenate(list(logits.values()), axis=1), rows).mean()
+  positive = logits["query_to_doc"][rows, rows]
+  log_z = sum(jax.nn.logsumexp(block, axis=1) for block in logits.values()) / len(logits)
+  return jnp.mean(log_z - positive)
+
+
+def cosent_loss(z1: jax.Array, z2: jax.Array, labels: jax.Array, *, scale: float = 20.0) -> jax.Array:
+  r"""sentence-transformers 6's ``CoSENTLoss`` on scored pairs.
+
+  With ``s_i = scale * cos(z1[i], z2[i])`` and gold scores ``labels``::
+
+    L = log(1 + sum over (i, j) with labels[i] < labels[j] of exp(s_i - s_j))
+
+  so every pair scored lower than a pair with a higher gold score adds to the loss; ties add nothing, and only
+  the order of the labels matters (any scale: 0..1, 0..5). s-t computes the same sum after sorting by label
+  (``logcumsumexp``); this is the direct form, ``[batch, batch]`` differences (Su, 2022).
+
+  Args:
+    z1: first sentences, ``[batch, dim]``.
+    z2: second sentences, ``[batch, dim]``.
+    labels: ``[batch]`` gold similarity scores.
+    scale: multiplies the cosines (s-t's default 20).
+
+  Returns:
+    A scalar.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> z1 = jnp.array([[1.0, 0.0], [1.0, 0.0]])
+    >>> z2 = jnp.array([[1.0, 0.0], [0.0, 1.0]])  # Cosines 1 and 0 ...
+    >>> # ... but the second pair is gold-scored higher: log(1 + e^(1 - 0)).
+    >>> round(float(cosent_loss(z1, z2, jnp.array([0.0, 1.0]), scale=1.0)), 4)
+    1.3133
+
+  References:
+    sentence-transformers 6.2.0, ``CoSENTLoss.compute_loss_from_embeddings``; Su, "CoSENT" (2022),
+    https://kexue.fm/archives/8847.
+  """
+  if z1.ndim != 2 or z1.shape != z2.shape:
+    raise ValueError(f"z1 and z2 must both be [batch, dim]; got {z1.shape} and {z2.shape}")
+  if labels.shape != z1.shape[:1]:
+    raise ValueError(f"labels must be [{z1.shape[0]}] (one score per pair); got {labels.shape}")
+  # The cosines of losses.cosine_similarity_matrix's diagonal (norms clamped at 1e-8), without the [batch, batch].
+  scores = scale * jnp.sum(_unit_rows(z1) * _unit_rows(z2), axis=-1)
+  lower = labels[:, None] < labels[None, :]  # [i, j]: pair i is gold-scored below pair j.
+  differences = jnp.where(lower, scores[:, None] - scores[None, :], -jnp.inf).reshape(-1)
+  return jax.nn.logsumexp(jnp.concatenate([jnp.zeros((1,), differences.dtype), differences]))
