@@ -476,3 +476,13 @@ if __name__ == "__main__":
   if sys.argv[1] == "one_step":
     sys.path.insert(0, REPO)
     one_step(*sys.argv[2:5])
+
+
+def small_triplets(data_dir: str, n: int) -> list[dict]:
+  """``n`` (anchor, positive, negative) rows of distinct sentences from the small corpus (``small_data_dir``)."""
+  with open(os.path.join(data_dir, "corpora", "small.txt")) as f:
+    sentences = [line.strip() for line in f if line.strip()]
+  assert len(sentences) >= 3 * n
+  return [
+    {"anchor": sentences[3 * i], "positive": sentences[3 * i + 1], "negative": sentences[3 * i + 2]} for i in range(n)
+  ]

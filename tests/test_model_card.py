@@ -13,21 +13,12 @@ from jaxcse.storage import model_card
 from tests import helpers
 
 
-def _triplets(data_dir: str, n: int) -> list[dict]:
-  with open(os.path.join(data_dir, "corpora", "small.txt")) as f:
-    sentences = [line.strip() for line in f if line.strip()]
-  assert len(sentences) >= 3 * n
-  return [
-    {"anchor": sentences[3 * i], "positive": sentences[3 * i + 1], "negative": sentences[3 * i + 2]} for i in range(n)
-  ]
-
-
 @pytest.fixture(scope="module")
 def pair_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> tuple[str, str, int]:
   """4 steps of the pairs config on 40 triplets, evaluated before training and at the end."""
   folder = tmp_path_factory.mktemp("card")
   data = str(folder / "triplets.jsonl")
-  helpers.write_jsonl(data, _triplets(small_data_dir, 40))
+  helpers.write_jsonl(data, helpers.small_triplets(small_data_dir, 40))
   workdir = str(folder / "workdir")
   config = helpers.tiny_config(
     tiny_model_dir,

@@ -19,19 +19,11 @@ PROMPTS = {"query": "query: ", "document": "passage: "}
 SENTENCES = ["A man is playing a guitar.", "Someone plays music.", "The cat sleeps on the mat."]
 
 
-def _triplets(data_dir: str, n: int) -> list[dict]:
-  with open(os.path.join(data_dir, "corpora", "small.txt")) as f:
-    sentences = [line.strip() for line in f if line.strip()]
-  return [
-    {"anchor": sentences[3 * i], "positive": sentences[3 * i + 1], "negative": sentences[3 * i + 2]} for i in range(n)
-  ]
-
-
 def test_the_batch_puts_the_query_prompt_before_the_anchor_and_the_document_prompt_before_the_rest(
   small_data_dir, tmp_path, tokenizer
 ):
   path = str(tmp_path / "t.jsonl")
-  helpers.write_jsonl(path, _triplets(small_data_dir, 16))
+  helpers.write_jsonl(path, helpers.small_triplets(small_data_dir, 16))
   corpus = data_lib.load_corpus(path)
   plain = data_lib.Batches(corpus, tokenizer, batch_size=8, max_seq_len=24, seed=0)
   prompted = data_lib.Batches(
@@ -60,7 +52,7 @@ def test_prompts_are_strings_and_not_for_packed_pretraining(tiny_model_dir, smal
 def prompted_workdir(tiny_model_dir, small_data_dir, tmp_path_factory) -> str:
   folder = tmp_path_factory.mktemp("prompts")
   path = str(folder / "triplets.jsonl")
-  helpers.write_jsonl(path, _triplets(small_data_dir, 24))
+  helpers.write_jsonl(path, helpers.small_triplets(small_data_dir, 24))
   workdir = str(folder / "workdir")
   config = helpers.tiny_config(
     tiny_model_dir,
