@@ -908,7 +908,9 @@ def train_and_evaluate(
       if not holds_run:
         os.makedirs(workdir, exist_ok=True)
         lock = _lock(workdir) if primary else None
-        if _holds_run(workdir):
+        # The primary alone: it holds the lock, and in a multi-process run it writes the run's files, which the
+        # other processes may already see here.
+        if primary and _holds_run(workdir):
           raise WorkdirError(
             f"{workdir}: another process started a run in this workdir while this one read its "
             "inputs; run the command again"
