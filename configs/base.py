@@ -86,6 +86,12 @@ def get_config() -> ml_collections.ConfigDict:
   config.cosent = ml_collections.ConfigDict()
   config.cosent.scale = 20.0  # Multiplies the cosines (s-t's default).
 
+  # Matryoshka: the method's loss also on the first d dims of every embedding, normalised, for each d (any method).
+  config.matryoshka = ml_collections.ConfigDict()
+  config.matryoshka.dims = ""  # Comma-separated prefix sizes, e.g. "384,256,128,64" (the full width too); "": off.
+  config.matryoshka.weights = ""  # Comma-separated, one per dim (any order of dims: paired as written); "": all 1.
+  config.matryoshka.n_dims_per_step = -1  # -1: every dim each step; n: a random n of them each step.
+
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
   # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.

@@ -130,7 +130,11 @@ class Encoder:
     max_seq_len: int | None = None,
     step: int | None = None,
     prompts: dict[str, str] | None = None,
+    truncate_dim: int | None = None,
   ):
+    check_truncate_dim(truncate_dim, spec.hidden_size)
+    # Embeddings keep their first this many dims (a Matryoshka-trained model's smaller size); None: all of them.
+    self.truncate_dim = truncate_dim
     self.spec = spec
     # Prompt name -> text put before each sentence encoded with ``prompt_name`` (the model's own: ``Encoder.load``).
     self.prompts = dict(prompts or {})
@@ -150,6 +154,7 @@ class Encoder:
     """From a jaxcse workdir/checkpoint or a Hugging Face folder/hub id (see ``loading.load_model``)."""
     loaded = loading.load_model(path, checkpoint=checkpoint, pooler=pooler, revision=revision)
     kwargs.setdefault("prompts", loaded.prompts)
+    kwargs.setdefault("truncate_dim", loaded.truncate_dim)  # A sentence-transformers folder's own.
     return cls(loaded.spec, loaded.params, pooler, step=loaded.step, **kwargs)
 
   def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
@@ -172,12 +177,24 @@ class Encoder:
 
   @property
   def dim(self) -> int:
-    return self.spec.hidden_size
+    """The width of its embeddings: ``truncate_dim`` if set, else the model's."""
+    return self.truncate_dim or self.spec.hidden_size
 
-  def embed(self, sentences: Sequence[str], *, batch_size: int | None = None, progress=None) -> np.ndarray:
+  def embed(
+    self,
+    sentences: Sequence[str],
+    *,
+    batch_size: int | None = None,
+    progress=None,
+    truncate_dim: int | None = None,
+  ) -> np.ndarray:
     """float32 ``[len(sentences), dim]`` in input order, in one call (``encode`` streams in chunks); ``progress``
-    (a ``progress.Progress``) counts the sentences as they are embedded."""
-    return self._embedder(batch_size)(sentences, self.params, progress=progress)
+    (a ``progress.Progress``) counts the sentences as they are embedded; ``truncate_dim``: this call's, instead of
+    the encoder's."""
+    full = self._embedder(batch_size)(sentences, self.params, progress=progress)
+    check_truncate_dim(truncate_dim, self.spec.hidden_size)
+    keep = truncate_dim or self.truncate_dim
+    return np.ascontiguousarray(full[:, :keep]) if keep else full
 
   def _embedder(self, batch_size: int | None) -> embedder_lib.BucketedEmbedder:
     """The embedder for a batch size (one per size: each compiles its own shapes once)."""
@@ -200,6 +217,7 @@ class Encoder:
     chunk_size: int | None = 8192,
     prompt_name: str | None = None,
     prompt: str | None = None,
+    truncate_dim: int | None = None,
     **kwargs,
   ) -> np.ndarray:
     """float32 ``[n, dim]`` embeddings in input order (a single string gives ``[dim]``).
@@ -218,6 +236,8 @@ class Encoder:
       prompt_name: one of the model's ``prompts`` (e.g. ``"query"``), put before every sentence, as
         sentence-transformers does; an unknown name is a ``PromptError``.
       prompt: a text to put before every sentence instead (wins over ``prompt_name``).
+      truncate_dim: keep the first this many dims of each embedding (before ``normalize_embeddings``), as
+        sentence-transformers does; default: the encoder's ``truncate_dim``.
     """
     del convert_to_numpy, kwargs
     if isinstance(sentences, str):
@@ -227,6 +247,7 @@ class Encoder:
         normalize_embeddings=normalize_embeddings,
         prompt_name=prompt_name,
         prompt=prompt,
+        truncate_dim=truncate_dim,
       )[0]
     prefix = self.prompt(prompt_name, prompt)
     sentences = _texts(sentences)
@@ -239,9 +260,9 @@ class Encoder:
     parts = []
     with tqdm(total=len(sentences), unit="sent", disable=not show, dynamic_ncols=True) as bar:
       for chunk in _chunks(sentences, chunk_size):
-        parts.append(self.embed(chunk, batch_size=batch_size))
+        parts.append(self.embed(chunk, batch_size=batch_size, truncate_dim=truncate_dim))
         bar.update(len(chunk))
-    out = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+    out = np.concatenate(parts) if parts else np.zeros((0, truncate_dim or self.dim), np.float32)
     return embedder_lib.normalize_rows(out) if normalize_embeddings else out
 
   def mteb(self, name: str | None = None, **kwargs):
@@ -330,6 +351,18 @@ def _texts(sentences: Iterable[str] | Iterable[dict]) -> list[str]:
 
 class PromptError(JaxcseError, ValueError):
   """A prompt name the model does not have."""
+
+
+class TruncateDimError(JaxcseError, ValueError):
+  """A ``truncate_dim`` the model's embeddings cannot be cut to."""
+
+
+def check_truncate_dim(truncate_dim: int | None, width: int) -> None:
+  """``TruncateDimError`` unless ``truncate_dim`` is None or an integer in ``[1, width]``."""
+  if truncate_dim is None:
+    return
+  if isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or not 1 <= truncate_dim <= width:
+    raise TruncateDimError(f"truncate_dim must be an integer in [1, {width}] (the model's width), not {truncate_dim!r}")
 
 
 class EncodeError(JaxcseError, RuntimeError):
@@ -544,6 +577,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     "--prompt_name", default=None, help="one of the model's prompts (e.g. query, document), put before every row"
   )
   parser.add_argument("--prompt", default=None, help="a text put before every row instead of a named prompt")
+  parser.add_argument(
+    "--truncate_dim",
+    type=int,
+    default=None,
+    help="keep the first this many dims of each embedding (a Matryoshka-trained model's smaller size; before "
+    "--normalize); default: the model's own (a sentence-transformers folder's truncate_dim), else all",
+  )
   args = parser.parse_args(argv)
   platforms.use_compilation_cache()
   # The cheap checks before the model loads (encode_file reads the whole input before it writes anything).
@@ -563,6 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     revision=args.revision,
     batch_size=args.batch_size,
     max_seq_len=args.max_seq_len,
+    **({"truncate_dim": args.truncate_dim} if args.truncate_dim is not None else {}),
   )
   sidecar = encode_file(
     encoder,

@@ -304,6 +304,7 @@ def _workdir_config(model: str) -> dict | None:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
+  from jaxcse import encode as encode_lib
   from jaxcse.inference import embedder as embedder_lib
   from jaxcse.models import poolers
   from jaxcse.storage import loading
@@ -349,6 +350,13 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument(
+    "--truncate_dim",
+    type=int,
+    default=None,
+    help="evaluate the first this many dims of each embedding (a Matryoshka-trained model at a smaller size); "
+    "default: the model's own (a sentence-transformers folder's truncate_dim), else all",
+  )
+  parser.add_argument(
     "--output",
     default=None,
     help="write the full results as JSON here (its folders are created; an existing file is refused)",
@@ -386,10 +394,13 @@ def main(argv: Sequence[str] | None = None) -> int:
       file=sys.stderr,
     )
   embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
+  truncate_dim = args.truncate_dim if args.truncate_dim is not None else loaded.truncate_dim
+  encode_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
 
   def embedder(sentences):
     with Progress(len(sentences), unit="sent", desc="embedding") as bar:
-      return embed_with(sentences, loaded.params, progress=bar)
+      full = embed_with(sentences, loaded.params, progress=bar)
+    return np.ascontiguousarray(full[:, :truncate_dim]) if truncate_dim else full
 
   sts_tasks = [t for t in tasks if t in STS_TASKS]
   transfer_tasks = [t for t in tasks if t in transfer_lib.TRANSFER_TASKS]
@@ -415,7 +426,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   results.update(evaluate_own(embedder, own, own_paths))
   summary = summarize(results)
   wall = time.time() - start
-  print(f"model: {args.model}  pooler: {pooler}  ({wall:.1f} s)")
+  dims = f"  truncate_dim: {truncate_dim}" if truncate_dim else ""
+  print(f"model: {args.model}  pooler: {pooler}{dims}  ({wall:.1f} s)")
   if sts_tasks:
     print(format_table(summary))
   if transfer_tasks:
@@ -436,6 +448,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {
       "model": args.model,
       "pooler": pooler,
+      **({"truncate_dim": truncate_dim} if truncate_dim else {}),
       "tasks": results,
       "summary": summary,
       "wall_seconds": round(wall, 1),

@@ -136,6 +136,7 @@ def export(
   *,
   trained: dict | None = None,
   prompts: dict[str, str] | None = None,
+  truncate_dim: int | None = None,
 ) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
@@ -151,6 +152,10 @@ def export(
 
   ``prompts``: the model's prompts (``loading.Loaded.prompts``), written into ``config_sentence_transformers.json``
   so that sentence-transformers' ``encode(..., prompt_name=...)`` applies them as jaxcse does, and into the card.
+
+  ``truncate_dim``: written into ``config_sentence_transformers.json``, so that sentence-transformers (and jaxcse's
+  ``Encoder.load``) keep only the first ``truncate_dim`` dims of every embedding: a Matryoshka-trained model served
+  at a smaller size. At most the model's width.
 
   Returns:
     A summary: ``{"out_dir", "pooler", "architecture", "modules"}``.
@@ -175,6 +180,8 @@ def export(
     )
   if os.path.isdir(out_dir) and os.listdir(out_dir):
     raise ExportError(f"{out_dir}: exists and is not empty; choose a new folder or remove it")
+  if truncate_dim is not None and not 1 <= truncate_dim <= spec.hidden_size:
+    raise ExportError(f"truncate_dim must be in [1, {spec.hidden_size}] (the model's width), not {truncate_dim}")
 
   family = spec.family
   architecture = family.architecture
@@ -196,7 +203,14 @@ def export(
   def pooling_files(tmp: str) -> None:
     modules.extend(
       st_format.write_modules(
-        tmp, pooler, hf_config.hidden_size, hf_config.num_hidden_layers, spec.max_positions, mlp, prompts
+        tmp,
+        pooler,
+        hf_config.hidden_size,
+        hf_config.num_hidden_layers,
+        spec.max_positions,
+        mlp,
+        prompts,
+        truncate_dim,
       )
     )
     base = f"`{spec.source}`" + (f" (hub revision {spec.revision})" if spec.revision else "")
@@ -280,6 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     help="write the backbone with its MLM head as a BertForMaskedLM folder (a pretrained encoder to "
     "fine-tune), not a sentence-transformers model",
   )
+  parser.add_argument(
+    "--truncate_dim",
+    type=int,
+    default=None,
+    help="readers keep only the first this many dims of each embedding (a Matryoshka-trained model's smaller "
+    "size): written into config_sentence_transformers.json",
+  )
   args = parser.parse_args(argv)
   platforms.use_compilation_cache()
   errors.check_output(args.out_dir, folder=True)  # Before the slow part; export checks again.
@@ -310,7 +331,15 @@ def main(argv: Sequence[str] | None = None) -> int:
       "step": loaded.step,
       "path": workdir,
     }
-  summary = export(loaded.spec, loaded.params, args.out_dir, args.pooler, trained=trained, prompts=loaded.prompts)
+  summary = export(
+    loaded.spec,
+    loaded.params,
+    args.out_dir,
+    args.pooler,
+    trained=trained,
+    prompts=loaded.prompts,
+    truncate_dim=args.truncate_dim if args.truncate_dim is not None else loaded.truncate_dim,
+  )
   print(
     f"wrote {summary['out_dir']}: {summary['architecture']}, pooler {summary['pooler']}, "
     f"sentence-transformers modules Transformer + {' + '.join(summary['modules'])}"

@@ -113,6 +113,7 @@ def test_every_numeric_config_field_has_its_range_checked():
     "mnrl.scale",
     "mnrl.hardness_strength",
     "cosent.scale",
+    "matryoshka.n_dims_per_step",  # matryoshka.Matryoshka.from_config, with the dims it draws from.
   }
   unchecked = set()
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
@@ -254,6 +255,7 @@ LAYERS = (
       "jaxcse.training.objectives",
       "jaxcse.training.losses",
       "jaxcse.training.ranking_losses",
+      "jaxcse.training.matryoshka",
       "jaxcse.training.gradcache",
       "jaxcse.training.augment",
     },

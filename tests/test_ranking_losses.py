@@ -207,6 +207,8 @@ STEP_VARIANTS = {
     },
   ),
   "cosent": ("cosent", (0, 1), {}),
+  # Matryoshka over a loss that couples rows (tests/test_matryoshka.py checks it against s-t).
+  "mnrl_k1_matryoshka": ("mnrl", (0, 1, 2), {"matryoshka.dims": "32,16,8", "matryoshka.weights": "1,0.5,0.25"}),
 }
 
 

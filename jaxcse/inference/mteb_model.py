@@ -184,7 +184,11 @@ def build_model_meta(encoder, name: str):
     adapted_from=base,
     modalities=["text"],
     model_type=["dense"],
-    experiment_kwargs={"pooler": encoder.pooler, "max_seq_len": encoder.embedder.max_seq_len},
+    experiment_kwargs={
+      "pooler": encoder.pooler,
+      "max_seq_len": encoder.embedder.max_seq_len,
+      **({"truncate_dim": encoder.truncate_dim} if encoder.truncate_dim else {}),
+    },
   )
 
 

@@ -41,6 +41,8 @@ class Loaded:
   # Prompt name -> text put before a sentence encoded with that name: a workdir's data.query_prompt/document_prompt
   # ("query", "document"), a sentence-transformers folder's config_sentence_transformers.json "prompts".
   prompts: dict[str, str] = dataclasses.field(default_factory=dict)
+  # A sentence-transformers folder's truncate_dim: its embeddings are cut to their first this many dims; None: all.
+  truncate_dim: int | None = None
 
 
 def workdir_prompts(workdir: str) -> dict[str, str]:
@@ -89,11 +91,16 @@ def load_model(
     problem = _not_finite(spec, params)
     if problem:
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
+    try:
+      prompts, truncate_dim = st_format.read_prompts(folder), st_format.read_truncate_dim(folder)
+    except ValueError as e:  # A damaged config_sentence_transformers.json: its message names the file.
+      raise LoadError(str(e)) from None
     return Loaded(
       dataclasses.replace(spec, source=path, revision=commit),
       params,
       described=False,
-      prompts=st_format.read_prompts(folder),
+      prompts=prompts,
+      truncate_dim=truncate_dim,
     )
   spec = checkpoints.description(workdir)
   directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)

@@ -77,11 +77,14 @@ def write_modules(
   max_seq_len: int,
   mlp: dict[str, np.ndarray] | None,
   prompts: dict[str, str] | None = None,
+  truncate_dim: int | None = None,
 ) -> list[str]:
   """Writes sentence-transformers' module chain for ``pooler`` into ``folder``; returns the module folders.
 
   ``mlp`` (for ``cls``): ``{"pooler.dense.weight": [H, H], "pooler.dense.bias": [H]}`` in PyTorch layout.
   ``prompts``: name -> text put before a sentence encoded with that ``prompt_name`` (``config_sentence_transformers.json``).
+  ``truncate_dim``: sentence-transformers then keeps only the first ``truncate_dim`` dims of every embedding (a
+  Matryoshka-trained model's smaller size), as ``read_truncate_dim`` and jaxcse's ``Encoder`` do.
   """
   modules = [("", _ST_TRANSFORMER)]
   _write_json(
@@ -132,6 +135,7 @@ def write_modules(
       "prompts": dict(prompts or {}),
       "default_prompt_name": None,
       "similarity_fn_name": "cosine",  # SimCSE's training and STS evaluation compare by cosine.
+      **({"truncate_dim": int(truncate_dim)} if truncate_dim else {}),
     },
   )
   return [path for path, _ in modules[1:]]
@@ -178,6 +182,20 @@ def read_prompts(folder: str) -> dict[str, str]:
   if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
     raise ValueError(f"{path}: 'prompts' must map prompt names to strings")
   return dict(prompts)
+
+
+def read_truncate_dim(folder: str) -> int | None:
+  """A sentence-transformers folder's ``truncate_dim`` (``config_sentence_transformers.json``): its embeddings'
+  first dims to keep; None if it keeps them all."""
+  path = os.path.join(folder, "config_sentence_transformers.json")
+  if not os.path.isfile(path):
+    return None
+  value = _read_json(path).get("truncate_dim")
+  if value is None:
+    return None
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise ValueError(f"{path}: 'truncate_dim' must be a positive integer or null, not {value!r}")
+  return value
 
 
 def read_pooler(folder: str) -> str | None:

@@ -7,6 +7,7 @@
   objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
   losses.py         the papers' contrastive losses, pure functions on embeddings
   ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
+  matryoshka.py     any method's loss over nested prefixes of the embeddings (Matryoshka), summed with weights
   gradcache.py      chunked value-and-grad over a whole batch's embeddings
   augment.py        discrete augmentations of token ids, pure
   distributed.py    the device mesh, multi-host runs, agreement checks

@@ -15,7 +15,7 @@ import ml_collections
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
 from jaxcse.evaluation import sts_metrics
-from jaxcse.training import objectives
+from jaxcse.training import matryoshka, objectives
 
 
 class ConfigError(JaxcseError, ValueError):
@@ -28,6 +28,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     objective = objectives.get(config.method)
     objective.check_config(config)
     objectives.pooling_of(config)
+    if matryoshka.Matryoshka.from_config(config) and objective.loss is None:
+      raise ValueError(f"matryoshka.dims: method {config.method} has no sentence embeddings to truncate")
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if config.eval.metric not in sts_metrics.SELECTION_METRICS:
@@ -197,12 +199,19 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
 
 def check_model(config: ml_collections.ConfigDict, spec: models.ModelSpec) -> None:
   """The checks that need the model's config (``configured.model`` calls it once the spec is built, before a run
-  writes anything): ``data.max_seq_len`` within the model's position embeddings."""
+  writes anything): ``data.max_seq_len`` within the model's position embeddings, ``matryoshka.dims`` within its
+  embedding width."""
   if config.data.max_seq_len > spec.max_positions:
     raise ConfigError(
       f"data.max_seq_len={config.data.max_seq_len} is longer than the {spec.max_positions} positions "
       f"{spec.source or config.model.name} embeds; set data.max_seq_len <= {spec.max_positions}"
     )
+  nested = matryoshka.Matryoshka.from_config(config)
+  if nested is not None:
+    try:
+      nested.check_width(spec.hidden_size)
+    except ValueError as e:
+      raise ConfigError(f"{e} ({spec.source or config.model.name})") from None
 
 
 AUGMENT_FRACTIONS = ("crop", "word_deletion", "mlm")

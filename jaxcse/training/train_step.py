@@ -32,7 +32,7 @@ import optax
 
 from jaxcse import models
 from jaxcse.models import mlm
-from jaxcse.training import augment, distributed, gradcache, objectives
+from jaxcse.training import augment, distributed, gradcache, matryoshka as matryoshka_lib, objectives
 
 
 @flax.struct.dataclass
@@ -141,6 +141,8 @@ class _Keys(NamedTuple):
 # (which stay as they were, so runs without augmentation are unchanged bit for bit). A large tag, not 4: under
 # JAX's partitionable threefry, split(key, n)[i] is fold_in(key, i), so a small tag would be a future split key.
 _AUGMENT_KEY_TAG = 0x61756731  # "aug1"
+# Matryoshka's draw of dims (matryoshka.n_dims_per_step): fold_in(method key, this tag), for the same reason.
+MATRYOSHKA_STREAM = 0x6D617431  # "mat1"
 
 
 def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec | None):
@@ -327,13 +329,20 @@ class StepLoss:
   needs: objectives.Needs
   module: models.PooledBackbone  # The trained model, with the run's pooler and the method's padding.
   tokens: MaskedLMTerm | None
+  # The method's loss over nested prefixes of the embeddings (config.matryoshka), or None: over the whole.
+  matryoshka: matryoshka_lib.Matryoshka | None = None
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec) -> StepLoss:
     needs = objectives.needs(config)
     module = spec.module_for(spec.pooling.pooler, attend_padding=needs.attend_padding)
     return cls(
-      config, objectives.get(config.method), needs, module, MaskedLMTerm.from_config(config, spec, needs.token_loss)
+      config,
+      objectives.get(config.method),
+      needs,
+      module,
+      MaskedLMTerm.from_config(config, spec, needs.token_loss),
+      matryoshka_lib.Matryoshka.from_config(config) if needs.sentence_loss else None,
     )
 
   def inputs(self, batch: dict, dropout_key: jax.Array, mlm_key: jax.Array) -> StepInputs:
@@ -368,15 +377,20 @@ class StepLoss:
     batch's gold scores (the batch's ``"labels"``, ``[batch]``), for an objective that reads them.
     """
     z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
-    if self.objective.labels:
-      if labels is None:
-        raise ValueError(
-          f'method {self.objective.name} needs a gold score per pair: a batch with "labels" '
-          "(a data file with a label or score column)"
-        )
-      loss, extra = self.objective.loss(self.config, z, method_key, complementary, labels=labels.astype(z.dtype))
-    else:
-      loss, extra = self.objective.loss(self.config, z, method_key, complementary)
+    if self.objective.labels and labels is None:
+      raise ValueError(
+        f'method {self.objective.name} needs a gold score per pair: a batch with "labels" '
+        "(a data file with a label or score column)"
+      )
+    keywords = {"labels": labels.astype(z.dtype)} if self.objective.labels else {}
+
+    def method_loss(embeddings: jax.Array) -> tuple[jax.Array, dict]:
+      return self.objective.loss(self.config, embeddings, method_key, complementary, **keywords)
+
+    if self.matryoshka is None:
+      loss, extra = method_loss(z)
+    else:  # Its own draw of dims: the method's key stays the one it gets without Matryoshka.
+      loss, extra = self.matryoshka.loss(method_loss, z, jax.random.fold_in(method_key, MATRYOSHKA_STREAM))
     scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
     return SentenceTerm(loss, {"contrastive_loss": loss, **scores, **extra})
 
