@@ -68,7 +68,7 @@ class _CtrlC:
   Python raises ``KeyboardInterrupt`` wherever the main thread is when the signal arrives: inside jax's tracing and
   lowering (Python code that XLA's C++ calls back while it compiles), inside orbax's save or restore (whose threads
   go on writing). Unwinding through them leaves their native state half built, and the process then crashed as it
-  exited ("Fatal Python error: Segmentation fault" after the interrupted line, issue 39). So the handler only
+  exited ("Fatal Python error: Segmentation fault" after the interrupted line). So the handler only
   notes the request; the loop stops at its next safe point (before a step, after an evaluation or a save). A
   second Ctrl-C raises at once: the user insists, and gets Python's own behaviour.
 

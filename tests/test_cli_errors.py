@@ -1,6 +1,6 @@
 """A user's mistake on any command is one line on stderr and exit status 1, with a suggestion where there is one.
 
-Each case is what a new user typed (issue 40's rough edges, issue 39's config files), run as the command runs.
+Each case is what a new user typed (rough edges of the first day, mistakes in config files), run as the command runs.
 """
 
 from __future__ import annotations

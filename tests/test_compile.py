@@ -417,7 +417,7 @@ def test_list_targets_shows_peaks_and_sources():
   assert "cloud.google.com/tpu/docs/v5e" in result.stdout and "15.75 GiB" in result.stdout
 
 
-# The keys issue 21 names, and those jaxcse adds (how the bound was found, the cache, the compilers).
+# The keys the compile report promises, and those jaxcse adds (how the bound was found, the cache, the compilers).
 REPORT_KEYS = {
   "target",
   "num_devices",

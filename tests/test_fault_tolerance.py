@@ -297,7 +297,7 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   capsys.readouterr()
   assert evaluate.main(["--model", broken]) == 1
   assert "not a jaxcse model description" in capsys.readouterr().err
-  # An empty input is a mistake (issue 40): one line, and nothing written.
+  # An empty input is a mistake: one line, and nothing written.
   assert encode.main(["--model", ref_dir, "--input", str(empty), "--output", str(tmp_path / "e.npy")]) == 1
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and "empty.txt: no " in err[0] and "nothing to encode" in err[0], err

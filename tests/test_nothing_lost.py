@@ -1,4 +1,4 @@
-"""Never delete what cannot be rebuilt (issue 39): the intact best checkpoint survives a damaged resume point, the
+"""Never delete what cannot be rebuilt: the intact best checkpoint survives a damaged resume point, the
 workdir's model description is verified like the weights, a changed corpus is refused on resume, an exploded best
 checkpoint is set aside on resume, --restart clears TensorBoard, and a full disk at start-up is one line."""
 

@@ -1,4 +1,4 @@
-"""Runs that never need a hand edit (issue 25): a full disk mid-log, a kill before the checksum record, a changed
+"""Runs that never need a hand edit: a full disk mid-log, a kill before the checksum record, a changed
 config on resume, a finite-but-exploded checkpoint, a damaged best checkpoint, and one line instead of a wall."""
 
 from __future__ import annotations
