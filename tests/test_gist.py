@@ -12,15 +12,19 @@ from __future__ import annotations
 import doctest
 import functools
 import itertools
+import os
 
-import numpy as np
-import pytest
-
+import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
 
+from jaxcse import data as data_lib, models, train
 from jaxcse.core import compat
-from jaxcse.training import ranking_losses
+from jaxcse.training import configuration, configured, objectives, ranking_losses, train_step
+from tests import helpers
 
 # As tests/test_ranking_losses.py: float64 on both sides, the same sums in another order (~1e-15 relative); a
 # candidate wrongly kept or left out moves the loss by 1e-3 or more.
@@ -186,6 +190,8 @@ def test_gist_loss_refuses_mismatched_shapes_and_settings():
     ranking_losses.gist_loss(z[:, :1], jnp.zeros((4, 1, 8)))
   with pytest.raises(ValueError, match="margin_strategy must be one of absolute, relative"):
     ranking_losses.gist_loss(z, z, margin_strategy="percent")
+  with pytest.raises(ValueError, match="contrast_anchors must be True or False, not 'yes'"):
+    ranking_losses.gist_loss(z, z, contrast_anchors="yes")
 
 
 def test_gist_loss_doctest():
@@ -194,3 +200,177 @@ def test_gist_loss_doctest():
   runner = doctest.DocTestRunner()
   runner.run(test)
   assert runner.summarize(verbose=False).failed == 0
+
+
+# --------------------------------------------------------------------------
+# The method: its config, its guide, its step.
+
+
+def _gist_config(model_dir: str, data_dir: str, **overrides):
+  """``--config pairs --config.method=gist`` on the tiny model, guided by the tiny model's folder (``cls`` of its
+  pooler layer, while the trained model pools ``avg``): triplets of the small corpus."""
+  return helpers.tiny_config(
+    model_dir, data_dir, "pairs", method="gist", **{"gist.guide_model": model_dir, **overrides}
+  )
+
+
+@pytest.mark.parametrize(
+  "field,value,message",
+  [
+    ("temperature", 0.0, r"gist.temperature must be a finite number > 0, not 0.0"),
+    ("temperature", float("inf"), r"gist.temperature must be a finite number > 0, not inf"),
+    ("margin_strategy", "percent", r"gist.margin_strategy must be one of absolute, relative, not 'percent'"),
+    ("margin", float("nan"), r"gist.margin must be a finite number, not nan"),
+  ],
+)
+def test_gist_config_errors_name_the_field(tiny_model_dir, small_data_dir, tmp_path, field, value, message):
+  config = _gist_config(tiny_model_dir, small_data_dir, **{f"gist.{field}": value})
+  workdir = str(tmp_path / "workdir")
+  with pytest.raises(configuration.ConfigError, match=message) as raised:
+    train.train_and_evaluate(config, workdir)
+  assert "\n" not in str(raised.value) and not os.path.exists(workdir)
+
+
+def test_an_empty_guide_is_the_starting_model(tiny_model_dir, small_data_dir):
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"gist.guide_model": "", "model.revision": ""})
+  needs = objectives.needs(config)
+  assert needs.complementary and not needs.complementary_dropout
+  assert (needs.complementary_model, needs.complementary_embedding) == (tiny_model_dir, "sentence")
+  config.model.init = "random"
+  with pytest.raises(ValueError, match="gist.guide_model is empty, which means the starting model"):
+    objectives.get("gist").check_config(config)
+
+
+def test_a_one_column_corpus_is_refused_before_the_workdir_is_written(tiny_model_dir, small_data_dir, tmp_path):
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"data.train": "corpora/small.txt"})
+  workdir = str(tmp_path / "workdir")
+  with pytest.raises(data_lib.DataError, match=r"method gist needs at least 2 text columns .* this data has 1"):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(workdir)
+
+
+def test_a_guide_with_another_vocabulary_is_refused_before_the_workdir_is_written(
+  tiny_model_dir, small_data_dir, tmp_path
+):
+  # The guide reads the batch's token ids: a tokenizer with one token more reads other words (s-t would decode
+  # and retokenize; jaxcse refuses).
+  import shutil
+
+  from transformers import AutoTokenizer
+
+  guide = str(tmp_path / "other_vocabulary")
+  shutil.copytree(tiny_model_dir, guide)
+  tokenizer = AutoTokenizer.from_pretrained(guide)
+  tokenizer.add_tokens(["gistembedtoken"])
+  tokenizer.save_pretrained(guide)
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"gist.guide_model": guide})
+  workdir = str(tmp_path / "workdir")
+  with pytest.raises(configuration.ConfigError, match=r"gist.guide_model: .*'s vocabulary is not the trained") as e:
+    train.train_and_evaluate(config, workdir)
+  assert "\n" not in str(e.value) and not os.path.exists(workdir)
+
+
+def test_a_guide_with_fewer_positions_than_max_seq_len_is_refused(tiny_model_dir, small_data_dir, tmp_path):
+  # Ahead of time (shapes from config.json): a guide of 8 positions cannot embed 16 tokens.
+  import json
+  import shutil
+
+  guide = str(tmp_path / "short_guide")
+  shutil.copytree(tiny_model_dir, guide)
+  with open(os.path.join(guide, "config.json")) as f:
+    hf_config = json.load(f)
+  hf_config["max_position_embeddings"] = 8
+  with open(os.path.join(guide, "config.json"), "w") as f:
+    json.dump(hf_config, f)
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"gist.guide_model": guide})
+  spec = configured.model(config, abstract=True).spec
+  with pytest.raises(configuration.ConfigError, match=r"gist.guide_model: .* embeds at most 8 positions, fewer than"):
+    configured.complementary(config, spec, abstract=True)
+
+
+def test_the_abstract_guide_is_the_loaded_one(tiny_model_dir, small_data_dir):
+  # jaxcse-compile builds the guide from its config.json: the same pooler and parameter shapes as the trainer's.
+  config = _gist_config(tiny_model_dir, small_data_dir)
+  real = configured.complementary(config, configured.model(config).spec)
+  abstract = configured.complementary(config, configured.model(config, abstract=True).spec, abstract=True)
+  assert abstract.spec.pooling == real.spec.pooling == models.PoolerSpec("cls")
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)  # noqa: E731
+  assert shapes(abstract.params) == shapes(jax.eval_shape(lambda: real.params))
+
+
+def _triplet_batch(tokenizer, data_dir: str, rows: int, max_seq_len: int) -> tuple[list[list[str]], dict]:
+  """``rows`` distinct (anchor, positive, negative) texts and their ``[rows, 3, max_seq_len]`` batch."""
+  texts = [[t["anchor"], t["positive"], t["negative"]] for t in helpers.small_triplets(data_dir, rows)]
+  encoded = tokenizer(
+    [s for row in texts for s in row],
+    max_length=max_seq_len,
+    truncation=True,
+    padding="max_length",
+    return_tensors="np",
+  )
+  batch = {k: encoded[k].astype(np.int32).reshape(rows, 3, max_seq_len) for k in ("input_ids", "attention_mask")}
+  return texts, batch
+
+
+def test_the_step_loss_is_gist_loss_of_the_model_and_the_guide_as_they_encode(tiny_model_dir, small_data_dir):
+  # The trained model without dropout, and the guide as jaxcse-encode embeds it (its own pooler, no dropout,
+  # though its config has dropout 0.1): the step's loss is gist_loss of those embeddings.
+  from jaxcse import Encoder
+
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"model.dropout": 0.0})
+  model = configured.model(config)
+  guide = configured.complementary(config, model.spec)
+  assert guide.spec.pooling.test_pooler == "cls" and guide.spec.hf_config.hidden_dropout_prob == 0.1
+  texts, batch = _triplet_batch(model.spec.tokenizer, small_data_dir, 8, 16)
+  tx = optax.sgd(1.0)
+  state = train_step.TrainState(step=np.int32(0), params=model.params, opt_state=tx.init(model.params))
+  step = jax.jit(train_step.make_train_step(config, model.spec, tx, guide.spec))
+  _, metrics = step(state, batch, guide.params)
+  flat = [s for row in texts for s in row]
+  z = Encoder.load(tiny_model_dir, pooler="avg", max_seq_len=16).embed(flat).reshape(8, 3, -1)
+  g = Encoder.load(tiny_model_dir, max_seq_len=16).embed(flat).reshape(8, 3, -1)
+  settings = objectives._gist_settings(config)
+  expected = ranking_losses.gist_loss(jnp.asarray(z), jnp.asarray(g), **settings)
+  np.testing.assert_allclose(metrics["contrastive_loss"], expected, rtol=1e-4)
+  share = float(ranking_losses.gist_left_out_share(jnp.asarray(g), **settings))
+  np.testing.assert_allclose(metrics["gist/left_out_frac"], share, rtol=1e-6)
+  assert 0.0 < share < 1.0  # The guide leaves some candidates out and keeps others: the check above can fail.
+
+
+@functools.lru_cache(maxsize=None)
+def _gist_step(model_dir: str, data_dir: str, chunk: int) -> tuple[dict, dict]:
+  """One SGD step at lr 1 (the update is minus the gradient) in float64, without dropout."""
+  with compat.enable_x64(True):
+    config = _gist_config(model_dir, data_dir, **{"model.dropout": 0.0, "train.grad_cache_chunk": chunk})
+    model = configured.model(config)
+    guide = configured.complementary(config, model.spec)
+    spec, params = helpers.in_float64(model.spec, model.params)
+    guide_spec, guide_params = helpers.in_float64(guide.spec, guide.params)
+    _, batch = _triplet_batch(spec.tokenizer, data_dir, 8, 16)
+    tx = optax.sgd(1.0)
+    state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
+    state, metrics = jax.jit(train_step.make_train_step(config, spec, tx, guide_spec))(state, batch, guide_params)
+    return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
+
+
+def test_grad_cache_equals_the_plain_step(tiny_model_dir, small_data_dir):
+  # The guide's embeddings need no gradient: GradCache's chunks (4 of 2 rows) give the plain step's loss and update,
+  # as tests/test_gradcache.py checks for the other methods (float64, 1e-10).
+  plain = _gist_step(tiny_model_dir, small_data_dir, 0)
+  cached = _gist_step(tiny_model_dir, small_data_dir, 2)
+  assert set(plain[0]) == set(cached[0]) and {"gist/left_out_frac", "contrastive_loss"} <= set(plain[0])
+  for key in plain[0]:
+    np.testing.assert_allclose(cached[0][key], plain[0][key], rtol=1e-10, atol=1e-12, err_msg=key)
+  for key in plain[1]:
+    assert plain[1][key].dtype == np.float64
+    np.testing.assert_allclose(cached[1][key], plain[1][key], rtol=1e-10, atol=1e-12, err_msg=key)
+  assert np.isfinite(plain[0]["loss"]) and plain[0]["loss"] > 0
+
+
+def test_gist_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_workdir):
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"train.max_steps": 2, "eval.at_start": False})
+  summary = train.train_and_evaluate(config, fresh_workdir)
+  assert summary["steps"] == 2
+  records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
+  assert records and all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records)
+  assert all(0.0 <= r["gist/left_out_frac"] <= 1.0 for r in records)

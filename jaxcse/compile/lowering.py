@@ -87,7 +87,7 @@ def train_step_program(
   if batch_size % mesh.size:
     raise configuration.ConfigError(f"train.batch_size {batch_size} must be divisible by the {mesh.size} devices")
   model = configured.model(config, abstract=True)
-  complementary = configured.complementary(config, abstract=True)
+  complementary = configured.complementary(config, model.spec, abstract=True)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
   augment_mlm = configured.augment_mlm(config, model.spec, abstract=True)
   jitted = step_lib.jit_train_step(

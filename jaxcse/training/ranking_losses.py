@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -291,37 +292,62 @@ def gist_loss(
       f"guide must be [batch, columns, guide_dim] with z's batch and columns {z.shape[:2]}; got {guide.shape}"
     )
   check_gist_settings(temperature, margin_strategy, margin, contrast_anchors, contrast_positives)
-  guide = jax.lax.stop_gradient(guide).astype(z.dtype)
-  batch, columns = z.shape[0], z.shape[1]
-  rows = jnp.arange(batch)
-  guide_ap = cosine_similarity_matrix(guide[:, 0], guide[:, 1])
-  positive_score = jnp.diagonal(guide_ap)[:, None]
+  left_out = _gist_left_out(
+    jax.lax.stop_gradient(guide).astype(z.dtype), margin_strategy, margin, contrast_anchors, contrast_positives
+  )
+  cosines = [cosine_similarity_matrix(z[:, left], z[:, right]) for left, right in left_out.blocks]
+  logits = jnp.where(left_out.cells, -jnp.inf, jnp.concatenate(cosines, axis=1)) / temperature
+  return optax.softmax_cross_entropy_with_integer_labels(logits, jnp.arange(z.shape[0])).mean()
+
+
+class _LeftOut(NamedTuple):
+  blocks: list[tuple[int, int]]  # (row column, candidate column) of each block, in gist_loss's order.
+  cells: jax.Array  # [batch, blocks * batch] booleans: the logits left out.
+
+
+def _gist_left_out(
+  guide: jax.Array, margin_strategy: str, margin: float, contrast_anchors: bool, contrast_positives: bool
+) -> _LeftOut:
+  """``gist_loss``'s blocks and the cells its guide leaves out (s-t's ``mask_false_negatives``, block by block)."""
+  batch, columns = guide.shape[0], guide.shape[1]
+  blocks = [(0, 1)] + [(0, 0)] * contrast_anchors + [(1, 1)] * contrast_positives
+  blocks += [(0, c) for c in range(2, columns)]
+  guide_cosines = [cosine_similarity_matrix(guide[:, left], guide[:, right]) for left, right in blocks]
+  positive_score = jnp.diagonal(guide_cosines[0])[:, None]
   if margin_strategy == "absolute":
     threshold = positive_score - margin
   else:
     threshold = positive_score - jnp.abs(positive_score) * margin
+  cells = jnp.concatenate(guide_cosines, axis=1) > threshold
+  # The positive (column i of the first block) is never left out.
+  positive = jnp.zeros_like(cells).at[:, :batch].set(jnp.eye(batch, dtype=bool))
+  return _LeftOut(blocks, cells & ~positive)
 
-  def filtered(model_cosines, guide_cosines, keep=None):
-    drop = guide_cosines > threshold
-    if keep is not None:
-      drop = drop & ~keep
-    return jnp.where(drop, -jnp.inf, model_cosines)
 
-  blocks = [filtered(cosine_similarity_matrix(z[:, 0], z[:, 1]), guide_ap, keep=jnp.eye(batch, dtype=bool))]
-  pairs = []
-  if contrast_anchors:
-    pairs.append((0, 0))
-  if contrast_positives:
-    pairs.append((1, 1))
-  pairs += [(0, c) for c in range(2, columns)]
-  for left, right in pairs:
-    blocks.append(
-      filtered(
-        cosine_similarity_matrix(z[:, left], z[:, right]), cosine_similarity_matrix(guide[:, left], guide[:, right])
-      )
-    )
-  logits = jnp.concatenate(blocks, axis=1) / temperature
-  return optax.softmax_cross_entropy_with_integer_labels(logits, rows).mean()
+def gist_left_out_share(
+  guide: jax.Array,
+  *,
+  margin_strategy: str = "absolute",
+  margin: float = 0.0,
+  contrast_anchors: bool = True,
+  contrast_positives: bool = True,
+  temperature: float | None = None,
+) -> jax.Array:
+  """The share of ``gist_loss``'s candidates that the guide leaves out, for the training log (no gradient).
+
+  Counted over every block's cells but the positive and each text against itself (in the anchor-anchor and
+  positive-positive blocks, which any guide scoring the positive below 1 leaves out): the other rows' texts and
+  every hard negative, the row's own included. ``guide`` ``[batch, 2 + k, guide_dim]``; the settings are
+  ``gist_loss``'s (``temperature`` is accepted and unused, so that both take the same settings).
+  """
+  del temperature
+  guide = jax.lax.stop_gradient(guide)
+  left_out = _gist_left_out(guide, margin_strategy, margin, contrast_anchors, contrast_positives)
+  batch = guide.shape[0]
+  # Diagonals not counted: the positive (block anchor-positive), a text against itself (anchor-anchor, positive-positive).
+  not_counted = [left == right or (left, right) == (0, 1) for left, right in left_out.blocks]
+  counted = ~jnp.concatenate([jnp.eye(batch, dtype=bool) & diagonal for diagonal in not_counted], axis=1)
+  return jnp.sum(left_out.cells & counted) / jnp.maximum(jnp.sum(counted), 1)
 
 
 def cosent_loss(z1: jax.Array, z2: jax.Array, labels: jax.Array, *, scale: float = 20.0) -> jax.Array:
