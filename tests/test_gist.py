@@ -4,7 +4,8 @@ Parity: s-t's ``GISTEmbedLoss.forward`` (2 and 3 columns) and ``CachedGISTEmbedL
 negative columns, in mini-batches) in torch float64, driven with given model and guide embeddings, against
 ``ranking_losses.gist_loss`` under float64: loss and gradient w.r.t. every embedding, for both margin strategies,
 margins 0 and 0.1, the contrast flags on and off. Then the config's checks, the guide's vocabulary and length
-checks, GradCache against the plain step, and a few training steps on the tiny model.
+checks, the step's loss from the model's and the guide's embeddings, and a few training steps on the tiny model.
+GradCache against the plain step, and 2 devices against 1: ``tests/test_ranking_losses.py``'s ``STEP_VARIANTS``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import functools
 import itertools
 import os
 
-import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -335,36 +335,6 @@ def test_the_step_loss_is_gist_loss_of_the_model_and_the_guide_as_they_encode(ti
   share = float(ranking_losses.gist_left_out_share(jnp.asarray(g), **settings))
   np.testing.assert_allclose(metrics["gist/left_out_frac"], share, rtol=1e-6)
   assert 0.0 < share < 1.0  # The guide leaves some candidates out and keeps others: the check above can fail.
-
-
-@functools.lru_cache(maxsize=None)
-def _gist_step(model_dir: str, data_dir: str, chunk: int) -> tuple[dict, dict]:
-  """One SGD step at lr 1 (the update is minus the gradient) in float64, without dropout."""
-  with compat.enable_x64(True):
-    config = _gist_config(model_dir, data_dir, **{"model.dropout": 0.0, "train.grad_cache_chunk": chunk})
-    model = configured.model(config)
-    guide = configured.complementary(config, model.spec)
-    spec, params = helpers.in_float64(model.spec, model.params)
-    guide_spec, guide_params = helpers.in_float64(guide.spec, guide.params)
-    _, batch = _triplet_batch(spec.tokenizer, data_dir, 8, 16)
-    tx = optax.sgd(1.0)
-    state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
-    state, metrics = jax.jit(train_step.make_train_step(config, spec, tx, guide_spec))(state, batch, guide_params)
-    return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
-
-
-def test_grad_cache_equals_the_plain_step(tiny_model_dir, small_data_dir):
-  # The guide's embeddings need no gradient: GradCache's chunks (4 of 2 rows) give the plain step's loss and update,
-  # as tests/test_gradcache.py checks for the other methods (float64, 1e-10).
-  plain = _gist_step(tiny_model_dir, small_data_dir, 0)
-  cached = _gist_step(tiny_model_dir, small_data_dir, 2)
-  assert set(plain[0]) == set(cached[0]) and {"gist/left_out_frac", "contrastive_loss"} <= set(plain[0])
-  for key in plain[0]:
-    np.testing.assert_allclose(cached[0][key], plain[0][key], rtol=1e-10, atol=1e-12, err_msg=key)
-  for key in plain[1]:
-    assert plain[1][key].dtype == np.float64
-    np.testing.assert_allclose(cached[1][key], plain[1][key], rtol=1e-10, atol=1e-12, err_msg=key)
-  assert np.isfinite(plain[0]["loss"]) and plain[0]["loss"] > 0
 
 
 def test_gist_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_workdir):
