@@ -298,6 +298,19 @@ def test_the_abstract_guide_is_the_loaded_one(tiny_model_dir, small_data_dir):
   assert shapes(abstract.params) == shapes(jax.eval_shape(lambda: real.params))
 
 
+def test_jaxcse_compile_lowers_gist_with_pairs_by_default(tiny_model_dir, small_data_dir):
+  # The corpus is not read ahead of time: a .jsonl is taken for one column, which gist cannot train on; 2 instead.
+  from jaxcse.compile import lowering
+
+  config = _gist_config(tiny_model_dir, small_data_dir, **{"data.train": "pairs.jsonl"})
+  assert lowering.default_columns(config) == 2
+  config.data.train = "triplets.csv"
+  assert lowering.default_columns(config) == 3
+  config.method = "mnrl"
+  config.data.train = "pairs.jsonl"
+  assert lowering.default_columns(config) == 1
+
+
 def _triplet_batch(tokenizer, data_dir: str, rows: int, max_seq_len: int) -> tuple[list[list[str]], dict]:
   """``rows`` distinct (anchor, positive, negative) texts and their ``[rows, 3, max_seq_len]`` batch."""
   texts = [[t["anchor"], t["positive"], t["negative"]] for t in helpers.small_triplets(data_dir, rows)]
