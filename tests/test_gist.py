@@ -23,6 +23,7 @@ import pytest
 
 from jaxcse import data as data_lib, models, train
 from jaxcse.core import compat
+from jaxcse.storage import model_card
 from jaxcse.training import configuration, configured, objectives, ranking_losses, train_step
 from tests import helpers
 
@@ -357,3 +358,18 @@ def test_gist_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_wor
   records = [r for r in helpers.metrics_records(fresh_workdir) if "loss" in r]
   assert records and all(np.isfinite(r["loss"]) and r["loss"] > 0 for r in records)
   assert all(0.0 <= r["gist/left_out_frac"] <= 1.0 for r in records)
+  # The exported model card names the method's own settings (not loss.temperature) and its paper.
+  run = model_card.TrainingRun.read(fresh_workdir, "w", 2, "latest")
+  card = model_card.model_card(
+    pooler="avg",
+    pooling_lines="",
+    source="s",
+    architecture="BertModel",
+    modules=["1_Pooling"],
+    dim=32,
+    max_seq_len=16,
+    base_model=None,
+    run=run,
+  )
+  assert f"- `gist`: contrast_anchors=`true`, contrast_positives=`true`, guide_model=`{tiny_model_dir}`" in card
+  assert "- `loss`:" not in card and "GISTEmbed: Guided In-sample Selection" in card
