@@ -1,11 +1,11 @@
 """The models a config asks for, built once: with their weights (training, evaluation) or as shapes (compiling).
 
 ``model(config)`` is the model a fresh run starts from; ``complementary(config)`` the method's frozen
-complementary model (DCLR's, GISTEmbed's guide); ``augment_mlm(config, spec)`` the frozen masked LM of SimCSE's "MLM k%" augmentation. Each takes
-``abstract``: False reads the weights (the trainer); True reads only the model's description and gives params as
-``jax.ShapeDtypeStruct`` leaves (``jaxcse-compile``, which runs where the weights may not be). Both ways build
-the spec with ``models.build_spec`` and the params' tree from ``models.init_params``, so what is compiled ahead
-of time is what trains.
+complementary model (DCLR's, GISTEmbed's guide); ``augment_mlm(config, spec)`` the frozen masked LM of SimCSE's
+"MLM k%" augmentation. Each takes ``abstract``: False reads the weights (the trainer); True reads only the model's
+description and gives params as ``jax.ShapeDtypeStruct`` leaves (``jaxcse-compile``, which runs where the weights
+may not be). Both ways build the spec with ``models.build_spec`` and the params' tree from ``models.init_params``,
+so what is compiled ahead of time is what trains.
 
 Without weights, a model's shape comes from ``model_shape``: a local folder's ``config.json`` (or a path to
 one), the encoder shipped with jaxcse, a hub snapshot already in the Hugging Face cache, or the published shapes

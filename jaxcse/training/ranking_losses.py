@@ -3,10 +3,11 @@
 ``mnrl_loss`` is ``MultipleNegativesRankingLoss`` (InfoNCE with in-batch negatives, k >= 0 hard negatives per
 anchor, its ``directions``, ``partition_mode`` and hardness weighting); ``gist_loss`` is ``GISTEmbedLoss`` (the
 same with the candidates a frozen guide model finds too close to the anchor left out); ``cosent_loss`` is
-``CoSENTLoss`` for scored pairs. Each is written on the global batch (as ``losses``): under ``jax.jit`` with a batch-sharded input
-the compiler gathers the negatives across devices, as s-t's ``gather_across_devices=True`` does, so the loss and
-its gradient are s-t's on the whole global batch. ``tests/test_ranking_losses.py`` and ``tests/test_gist.py`` check
-them against sentence-transformers 6.2.0 in float64 (relative error <= 1e-10 on the loss and on its gradient).
+``CoSENTLoss`` for scored pairs. Each is written on the global batch (as ``losses``): under ``jax.jit`` with a
+batch-sharded input the compiler gathers the negatives across devices, as s-t's ``gather_across_devices=True``
+does, so the loss and its gradient are s-t's on the whole global batch (for ``gist_loss``, see its docstring).
+``tests/test_ranking_losses.py`` and ``tests/test_gist.py`` check them against sentence-transformers 6.2.0 in
+float64 (relative error <= 1e-10 on the loss and on its gradient).
 
 References (sentence-transformers 6.2.0):
   ``sentence_transformers/sentence_transformer/losses/multiple_negatives_ranking.py``
@@ -344,7 +345,8 @@ def gist_left_out_share(
   guide = jax.lax.stop_gradient(guide)
   left_out = _gist_left_out(guide, margin_strategy, margin, contrast_anchors, contrast_positives)
   batch = guide.shape[0]
-  # Diagonals not counted: the positive (block anchor-positive), a text against itself (anchor-anchor, positive-positive).
+  # Diagonals not counted: the positive (anchor-positive block), each text against itself (anchor-anchor and
+  # positive-positive blocks).
   not_counted = [left == right or (left, right) == (0, 1) for left, right in left_out.blocks]
   counted = ~jnp.concatenate([jnp.eye(batch, dtype=bool) & diagonal for diagonal in not_counted], axis=1)
   return jnp.sum(left_out.cells & counted) / jnp.maximum(jnp.sum(counted), 1)

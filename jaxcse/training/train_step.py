@@ -14,9 +14,9 @@ the one place both the trainer and ``jaxcse.compile`` (ahead of time, for TPUs
 and GPUs) get the jitted step from, so what is compiled is what trains.
 Dropout masks come from ``fold_in(key(seed), step)``, so a resumed run
 retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's or
-GISTEmbed's frozen model) and ``augment_params`` (the frozen masked-LM that samples the
-"MLM k%" augmentation's replacements) are inputs, not part of the state: no
-gradient, no optimizer state, never saved.
+GISTEmbed's frozen model) and ``augment_params`` (the frozen masked-LM that
+samples the "MLM k%" augmentation's replacements) are inputs, not part of the
+state: no gradient, no optimizer state, never saved.
 """
 
 from __future__ import annotations
@@ -100,9 +100,9 @@ def embed_views(
   """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
 
   ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
-  (unsupervised) is duplicated into two views (unless not ``two_views``), which
-  get independent dropout masks because they are different rows of one forward
-  pass (SimCSE's formulation). Returns ``[batch, views, hidden]``.
+  (unsupervised) is duplicated into two views (with ``two_views``, the default),
+  which get independent dropout masks because they are different rows of one
+  forward pass (SimCSE's formulation). Returns ``[batch, views, hidden]``.
 
   ``same_dropout_mask`` (SimCSE's "fixed 0.1", one-column batches only): both
   views get one dropout mask. Two passes of the same sentence with the same mask
@@ -484,10 +484,10 @@ def make_train_step(
 
   ``complementary`` is the method's frozen complementary model (DCLR's, when its
   instance weighting uses one; GISTEmbed's guide), ``augment_mlm`` the frozen
-  masked-LM (with its MLM head)
-  that samples the replacements of ``config.augment.mlm``; the step takes their
-  params as its third and fourth arguments. With ``config.augment`` set, the
-  second view is transformed first (``_second_view``) with the key
+  masked-LM (with its MLM head) that samples the replacements of
+  ``config.augment.mlm``; the step takes their params as its third and fourth
+  arguments. With ``config.augment`` set, the second view is transformed first
+  (``_second_view``) with the key
   ``fold_in(fold_in(key(seed), step), _AUGMENT_KEY_TAG)``.
 
   With ``config.train.grad_cache_chunk = C > 0`` the gradient is GradCache's
