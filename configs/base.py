@@ -92,6 +92,21 @@ def get_config() -> ml_collections.ConfigDict:
   config.matryoshka.weights = ""  # Comma-separated, one per dim (any order of dims: paired as written); "": all 1.
   config.matryoshka.n_dims_per_step = -1  # -1: every dim each step; n: a random n of them each step.
 
+  # method="gist": sentence-transformers 6's GISTEmbedLoss (GISTEmbed, arXiv 2402.16829) on columns anchor, positive,
+  # negative_1..k: InfoNCE over [anchor-positive | anchor-anchor | positive-positive | anchor-negative] cosines, with
+  # the candidates a frozen guide model scores above the anchor's positive (minus the margin) left out.
+  config.gist = ml_collections.ConfigDict()
+  # The guide: a jaxcse workdir, Hugging Face folder or hub id with the model's vocabulary; "" = model.name (the
+  # starting model, frozen). It embeds the same tokens as the model, without dropout; no gradient, never saved.
+  config.gist.guide_model = ""
+  config.gist.temperature = 0.01  # Divides the cosines (s-t's default); > 0.
+  # absolute: leave out a candidate the guide scores above (its positive's score - margin); relative: above
+  # (score - |score| x margin), e.g. margin 0.05 keeps candidates up to 95% of the positive's score.
+  config.gist.margin_strategy = "absolute"
+  config.gist.margin = 0.0  # Any finite number; 0 leaves out what the guide scores above the positive.
+  config.gist.contrast_anchors = True  # Also contrast each anchor with the other anchors (the paper's, s-t's default).
+  config.gist.contrast_positives = True  # Also each positive with the other positives (False may help retrieval).
+
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
   # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.

@@ -319,7 +319,8 @@ class _Inputs:
   heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
   dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
   own_dev_sets: dev_sets_lib.OwnDevSets  # The config's own dev sets (eval.pairs, eval.retrieval), maybe none.
-  complementary: tuple[models.ModelSpec | None, Any]  # DCLR's complementary model (``configured.complementary``).
+  # The method's frozen complementary model (DCLR's, GISTEmbed's guide: ``configured.complementary``).
+  complementary: tuple[models.ModelSpec | None, Any]
   augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
   corpus_digests: dict[str, str] | None  # sha256 of the training corpus (``_corpus_digests``); None: TFDS.
 
@@ -354,7 +355,7 @@ def _read_inputs(config: ml_collections.ConfigDict, workdir: str, restart: bool,
     document_prompt=config.data.get("document_prompt", ""),
   )
   replicated = NamedSharding(mesh, PartitionSpec())
-  complementary = _frozen(configured.complementary(config), replicated)
+  complementary = _frozen(configured.complementary(config, spec), replicated)
   augment_mlm = _frozen(configured.augment_mlm(config, spec), replicated)
   return _Inputs(
     start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm, corpus_digests
@@ -484,7 +485,19 @@ def _corpus(config: ml_collections.ConfigDict, train_data=None):
     csv_format=_csv_format(config),
   )
   _check_labels(config, corpus)
+  _check_columns(config, corpus)
   return corpus
+
+
+def _check_columns(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses a corpus with fewer text columns than the method reads (``objectives.Objective.min_columns``)."""
+  columns = getattr(corpus, "text_columns", None) or tuple(corpus.columns)
+  needed = objectives.get(config.method).min_columns
+  if len(columns) < needed:
+    raise data_lib.DataError(
+      f"{corpus.path}: method {config.method} needs at least {needed} text columns (an anchor and its "
+      f"positive, then any hard negatives); this data has {len(columns)} ({', '.join(columns)})"
+    )
 
 
 def _check_labels(config: ml_collections.ConfigDict, corpus) -> None:
@@ -570,6 +583,7 @@ def _agree_across_processes(config, corpus: data_lib.Corpus, resume_step: int | 
     ("data", "train"),
     ("model", "name"),
     ("dclr", "complementary_model"),
+    ("gist", "guide_model"),
     ("augment", "mlm_model"),
   }
   # Paths may differ from host to host; what they point to is compared instead (corpus, initial params).

@@ -40,7 +40,7 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
 @pytest.mark.parametrize(
   "overrides, message",
   [
-    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, mlm"),
+    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, gist, mlm"),
     ({"eval.metric": "foo"}, r"unknown eval.metric 'foo'; choose one of stsb_dev, stsb_sickr_dev"),
     ({"model.pooler": "foo"}, r"unknown pooler 'foo'; choose one of cls, cls_before_pooler, avg"),
     ({"model.test_pooler": "max"}, r"unknown pooler 'max'"),
@@ -108,12 +108,14 @@ def test_every_numeric_config_field_has_its_range_checked():
     "augment.crop",
     "augment.word_deletion",
     "augment.mlm",
-    # Checked by their method's own check (objectives: _check_mnrl, _check_cosent), the only one that
-    # reads them.
+    # Checked by their method's own check (objectives: _check_mnrl, _check_cosent, _check_gist), the only one
+    # that reads them.
     "mnrl.scale",
     "mnrl.hardness_strength",
     "cosent.scale",
     "matryoshka.n_dims_per_step",  # matryoshka.Matryoshka.from_config, with the dims it draws from.
+    "gist.temperature",
+    "gist.margin",
   }
   unchecked = set()
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):

@@ -31,7 +31,7 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 from jaxcse.core import compat  # noqa: E402
-from jaxcse.training import configuration, distributed, losses, objectives, ranking_losses, train_step
+from jaxcse.training import configuration, configured, distributed, losses, objectives, ranking_losses, train_step
 from jaxcse import data as data_lib, models, train
 from tests import helpers  # noqa: E402
 
@@ -209,6 +209,8 @@ STEP_VARIANTS = {
   "cosent": ("cosent", (0, 1), {}),
   # Matryoshka over a loss that couples rows (tests/test_matryoshka.py checks it against s-t).
   "mnrl_k1_matryoshka": ("mnrl", (0, 1, 2), {"matryoshka.dims": "32,16,8", "matryoshka.weights": "1,0.5,0.25"}),
+  # GISTEmbed guided by the tiny model's folder (its pooler layer, while the trained model pools through the MLP).
+  "gist_k1": ("gist", (0, 1, 2), {"gist.guide_model": "MODEL_DIR"}),
 }
 
 
@@ -229,6 +231,7 @@ def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: b
 def _variant_step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropout: float) -> tuple[dict, dict]:
   """One SGD step at lr 1 of variant ``name`` on all visible devices, in float64 (call under enable_x64)."""
   method, columns, overrides = STEP_VARIANTS[name]
+  overrides = {k: model_dir if v == "MODEL_DIR" else v for k, v in overrides.items()}
   config = helpers.tiny_config(
     model_dir,
     data_dir,
@@ -241,13 +244,16 @@ def _variant_step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropo
   spec, params = helpers.in_float64(*models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed))
   batch = _variant_batch(spec.tokenizer, data_dir, columns, method == "cosent", config.seed)
   mesh = distributed.make_mesh()
+  replicated = NamedSharding(mesh, PartitionSpec())
   tx = optax.sgd(1.0)
-  state = jax.device_put(
-    train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)),
-    NamedSharding(mesh, PartitionSpec()),
-  )
-  step = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
-  state, metrics = step(state, jax.device_put(batch, NamedSharding(mesh, PartitionSpec("data"))))
+  state = jax.device_put(train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params)), replicated)
+  frozen, frozen_params = None, None  # The method's frozen model (gist's guide), as the trainer loads it.
+  if objectives.needs(config).complementary:
+    built = configured.complementary(config, spec)
+    frozen, frozen_params = helpers.in_float64(built.spec, built.params)
+    frozen_params = jax.device_put(frozen_params, replicated)
+  step = jax.jit(train_step.make_train_step(config, spec, tx, frozen), donate_argnums=0)
+  state, metrics = step(state, jax.device_put(batch, NamedSharding(mesh, PartitionSpec("data"))), frozen_params)
   return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
 
 

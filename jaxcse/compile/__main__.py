@@ -285,7 +285,7 @@ def _define_flags():
     "columns",
     0,
     "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
-    "triplets; else 1). The corpus is never read.",
+    "triplets; else 1, or 2 for a method that needs pairs: gist). The corpus is never read.",
   )
   flags.DEFINE_string(
     "cache_dir",

@@ -53,9 +53,11 @@ def stand_in_total_steps(config: ml_collections.ConfigDict) -> int:
 
 
 def default_columns(config: ml_collections.ConfigDict) -> int:
-  """Sentence columns of a batch, from the corpus's kind (never read): 3 for a csv (SimCSE's NLI triplets), else 1."""
+  """Sentence columns of a batch, from the corpus's kind (never read): 3 for a csv (SimCSE's NLI triplets), else 1;
+  at least the method's ``min_columns`` (2 for gist: an anchor and its positive)."""
   train = config.data.train
-  return 3 if train.endswith(".csv") and not config.data.pack else 1
+  columns = 3 if train.endswith(".csv") and not config.data.pack else 1
+  return max(columns, objectives.get(config.method).min_columns)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,7 +89,7 @@ def train_step_program(
   if batch_size % mesh.size:
     raise configuration.ConfigError(f"train.batch_size {batch_size} must be divisible by the {mesh.size} devices")
   model = configured.model(config, abstract=True)
-  complementary = configured.complementary(config, abstract=True)
+  complementary = configured.complementary(config, model.spec, abstract=True)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
   augment_mlm = configured.augment_mlm(config, model.spec, abstract=True)
   jitted = step_lib.jit_train_step(

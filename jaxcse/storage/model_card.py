@@ -26,6 +26,7 @@ LOSS_SECTIONS = {
   "mlm": ("mlm",),
   "mnrl": ("mnrl",),
   "cosent": ("cosent",),
+  "gist": ("gist",),
 }
 # Hyperparameters that change the result, by config path, in the order the card lists them.
 HYPERPARAMETERS = (
@@ -57,6 +58,8 @@ REFERENCES = {
   "mnrl": "Henderson et al. Efficient Natural Language Response Suggestion for Smart Reply. 2017 (the "
   "MultipleNegativesRankingLoss of sentence-transformers).",
   "cosent": "Su. CoSENT: a more efficient sentence vector scheme than Sentence-BERT. 2022.",
+  "gist": "Solatorio. GISTEmbed: Guided In-sample Selection of Training Negatives for Text Embedding Fine-tuning. "
+  "arXiv 2402.16829, 2024 (the GISTEmbedLoss of sentence-transformers).",
 }
 
 

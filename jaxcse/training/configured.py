@@ -1,11 +1,11 @@
 """The models a config asks for, built once: with their weights (training, evaluation) or as shapes (compiling).
 
-``model(config)`` is the model a fresh run starts from; ``complementary(config)`` DCLR's frozen complementary
-model; ``augment_mlm(config, spec)`` the frozen masked LM of SimCSE's "MLM k%" augmentation. Each takes
-``abstract``: False reads the weights (the trainer); True reads only the model's description and gives params as
-``jax.ShapeDtypeStruct`` leaves (``jaxcse-compile``, which runs where the weights may not be). Both ways build
-the spec with ``models.build_spec`` and the params' tree from ``models.init_params``, so what is compiled ahead
-of time is what trains.
+``model(config)`` is the model a fresh run starts from; ``complementary(config)`` the method's frozen
+complementary model (DCLR's, GISTEmbed's guide); ``augment_mlm(config, spec)`` the frozen masked LM of SimCSE's
+"MLM k%" augmentation. Each takes ``abstract``: False reads the weights (the trainer); True reads only the model's
+description and gives params as ``jax.ShapeDtypeStruct`` leaves (``jaxcse-compile``, which runs where the weights
+may not be). Both ways build the spec with ``models.build_spec`` and the params' tree from ``models.init_params``,
+so what is compiled ahead of time is what trains.
 
 Without weights, a model's shape comes from ``model_shape``: a local folder's ``config.json`` (or a path to
 one), the encoder shipped with jaxcse, a hub snapshot already in the Hugging Face cache, or the published shapes
@@ -355,32 +355,83 @@ def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
   return Built(spec, _abstract_params(spec, config.seed), shape.source)
 
 
-def complementary(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built | None:
-  """DCLR's frozen complementary model, or None when the config does not use one.
+def complementary(
+  config: ml_collections.ConfigDict, spec: models.ModelSpec | None = None, *, abstract: bool = False
+) -> Built | None:
+  """The frozen complementary model the config's method asks for (``objectives.EncoderNeeds``), or None.
 
-  Its embeddings are the representation its threshold phi was tuned for: the official code's complementary
-  model is an unsupervised SimCSE checkpoint run through BERT's pooler layer, which in SimCSE's released
-  checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls`` (pooler layer), and
-  a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
+  DCLR's (``dclr.complementary_model``) is embedded with the representation its threshold phi was tuned for: the
+  official code's complementary model is an unsupervised SimCSE checkpoint run through BERT's pooler layer, which
+  in SimCSE's released checkpoints holds the trained MLP. So a Hugging Face folder is embedded with its ``cls``
+  (pooler layer), and a jaxcse workdir with its training pooler (``cls``: the MLP output), not its test pooler.
+  GISTEmbed's guide (``gist.guide_model``) is embedded as it encodes: a workdir's test pooler, a folder's
+  sentence-transformers pooling (else ``cls``).
+
+  ``spec``, the trained model's, checks that the frozen model reads the same token ids (``check_complementary``).
   """
-  if not objectives.needs(config).complementary:
+  needs = objectives.needs(config)
+  if not needs.complementary:
     return None
-  path = config.dclr.complementary_model
+  path, revision = needs.complementary_model, needs.complementary_revision or None
+  as_trained = needs.complementary_embedding == "training"
   if not abstract:
-    loaded = loading.load_model(path)
-    spec = loaded.spec
-    if loaded.described:
-      spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
-    return Built(spec, loaded.params, path)
-  workdir = checkpoints.find_workdir(path)
-  if workdir is not None:
-    spec = checkpoints.description(workdir)
-    spec = dataclasses.replace(spec, pooling=models.PoolerSpec(spec.pooling.pooler))
-    return Built(spec, _abstract_params(spec, 0), f"workdir {workdir}")
-  shape = model_shape(path)
-  pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
-  spec = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
-  return Built(spec, _abstract_params(spec, 0), shape.source)
+    loaded = loading.load_model(path, revision=revision)
+    frozen = loaded.spec
+    if loaded.described and as_trained:
+      frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
+    built = Built(frozen, loaded.params, path)
+  else:
+    workdir = checkpoints.find_workdir(path)
+    if workdir is not None:
+      frozen = checkpoints.description(workdir)
+      if as_trained:
+        frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
+      built = Built(frozen, _abstract_params(frozen, 0), f"workdir {workdir}")
+    else:
+      shape = model_shape(path, revision=revision)
+      pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
+      frozen = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
+      built = Built(frozen, _abstract_params(frozen, 0), shape.source)
+  if spec is not None:
+    check_complementary(config, spec, built.spec)
+  return built
+
+
+def _vocabulary(spec: models.ModelSpec) -> dict[str, int] | None:
+  """The spec's tokenizer's vocabulary, or None when unknown (a published shape has only its special ids)."""
+  tokenizer = spec.tokenizer
+  if tokenizer is None or (isinstance(tokenizer, SpecialTokens) and tokenizer.vocab is None):
+    return None
+  return dict(tokenizer.get_vocab())
+
+
+def check_complementary(config: ml_collections.ConfigDict, spec: models.ModelSpec, frozen: models.ModelSpec) -> None:
+  """Raises ``ConfigError`` unless the frozen model can embed the trained model's token ids as its own text.
+
+  It gets the batch's ids as they are (no retokenizing), so it needs the same vocabulary (where a vocabulary is
+  not known, as for a published shape, the same vocabulary size and padding id) and at least
+  ``data.max_seq_len`` positions. (sentence-transformers' GISTEmbedLoss retokenizes the decoded text for a guide
+  with another vocabulary or a shorter length; jaxcse refuses it.)
+  """
+  needs = objectives.needs(config)
+  field, name = needs.complementary_field, needs.complementary_model
+  mine, theirs = _vocabulary(spec), _vocabulary(frozen)
+  if mine is not None and theirs is not None:
+    same = mine == theirs
+  else:
+    same = spec.hf_config.vocab_size == frozen.hf_config.vocab_size and getattr(
+      spec.hf_config, "pad_token_id", None
+    ) == getattr(frozen.hf_config, "pad_token_id", None)
+  if not same:
+    raise configuration.ConfigError(
+      f"{field}: {name}'s vocabulary is not the trained model's ({spec.source or config.model.name}): it would "
+      "read the batch's token ids as other words; choose a model with the same tokenizer"
+    )
+  if frozen.max_positions < config.data.max_seq_len:
+    raise configuration.ConfigError(
+      f"{field}: {name} embeds at most {frozen.max_positions} positions, fewer than data.max_seq_len="
+      f"{config.data.max_seq_len}; set data.max_seq_len <= {frozen.max_positions} or choose another model"
+    )
 
 
 def augment_mlm(config: ml_collections.ConfigDict, spec: models.ModelSpec, *, abstract: bool = False) -> Built | None:

@@ -59,14 +59,25 @@ class EncoderNeeds:
   Attributes:
     attend_padding: the encoder attends to padding (a released code that passes no attention mask): the trained
       model, the complementary model and the evaluations during training.
-    complementary: the step gets a frozen complementary model's embeddings of the same batch (DCLR's instance
-      weighting); ``config.dclr.complementary_model`` names it.
+    complementary: the step gets a frozen complementary model's embeddings of the same batch, its loss's
+      ``complementary`` argument (DCLR's instance weighting; GISTEmbed's guide).
     complementary_dropout: the complementary model runs with dropout on.
+    complementary_model: its name: a jaxcse workdir, a Hugging Face folder or hub id (``configured.complementary``
+      loads it).
+    complementary_revision: for a hub id, the branch, tag or commit ("" = main).
+    complementary_field: the config field that names it, for messages (e.g. ``dclr.complementary_model``).
+    complementary_embedding: which embedding of it the loss gets: ``training`` (DCLR's: a jaxcse workdir's training
+      pooler, a Hugging Face folder's; a one-column batch embedded as its two views) or ``sentence`` (the model's
+      sentence embedding, as it encodes: a workdir's test pooler, a folder's; the batch's columns as they are).
   """
 
   attend_padding: bool = False
   complementary: bool = False
   complementary_dropout: bool = False
+  complementary_model: str = ""
+  complementary_revision: str = ""
+  complementary_field: str = ""
+  complementary_embedding: str = "training"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +113,8 @@ class Objective:
     encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
     labels: the loss reads a gold score per example: the batch's ``"labels"`` (float ``[batch]``), passed to
       ``loss`` as ``labels=``.
+    min_columns: the fewest text columns its training data may have (2: an anchor and its positive; the trainer
+      refuses a corpus with fewer before it writes anything).
     doc: one line for ``--help`` and errors.
   """
 
@@ -112,6 +125,7 @@ class Objective:
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
   labels: bool = False
+  min_columns: int = 1
   doc: str = ""
 
   def __post_init__(self):
@@ -255,6 +269,8 @@ def _dclr_encoder(config) -> EncoderNeeds:
     attend_padding=released,
     complementary=_dclr_weighting(config) == "complementary",
     complementary_dropout=bool(config.dclr.complementary_dropout) or released,
+    complementary_model=config.dclr.complementary_model,
+    complementary_field="dclr.complementary_model",
   )
 
 
@@ -360,6 +376,58 @@ def _check_cosent(config):
     raise ValueError(f"cosent.scale must be positive, not {scale!r}")
 
 
+def _gist_settings(config) -> dict:
+  g = config.gist
+  return dict(
+    temperature=g.temperature,
+    margin_strategy=g.margin_strategy,
+    margin=g.margin,
+    contrast_anchors=g.contrast_anchors,
+    contrast_positives=g.contrast_positives,
+  )
+
+
+def _gist(config, z, rng, complementary):
+  """sentence-transformers 6's GISTEmbedLoss: columns anchor, positive, hard negatives 1..k; ``complementary`` the
+  guide's embeddings of the batch's columns (``[batch, columns, guide_dim]``)."""
+  del rng
+  if complementary.shape[1] < 2:
+    raise ValueError(
+      f"method gist trains on pairs (anchor, positive, hard negatives): this batch has {complementary.shape[1]} "
+      "text column (jaxcse-compile: pass --columns 2 or more)"
+    )
+  settings = _gist_settings(config)
+  left_out = ranking_losses.gist_left_out_share(complementary, **settings)
+  return ranking_losses.gist_loss(z, complementary, **settings), {"gist/left_out_frac": left_out}
+
+
+def _check_gist(config):
+  if "gist" not in config:
+    raise ValueError(
+      "method gist needs the config block gist (guide_model, temperature, margin_strategy, margin, "
+      "contrast_anchors, contrast_positives): configs/base.py has it"
+    )
+  ranking_losses.check_gist_settings(**_gist_settings(config), prefix="gist.")
+  if not config.gist.guide_model and config.model.init != "pretrained":
+    raise ValueError(
+      "gist.guide_model is empty, which means the starting model (model.name), and model.init="
+      f"{config.model.init} has none: name a guide (a jaxcse workdir, Hugging Face folder or hub id)"
+    )
+
+
+def _gist_encoder(config) -> EncoderNeeds:
+  """The guide: ``gist.guide_model``, else the starting model (``model.name`` at ``model.revision``), frozen and
+  without dropout (s-t's guide runs under ``no_grad`` in eval mode), embedding as it encodes."""
+  guide = config.gist.guide_model
+  return EncoderNeeds(
+    complementary=True,
+    complementary_model=guide or config.model.name,
+    complementary_revision="" if guide else config.model.revision,
+    complementary_field="gist.guide_model",
+    complementary_embedding="sentence",
+  )
+
+
 register(
   Objective(
     "simcse",
@@ -400,6 +468,17 @@ register(
     check_config=_check_cosent,
     labels=True,
     doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score",
+  )
+)
+register(
+  Objective(
+    "gist",
+    loss=_gist,
+    check_config=_check_gist,
+    encoder=_gist_encoder,
+    min_columns=2,
+    doc="GISTEmbed (sentence-transformers' GISTEmbedLoss): in-batch and hard negatives a frozen guide model scores "
+    "above the positive left out",
   )
 )
 register(

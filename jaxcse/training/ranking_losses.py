@@ -1,21 +1,27 @@
 """Ranking losses on pairs and tuples as sentence-transformers 6 defines them, as pure functions.
 
 ``mnrl_loss`` is ``MultipleNegativesRankingLoss`` (InfoNCE with in-batch negatives, k >= 0 hard negatives per
-anchor, its ``directions``, ``partition_mode`` and hardness weighting); ``cosent_loss`` is ``CoSENTLoss`` for
-scored pairs. Each is written on the global batch (as ``losses``): under ``jax.jit`` with a batch-sharded input
-the compiler gathers the negatives across devices, as s-t's ``gather_across_devices=True`` does, so the loss and
-its gradient are s-t's on the whole global batch. ``tests/test_ranking_losses.py`` checks both against
-sentence-transformers 6.2.0 in float64 (relative error <= 1e-10 on the loss and on its gradient).
+anchor, its ``directions``, ``partition_mode`` and hardness weighting); ``gist_loss`` is ``GISTEmbedLoss`` (the
+same with the candidates a frozen guide model finds too close to the anchor left out); ``cosent_loss`` is
+``CoSENTLoss`` for scored pairs. Each is written on the global batch (as ``losses``): under ``jax.jit`` with a
+batch-sharded input the compiler gathers the negatives across devices, as s-t's ``gather_across_devices=True``
+does, so the loss and its gradient are s-t's on the whole global batch (for ``gist_loss``, see its docstring).
+``tests/test_ranking_losses.py`` and ``tests/test_gist.py`` check them against sentence-transformers 6.2.0 in
+float64 (relative error <= 1e-10 on the loss and on its gradient).
 
 References (sentence-transformers 6.2.0):
   ``sentence_transformers/sentence_transformer/losses/multiple_negatives_ranking.py``
   (``MultipleNegativesRankingLoss.compute_loss_from_embeddings``) and
-  ``sentence_transformers/sentence_transformer/losses/cosent.py`` (``CoSENTLoss.compute_loss_from_embeddings``).
+  ``sentence_transformers/sentence_transformer/losses/cosent.py`` (``CoSENTLoss.compute_loss_from_embeddings``),
+  ``sentence_transformers/sentence_transformer/losses/gist_embed.py`` (``GISTEmbedLoss.forward``) and
+  ``cached_gist_embed.py`` (``CachedGISTEmbedLoss.calculate_loss``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +34,8 @@ DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
 PARTITION_MODES = ("joint", "per_direction")
 # s-t's hardness_mode None is "none" here (a config string).
 HARDNESS_MODES = ("none", "in_batch_negatives", "hard_negatives", "all_negatives")
+# GISTEmbedLoss's margin_strategy: the margin subtracted from the guide's positive score as is, or scaled by it.
+MARGIN_STRATEGIES = ("absolute", "relative")
 
 
 def check_mnrl_settings(
@@ -183,6 +191,165 @@ def mnrl_loss(
   positive = logits["query_to_doc"][rows, rows]
   log_z = sum(jax.nn.logsumexp(block, axis=1) for block in logits.values()) / len(logits)
   return jnp.mean(log_z - positive)
+
+
+def check_gist_settings(
+  temperature: float,
+  margin_strategy: str,
+  margin: float,
+  contrast_anchors: bool,
+  contrast_positives: bool,
+  *,
+  prefix: str = "",
+) -> None:
+  """Raises ``ValueError`` (one line naming the setting) for a setting ``gist_loss`` cannot take.
+
+  ``temperature`` a finite number > 0 (it divides the cosines); ``margin_strategy`` one of ``MARGIN_STRATEGIES``
+  (s-t's constructor refuses any other); ``margin`` any finite number (s-t takes any float: a negative margin
+  keeps candidates up to ``|margin|`` above the positive); the two flags booleans. ``prefix`` goes before each
+  setting's name in the message (``"gist."`` for the config block).
+  """
+  if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
+    raise ValueError(f"{prefix}temperature must be a finite number > 0, not {temperature!r}")
+  if margin_strategy not in MARGIN_STRATEGIES:
+    raise ValueError(f"{prefix}margin_strategy must be one of {', '.join(MARGIN_STRATEGIES)}, not {margin_strategy!r}")
+  if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
+    raise ValueError(f"{prefix}margin must be a finite number, not {margin!r}")
+  for name, flag in (("contrast_anchors", contrast_anchors), ("contrast_positives", contrast_positives)):
+    if not isinstance(flag, bool):
+      raise ValueError(f"{prefix}{name} must be True or False, not {flag!r}")
+
+
+def gist_loss(
+  z: jax.Array,
+  guide: jax.Array,
+  *,
+  temperature: float = 0.01,
+  margin_strategy: str = "absolute",
+  margin: float = 0.0,
+  contrast_anchors: bool = True,
+  contrast_positives: bool = True,
+) -> jax.Array:
+  r"""sentence-transformers 6's ``GISTEmbedLoss`` on the global batch's embeddings and a guide's of the same texts.
+
+  GISTEmbed (Solatorio 2024) is InfoNCE whose in-batch and hard negatives are filtered by a frozen guide model:
+  a candidate the guide scores above the guide's own score of the anchor's positive (minus a margin) is taken as
+  a false negative and left out of the softmax. With ``cos`` the cosine similarity, ``a, p`` the anchors and
+  positives (``z[:, 0]``, ``z[:, 1]``), ``n^c`` hard negative column ``c`` (``z[:, 2 + c]``) and ``g(.)`` the
+  guide's embeddings of the same texts, row ``i``'s threshold is
+
+  * ``absolute``: ``t_i = cos(g(a_i), g(p_i)) - margin``;
+  * ``relative``: ``t_i = cos(g(a_i), g(p_i)) - |cos(g(a_i), g(p_i))| * margin``,
+
+  and its logits, ``-inf`` where the guide's cosine of the same pair is ``> t_i``, are the blocks
+
+  * ``cos(a_i, p_j)`` for every row ``j`` (the positive ``j = i`` is never left out);
+  * ``cos(a_i, a_j)`` for every ``j`` (``contrast_anchors``; ``j = i`` included, as s-t: the guide's
+    ``cos(g(a_i), g(a_i)) = 1`` leaves it out unless the positive's guide score is 1 too);
+  * ``cos(p_i, p_j)`` for every ``j`` (``contrast_positives``; likewise);
+  * ``cos(a_i, n^c_j)`` for every ``j``, one block per hard negative column ``c``,
+
+  joined in this order and divided by ``temperature``; the loss is the mean over rows of the cross-entropy with
+  the positive ``cos(a_i, p_i)`` as the label. A single hard negative column is ``GISTEmbedLoss.forward``; any
+  number is ``CachedGISTEmbedLoss``'s (``GISTEmbedLoss`` refuses more than one, its cached form takes them all,
+  block by block as here); both are checked in float64 (``tests/test_gist.py``).
+
+  On several devices the loss is the global batch's (the compiler gathers the candidates), which is s-t's on one
+  device holding the global batch. s-t's ``gather_across_devices=True`` gathers the positives and negatives but
+  not the anchors, so its ``cos(a_i, a_j)`` block holds only the anchors of the anchor's own device; here it holds
+  every anchor of the batch, whatever the device count.
+
+  Args:
+    z: ``[batch, 2 + k, dim]``: anchor, positive, hard negatives 1..k (k >= 0), of the model being trained.
+    guide: ``[batch, 2 + k, guide_dim]``: the guide model's embeddings of the same texts (any width); it only
+      chooses which logits are left out, so no gradient reaches it.
+    temperature: divides the cosines (s-t's default 0.01); > 0.
+    margin_strategy: ``absolute`` or ``relative`` (``MARGIN_STRATEGIES``).
+    margin: the margin below the guide's positive score from which a candidate is left out (any finite number;
+      0 leaves out what the guide scores above the positive).
+    contrast_anchors: include the anchor-anchor block.
+    contrast_positives: include the positive-positive block.
+
+  Returns:
+    A scalar: the mean over the ``batch`` rows.
+
+  Example:
+    >>> import jax.numpy as jnp
+    >>> z = jnp.stack([jnp.eye(2), jnp.eye(2)], axis=1)  # Two rows, each its own positive.
+    >>> # A guide that scores every pair alike (cosine 1): with margin 0.1 every candidate but the positive is
+    >>> # above the threshold 1 - 0.1, a false negative, left out; each row's softmax holds the positive alone.
+    >>> float(gist_loss(z, jnp.ones((2, 2, 3)), margin=0.1))
+    0.0
+
+  References:
+    Solatorio, "GISTEmbed: Guided In-sample Selection of Training Negatives for Text Embedding Fine-tuning",
+    arXiv 2402.16829 (https://huggingface.co/papers/2402.16829); sentence-transformers 6.2.0,
+    ``GISTEmbedLoss.forward`` and ``CachedGISTEmbedLoss.calculate_loss``.
+  """
+  if z.ndim != 3 or z.shape[1] < 2:
+    raise ValueError(f"z must be [batch, 2 + k, dim] (anchor, positive, k hard negatives); got {z.shape}")
+  if guide.ndim != 3 or guide.shape[:2] != z.shape[:2]:
+    raise ValueError(
+      f"guide must be [batch, columns, guide_dim] with z's batch and columns {z.shape[:2]}; got {guide.shape}"
+    )
+  check_gist_settings(temperature, margin_strategy, margin, contrast_anchors, contrast_positives)
+  left_out = _gist_left_out(
+    jax.lax.stop_gradient(guide).astype(z.dtype), margin_strategy, margin, contrast_anchors, contrast_positives
+  )
+  cosines = [cosine_similarity_matrix(z[:, left], z[:, right]) for left, right in left_out.blocks]
+  logits = jnp.where(left_out.cells, -jnp.inf, jnp.concatenate(cosines, axis=1)) / temperature
+  return optax.softmax_cross_entropy_with_integer_labels(logits, jnp.arange(z.shape[0])).mean()
+
+
+class _LeftOut(NamedTuple):
+  blocks: list[tuple[int, int]]  # (row column, candidate column) of each block, in gist_loss's order.
+  cells: jax.Array  # [batch, blocks * batch] booleans: the logits left out.
+
+
+def _gist_left_out(
+  guide: jax.Array, margin_strategy: str, margin: float, contrast_anchors: bool, contrast_positives: bool
+) -> _LeftOut:
+  """``gist_loss``'s blocks and the cells its guide leaves out (s-t's ``mask_false_negatives``, block by block)."""
+  batch, columns = guide.shape[0], guide.shape[1]
+  blocks = [(0, 1)] + [(0, 0)] * contrast_anchors + [(1, 1)] * contrast_positives
+  blocks += [(0, c) for c in range(2, columns)]
+  guide_cosines = [cosine_similarity_matrix(guide[:, left], guide[:, right]) for left, right in blocks]
+  positive_score = jnp.diagonal(guide_cosines[0])[:, None]
+  if margin_strategy == "absolute":
+    threshold = positive_score - margin
+  else:
+    threshold = positive_score - jnp.abs(positive_score) * margin
+  cells = jnp.concatenate(guide_cosines, axis=1) > threshold
+  # The positive (column i of the first block) is never left out.
+  positive = jnp.zeros_like(cells).at[:, :batch].set(jnp.eye(batch, dtype=bool))
+  return _LeftOut(blocks, cells & ~positive)
+
+
+def gist_left_out_share(
+  guide: jax.Array,
+  *,
+  margin_strategy: str = "absolute",
+  margin: float = 0.0,
+  contrast_anchors: bool = True,
+  contrast_positives: bool = True,
+  temperature: float | None = None,
+) -> jax.Array:
+  """The share of ``gist_loss``'s candidates that the guide leaves out, for the training log (no gradient).
+
+  Counted over every block's cells but the positive and each text against itself (in the anchor-anchor and
+  positive-positive blocks, which any guide scoring the positive below 1 leaves out): the other rows' texts and
+  every hard negative, the row's own included. ``guide`` ``[batch, 2 + k, guide_dim]``; the settings are
+  ``gist_loss``'s (``temperature`` is accepted and unused, so that both take the same settings).
+  """
+  del temperature
+  guide = jax.lax.stop_gradient(guide)
+  left_out = _gist_left_out(guide, margin_strategy, margin, contrast_anchors, contrast_positives)
+  batch = guide.shape[0]
+  # Diagonals not counted: the positive (anchor-positive block), each text against itself (anchor-anchor and
+  # positive-positive blocks).
+  not_counted = [left == right or (left, right) == (0, 1) for left, right in left_out.blocks]
+  counted = ~jnp.concatenate([jnp.eye(batch, dtype=bool) & diagonal for diagonal in not_counted], axis=1)
+  return jnp.sum(left_out.cells & counted) / jnp.maximum(jnp.sum(counted), 1)
 
 
 def cosent_loss(z1: jax.Array, z2: jax.Array, labels: jax.Array, *, scale: float = 20.0) -> jax.Array:

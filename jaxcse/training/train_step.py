@@ -13,10 +13,10 @@ metrics)``; ``jit_train_step(..., mesh, augment_mlm=...)`` jits it as it runs:
 the one place both the trainer and ``jaxcse.compile`` (ahead of time, for TPUs
 and GPUs) get the jitted step from, so what is compiled is what trains.
 Dropout masks come from ``fold_in(key(seed), step)``, so a resumed run
-retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's
-frozen model) and ``augment_params`` (the frozen masked-LM that samples the
-"MLM k%" augmentation's replacements) are inputs, not part of the state: no
-gradient, no optimizer state, never saved.
+retraces the uninterrupted one exactly. ``complementary_params`` (DCLR's or
+GISTEmbed's frozen model) and ``augment_params`` (the frozen masked-LM that
+samples the "MLM k%" augmentation's replacements) are inputs, not part of the
+state: no gradient, no optimizer state, never saved.
 """
 
 from __future__ import annotations
@@ -95,13 +95,14 @@ def embed_views(
   *,
   train: bool = True,
   same_dropout_mask: bool = False,
+  two_views: bool = True,
 ) -> jax.Array:
   """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
 
   ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
-  (unsupervised) is duplicated into two views, which get independent dropout
-  masks because they are different rows of one forward pass (SimCSE's
-  formulation). Returns ``[batch, views, hidden]``.
+  (unsupervised) is duplicated into two views (with ``two_views``, the default),
+  which get independent dropout masks because they are different rows of one
+  forward pass (SimCSE's formulation). Returns ``[batch, views, hidden]``.
 
   ``same_dropout_mask`` (SimCSE's "fixed 0.1", one-column batches only): both
   views get one dropout mask. Two passes of the same sentence with the same mask
@@ -123,7 +124,7 @@ def embed_views(
       rngs={"dropout": rng} if train else {},
     )
     return jnp.stack([z, z], axis=1)
-  ids, mask, b, v = flat_views(batch)
+  ids, mask, b, v = flat_views(batch, two_views=two_views)
   z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
   return z.reshape(b, v, -1)
 
@@ -450,15 +451,19 @@ def value_and_grad(
 
 
 def _complementary_embeddings(complementary: models.ModelSpec, needs: objectives.Needs):
-  """DCLR's frozen complementary model: ``(params, batch, key, num_chunks) -> [batch, views, hidden]``, no gradient.
+  """The method's frozen complementary model (DCLR's, GISTEmbed's guide): ``(params, batch, key, num_chunks) ->
+  [batch, views, hidden]``, no gradient.
 
-  With GradCache it embeds chunk by chunk (chunk ``i`` with ``split(key, num_chunks)[i]``), in one chunk's memory.
+  A one-column batch is embedded as its two views for DCLR (``complementary_embedding`` ``training``), as one
+  column for a guide (``sentence``: the texts as they are). With GradCache it embeds chunk by chunk (chunk ``i``
+  with ``split(key, num_chunks)[i]``), in one chunk's memory.
   """
   module = complementary.module_for(complementary.pooling.test_pooler, attend_padding=needs.attend_padding)
   dropout = needs.complementary_dropout
+  two_views = needs.complementary_embedding == "training"
 
   def embed(params, batch, key):
-    return jax.lax.stop_gradient(embed_views(module, params, batch, key, train=dropout))
+    return jax.lax.stop_gradient(embed_views(module, params, batch, key, train=dropout, two_views=two_views))
 
   def apply(params, batch, key, num_chunks):
     if not num_chunks:
@@ -491,11 +496,12 @@ def make_train_step(
 ):
   """The pure train step ``(state, batch, complementary_params=None, augment_params=None) -> (state, metrics)``.
 
-  ``complementary`` is DCLR's frozen complementary model (when its instance
-  weighting uses one), ``augment_mlm`` the frozen masked-LM (with its MLM head)
-  that samples the replacements of ``config.augment.mlm``; the step takes their
-  params as its third and fourth arguments. With ``config.augment`` set, the
-  second view is transformed first (``_second_view``) with the key
+  ``complementary`` is the method's frozen complementary model (DCLR's, when its
+  instance weighting uses one; GISTEmbed's guide), ``augment_mlm`` the frozen
+  masked-LM (with its MLM head) that samples the replacements of
+  ``config.augment.mlm``; the step takes their params as its third and fourth
+  arguments. With ``config.augment`` set, the second view is transformed first
+  (``_second_view``) with the key
   ``fold_in(fold_in(key(seed), step), _AUGMENT_KEY_TAG)``.
 
   With ``config.train.grad_cache_chunk = C > 0`` the gradient is GradCache's
@@ -508,7 +514,7 @@ def make_train_step(
   """
   needs = objectives.needs(config)
   if needs.complementary and complementary is None:
-    raise ValueError(f"{config.method} needs a complementary model (config.dclr.complementary_model)")
+    raise ValueError(f"{config.method} needs a complementary model (config.{needs.complementary_field})")
   # None when the config uses none (e.g. DCLR without instance weighting, or weighting by the model itself).
   embed_complementary = _complementary_embeddings(complementary, needs) if needs.complementary else None
   loss = StepLoss.from_config(config, spec)
