@@ -61,6 +61,8 @@ class Options:
 
   ``range_max`` None takes sentence-transformers' default (``resolved``). ``seed`` seeds ``random`` sampling.
   ``block_rows``: queries scored against the whole corpus at a time (None: as many as ``SCORE_BLOCK_BYTES`` holds).
+  ``use_faiss``: search with FAISS's exact inner-product index (``IndexFlatIP``, the ``faiss`` extra), as
+  sentence-transformers' ``use_faiss=True`` does, instead of jaxcse's blocked ``jax.lax.top_k``.
   """
 
   range_min: int = 0
@@ -75,6 +77,7 @@ class Options:
   output_scores: bool = False
   seed: int = 0
   block_rows: int | None = None
+  use_faiss: bool = False
 
   def check(self) -> None:
     """Raises ``MiningError`` for what no data can make work (run before anything is read)."""
@@ -92,6 +95,8 @@ class Options:
         raise MiningError(f"{name} must be a finite number, not {value}")
     if self.block_rows is not None and self.block_rows < 1:
       raise MiningError(f"block_rows must be at least 1, not {self.block_rows}")
+    if self.use_faiss:
+      _faiss()  # Missing: one line now, before the data is read and the model loads.
     if self.range_max is not None:
       self._check_window(self.range_max)
 
@@ -163,20 +168,39 @@ def _search():
   return jax.jit(search, static_argnames="k")
 
 
+def _faiss():
+  """The ``faiss`` module, or ``MiningError`` saying how to install it."""
+  try:
+    import faiss
+  except ImportError:
+    raise MiningError('use_faiss needs FAISS: pip install "jaxcse[faiss]" (or faiss-cpu)') from None
+  return faiss
+
+
 def top_k(
-  queries: np.ndarray, corpus: np.ndarray, k: int, *, block_rows: int | None = None, progress: Progress | None = None
+  queries: np.ndarray,
+  corpus: np.ndarray,
+  k: int,
+  *,
+  block_rows: int | None = None,
+  progress: Progress | None = None,
+  use_faiss: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
   """Exact top ``k`` of ``queries @ corpus.T`` per query: ``(scores float32, indices int64)``, each ``[n, k]``.
 
-  Best first; equal scores keep the lower corpus index first (``jax.lax.top_k``). Queries go ``block_rows`` at a
-  time against the whole corpus (default: as many as ``SCORE_BLOCK_BYTES`` of scores), all blocks of one shape.
+  Best first; equal scores keep the lower corpus index first (``jax.lax.top_k``; FAISS's order among equal scores
+  is its own). Queries go ``block_rows`` at a time against the whole corpus (default: as many as
+  ``SCORE_BLOCK_BYTES`` of scores), all blocks of one shape. ``use_faiss``: FAISS's ``IndexFlatIP`` (exact, on the
+  CPU) does the search instead.
   """
-  import jax
-
   n, size = len(queries), len(corpus)
   if not 0 < k <= size:
     raise ValueError(f"k must be in 1..{size}, not {k}")
   rows = min(n, block_rows or max(1, SCORE_BLOCK_BYTES // (4 * size)))
+  if use_faiss:
+    return _faiss_top_k(queries, corpus, k, rows, progress)
+  import jax
+
   search = functools.partial(_search(), k=k)
   corpus_on_device = jax.device_put(np.asarray(corpus, np.float32))
   scores, indices = np.empty((n, k), np.float32), np.empty((n, k), np.int64)
@@ -190,6 +214,18 @@ def top_k(
     indices[start : start + len(part)] = np.asarray(i)[: len(part)]
     if progress is not None:
       progress.update(len(part))
+  return scores, indices
+
+
+def _faiss_top_k(queries: np.ndarray, corpus: np.ndarray, k: int, rows: int, progress: Progress | None):
+  index = _faiss().IndexFlatIP(corpus.shape[1])
+  index.add(np.ascontiguousarray(corpus, np.float32))
+  scores, indices = np.empty((len(queries), k), np.float32), np.empty((len(queries), k), np.int64)
+  for start in range(0, len(queries), rows):
+    s, i = index.search(np.ascontiguousarray(queries[start : start + rows], np.float32), k)
+    scores[start : start + len(s)], indices[start : start + len(s)] = s, i
+    if progress is not None:
+      progress.update(len(s))
   return scores, indices
 
 
@@ -227,7 +263,14 @@ def select_negatives(
     max_positives = int(n_positives.max())
   options = options.resolved(max_positives)
   width = options.range_max + max_positives  # The positives may take up to max_positives of the candidates.
-  scores, indices = top_k(queries, corpus, min(width, len(corpus)), block_rows=options.block_rows, progress=progress)
+  scores, indices = top_k(
+    queries,
+    corpus,
+    min(width, len(corpus)),
+    block_rows=options.block_rows,
+    progress=progress,
+    use_faiss=options.use_faiss,
+  )
   if scores.shape[1] < width:  # A corpus smaller than the window: the missing candidates are none (-1, -inf).
     missing = width - scores.shape[1]
     scores = np.concatenate([scores, np.full((n_queries, missing), -np.inf, np.float32)], axis=1)
@@ -491,6 +534,7 @@ def mine_hard_negatives(
   seed: int = 0,
   batch_size: int | None = None,
   block_rows: int | None = None,
+  use_faiss: bool = False,
   root: str | None = None,
   verbose: bool = True,
   progress: bool = True,
@@ -513,6 +557,7 @@ def mine_hard_negatives(
     seed: the draw of ``sampling_strategy="random"``.
     batch_size: sentences per forward pass (default: the encoder's).
     block_rows: queries searched at a time (default: as many as ``SCORE_BLOCK_BYTES`` of scores hold).
+    use_faiss: search with FAISS's exact ``IndexFlatIP`` (``pip install "jaxcse[faiss]"``), as s-t's ``use_faiss``.
     root: the data root that relative paths resolve under (default ``$JAXCSE_DATA_DIR``).
     verbose: print what was mined (``summary``).
     progress: progress bars while embedding and searching.
@@ -533,6 +578,7 @@ def mine_hard_negatives(
     output_scores=output_scores,
     seed=seed,
     block_rows=block_rows,
+    use_faiss=use_faiss,
   )
   job = prepare(
     dataset,
@@ -712,6 +758,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     default=None,
     help="queries searched at a time (default: as many as 256 MiB of scores hold)",
   )
+  parser.add_argument(
+    "--use_faiss",
+    action="store_true",
+    help="search with FAISS's exact inner-product index (pip install \"jaxcse[faiss]\"), as sentence-transformers' "
+    "use_faiss; default: jaxcse's exact blocked top-k",
+  )
   parser.add_argument("--data_dir", default=None, help="data root for relative paths (default $JAXCSE_DATA_DIR)")
   parser.add_argument("--overwrite", action="store_true", help="replace an existing --output")
   args = parser.parse_args(argv)
@@ -744,6 +796,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output_scores=args.output_scores,
     seed=args.seed,
     block_rows=args.block_rows,
+    use_faiss=args.use_faiss,
   )
   job = prepare(
     args.input,

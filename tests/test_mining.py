@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import types
 
 import numpy as np
@@ -91,8 +92,10 @@ class StandIn:
 
   model_card_data = types.SimpleNamespace(base_model="stand-in")
 
-  def __init__(self):
+  def __init__(self, dim: int | None = None):
     import torch
+
+    self.dim = dim
     from sentence_transformers import util
 
     self.device = torch.device("cpu")
@@ -102,6 +105,9 @@ class StandIn:
     raise AssertionError("sentence-transformers was to read the embeddings from its cache")
 
   encode_document = encode_query
+
+  def get_embedding_dimension(self):  # use_faiss sizes its index by it.
+    return self.dim
 
 
 def _cache(
@@ -133,7 +139,7 @@ def _st_mine(tmp_path, data, dataset, corpus, options, query_prompt=None, corpus
   st_options = {k: v for k, v in options.items() if k != "seed"}
   return mine_hard_negatives(
     dataset,
-    StandIn(),
+    StandIn(len(next(iter(data["vectors"].values())))),
     corpus=corpus,
     query_prompt=query_prompt,
     corpus_prompt=corpus_prompt,
@@ -183,6 +189,24 @@ def test_selection_equals_sentence_transformers(data, tmp_path, case, output_for
   ours = mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), verbose=False, progress=False, **options)
   _assert_same(ours, _st_mine(tmp_path, data, dataset, None, options))
   assert len(ours) > 0
+
+
+@pytest.mark.parametrize("case", ["top, the issue's options", "top, scores", "random, filters, range_min"])
+def test_faiss_search_equals_sentence_transformers_faiss_and_the_exact_search(data, tmp_path, case):
+  pytest.importorskip("sentence_transformers")
+  pytest.importorskip("faiss")  # The dev extra installs it (the faiss extra).
+  dataset = datasets.Dataset.from_dict({"anchor": data["anchors"], "positive": data["positives"]})
+  options = {**GRID[case], "use_faiss": True}
+  ours = mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), verbose=False, progress=False, **options)
+  _assert_same(ours, _st_mine(tmp_path, data, dataset, None, options))
+  exact = mining.mine_hard_negatives(dataset, LookUp(data["vectors"]), verbose=False, progress=False, **GRID[case])
+  _assert_same(ours, exact)  # Both searches are exact: the same candidates (these scores have no ties).
+
+
+def test_use_faiss_without_faiss_is_one_line_before_anything_runs(monkeypatch):
+  monkeypatch.setitem(sys.modules, "faiss", None)  # `import faiss` now raises ImportError.
+  with pytest.raises(mining.MiningError, match=r'use_faiss needs FAISS: pip install "jaxcse\[faiss\]"'):
+    mining.Options(use_faiss=True).check()
 
 
 @pytest.mark.parametrize(
