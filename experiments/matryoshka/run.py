@@ -1,6 +1,6 @@
 r"""The Matryoshka experiment of README.md: 3 seeds x {plain, matryoshka} quickstart runs, STS at 256/128/64/32 dims.
 
-  taskset -c 0 python experiments/matryoshka/run.py [--workdirs /tmp/matryoshka_workdirs] [--analyze]
+  taskset -c 0 python experiments/matryoshka/run.py [--workdirs FOLDER] [--analyze]
 
 Resumable: a run whose ``results/<arm>_seed<N>/sts.json`` exists is skipped; a killed training resumes in its
 workdir (jaxcse-train resumes). Workdirs (checkpoints) stay outside git; each run's config, metrics and STS scores
@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -126,7 +127,7 @@ def analyze() -> None:
 
 def main() -> None:
   parser = argparse.ArgumentParser()
-  parser.add_argument("--workdirs", default="/tmp/matryoshka_workdirs")
+  parser.add_argument("--workdirs", default=os.path.join(tempfile.gettempdir(), "jaxcse_matryoshka_workdirs"))
   parser.add_argument("--analyze", action="store_true")
   args = parser.parse_args()
   if not args.analyze:
