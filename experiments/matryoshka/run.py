@@ -129,11 +129,12 @@ def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--workdirs", default=os.path.join(tempfile.gettempdir(), "jaxcse_matryoshka_workdirs"))
   parser.add_argument("--analyze", action="store_true")
+  parser.add_argument("--reverse", action="store_true", help="the runs in reverse order (a second process's share)")
   args = parser.parse_args()
   if not args.analyze:
-    for seed in SEEDS:
-      for arm in ARMS:
-        run(arm, seed, args.workdirs)
+    order = [(arm, seed) for seed in SEEDS for arm in ARMS]
+    for arm, seed in reversed(order) if args.reverse else order:
+      run(arm, seed, args.workdirs)
   analyze()
 
 
