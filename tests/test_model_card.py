@@ -116,3 +116,38 @@ def test_a_hub_base_model_is_named_in_the_front_matter_and_prompts_in_usage():
   assert export_hf._hub_id("sentence-transformers/all-MiniLM-L6-v2") == "sentence-transformers/all-MiniLM-L6-v2"
   assert export_hf._hub_id("jaxcse/bert-mini-wiki-uncased") is None
   assert export_hf._hub_id("/some/local/folder") is None
+
+
+def test_a_matryoshka_run_lists_its_sizes_and_cites_the_paper():
+  config = {
+    "method": "mnrl",
+    "mnrl": {"scale": 20.0},
+    "matryoshka": {"dims": "32,16", "weights": "", "n_dims_per_step": -1},
+  }
+  run = model_card.TrainingRun("w", 4, "latest", config, {}, [])
+  card = model_card.model_card(
+    pooler="avg",
+    pooling_lines="",
+    source="`w`",
+    architecture="BertModel",
+    modules=["1_Pooling"],
+    dim=32,
+    max_seq_len=16,
+    base_model=None,
+    run=run,
+  )
+  assert "- Matryoshka: dims=`32,16`, n_dims_per_step=`-1`, weights=(none)" in card
+  assert "Kusupati et al. Matryoshka Representation Learning" in card
+  plain = dict(config, matryoshka={"dims": "", "weights": "", "n_dims_per_step": -1})
+  card = model_card.model_card(
+    pooler="avg",
+    pooling_lines="",
+    source="`w`",
+    architecture="BertModel",
+    modules=["1_Pooling"],
+    dim=32,
+    max_seq_len=16,
+    base_model=None,
+    run=model_card.TrainingRun("w", 4, "latest", plain, {}, []),
+  )
+  assert "Matryoshka" not in card

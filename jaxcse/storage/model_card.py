@@ -58,6 +58,7 @@ REFERENCES = {
   "mnrl": "Henderson et al. Efficient Natural Language Response Suggestion for Smart Reply. 2017 (the "
   "MultipleNegativesRankingLoss of sentence-transformers).",
   "cosent": "Su. CoSENT: a more efficient sentence vector scheme than Sentence-BERT. 2022.",
+  "matryoshka": "Kusupati et al. Matryoshka Representation Learning. NeurIPS 2022.",
   "gist": "Solatorio. GISTEmbed: Guided In-sample Selection of Training Negatives for Text Embedding Fine-tuning. "
   "arXiv 2402.16829, 2024 (the GISTEmbedLoss of sentence-transformers).",
 }
@@ -200,6 +201,9 @@ def _training(run: TrainingRun) -> str:
     settings = run.value(section)
     if isinstance(settings, dict):
       out.append(f"- `{section}`: " + ", ".join(f"{k}={_format(v)}" for k, v in sorted(settings.items())))
+  nested = run.value("matryoshka") or {}
+  if nested.get("dims"):  # The loss at each of these prefix sizes too: the model serves them (truncate_dim).
+    out.append("- Matryoshka: " + ", ".join(f"{k}={_format(v)}" for k, v in sorted(nested.items())))
   augment = {k: v for k, v in (run.value("augment") or {}).items() if v not in (0, 0.0, False, "", None)}
   if augment:
     out.append("- Augmentations: " + ", ".join(f"{k}={_format(v)}" for k, v in sorted(augment.items())))
@@ -302,12 +306,10 @@ def model_card(
   ]
   if run:
     parts.append(_training(run))
-  if method in REFERENCES:
-    parts += [
-      "## Citation",
-      "",
-      f"- {REFERENCES[method]}",
-      "- jaxcse: contrastive sentence embeddings in JAX/Flax.",
-      "",
-    ]
+  cited = [REFERENCES[method]] if method in REFERENCES else []
+  if run and (run.value("matryoshka") or {}).get("dims"):
+    cited.append(REFERENCES["matryoshka"])
+  if cited:
+    parts += ["## Citation", "", *(f"- {reference}" for reference in cited)]
+    parts += ["- jaxcse: contrastive sentence embeddings in JAX/Flax.", ""]
   return "\n".join(parts)
