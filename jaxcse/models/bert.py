@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax.linen.attention import dot_product_attention_weights
 
-from jaxcse.models.common import BackboneOutput, activation
+from jaxcse.models.common import BackboneOutput, Embed, activation
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
 
@@ -41,21 +41,32 @@ def _normal(config: Any):
 
 
 class BertEmbeddings(nn.Module):
+  """Word + token type + position embeddings, LayerNorm, dropout.
+
+  ``token_type_ids`` None: type 0 everywhere; ``positions`` None: the family's (``default_position_ids``). The tables
+  are looked up in float32 and the rows cast to ``dtype`` (``common.Embed``): the default positions of BERT and the
+  default token types with no gather at all, so that their gradients are sums over the batch, not scatter-adds.
+  """
+
   config: Any
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, input_ids, token_type_ids, positions, deterministic: bool):
     c = self.config
-    words = nn.Embed(c.vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="word_embeddings")(
-      input_ids.astype("i4")
-    )
-    places = nn.Embed(
-      c.max_position_embeddings, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="position_embeddings"
-    )(positions.astype("i4"))
-    types = nn.Embed(
-      c.type_vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="token_type_embeddings"
-    )(token_type_ids.astype("i4"))
+
+    def table(size: int, name: str) -> Embed:
+      return Embed(size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name=name)
+
+    words = table(c.vocab_size, "word_embeddings")(input_ids.astype("i4"))
+    position_table = table(c.max_position_embeddings, "position_embeddings")
+    if positions is None and c.model_type not in ROBERTA_TYPES:
+      places = position_table.leading(input_ids.shape)
+    else:
+      positions = default_position_ids(c, input_ids) if positions is None else positions
+      places = position_table(positions.astype("i4"))
+    type_table = table(c.type_vocab_size, "token_type_embeddings")
+    types = type_table.row(0, input_ids.shape) if token_type_ids is None else type_table.select(token_type_ids)
     hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(words + types + places)
     return nn.Dropout(rate=c.hidden_dropout_prob, name="dropout")(hidden, deterministic=deterministic)
 
@@ -247,10 +258,6 @@ class BertModel(nn.Module):
     deterministic: bool = True,
     output_hidden_states: bool = False,
   ) -> BackboneOutput:
-    if token_type_ids is None:
-      token_type_ids = jnp.zeros_like(input_ids)
-    if position_ids is None:
-      position_ids = default_position_ids(self.config, input_ids)
     hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(
       input_ids, token_type_ids, position_ids, deterministic
     )
