@@ -61,13 +61,17 @@ def _config(model_type: str):
 
 
 def _batch(config, seed: int = 0):
-  """``(input_ids, attention_mask)``: [CLS]-like first ids, padding after random lengths, repeated ids."""
+  """``(input_ids, attention_mask)``: [CLS]-like first ids, padding after random lengths, repeated ids, and one
+  padding id inside the first sentence (RoBERTa numbers the tokens after it differently)."""
   rng = np.random.default_rng(seed)
   lengths = rng.integers(3, L + 1, size=B)
+  lengths[0] = L
   mask = (np.arange(L)[None] < lengths[:, None]).astype(np.int32)
   ids = rng.integers(3, 20, size=(B, L))  # Few distinct ids: rows of the word table are hit many times.
   ids[:, 0] = 2
-  return np.where(mask == 1, ids, config.pad_token_id).astype(np.int32), mask
+  ids = np.where(mask == 1, ids, config.pad_token_id)
+  ids[0, 4] = config.pad_token_id
+  return ids.astype(np.int32), mask
 
 
 def _old_inputs(config, ids, token_type_ids=None, positions=None):
@@ -247,3 +251,20 @@ def test_modernbert_looks_its_tokens_up_in_float32():
   )
   loss = lambda p: jnp.sum(module.apply(p, ids, True).astype(jnp.float32))  # noqa: E731
   assert _scatters(jax.make_jaxpr(jax.grad(loss))(params).jaxpr) == [("float32", (50, 16))]
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "xlm-roberta"])
+def test_roberta_gathers_only_the_positions_out_of_order(model_type):
+  """Padding (row ``pad``) and tokens numbered by their column (a slice of the table) are not gathered, so their
+  gradient is no scatter's: in a right-padded batch every id given to the gather is past the table (dropped)."""
+  config = _config(model_type)
+  ids, _ = _batch(config)
+  past = config.max_position_embeddings
+  right_padded = np.where(np.arange(L) < 4, ids[:1], config.pad_token_id)  # Row 0 cut before its inner padding.
+  assert np.all(bert.positions_out_of_order(config, jnp.asarray(right_padded), past) == past)
+  got = np.asarray(bert.positions_out_of_order(config, jnp.asarray(ids), past))
+  positions = np.asarray(bert.default_position_ids(config, jnp.asarray(ids)))
+  inside = np.zeros_like(ids, bool)
+  inside[0, 5:] = True  # After the padding inside the first sentence: numbered one less than their column's.
+  np.testing.assert_array_equal(got[inside], positions[inside])
+  assert np.all(positions[inside] == config.pad_token_id + np.arange(5, L)) and np.all(got[~inside] == past)

@@ -58,8 +58,8 @@ class Embed(nn.Embed):
 
   Besides the lookup (``__call__``, ``nn.Embed``'s contract, out-of-range ids included), the lookups whose ids are
   known without reading them, with no gather and no scatter at all (their gradient is a sum over the batch):
-  ``leading`` (ids ``0 .. len-1`` in every row: BERT's positions) and ``row`` (one id everywhere: the default token
-  type), and ``select`` (a few rows chosen per token: token types).
+  ``leading`` (ids ``start .. start + len-1`` in every row: BERT's positions) and ``row`` (one id everywhere: the
+  default token type, RoBERTa's padding position), and ``select`` (a few rows chosen per token: token types).
   """
 
   def _cast(self, rows: jax.Array) -> jax.Array:
@@ -76,15 +76,15 @@ class Embed(nn.Embed):
     """The lookup of ``jnp.full(shape, index)``: row ``index`` broadcast to ``shape + (features,)``."""
     return self._cast(jnp.broadcast_to(self.embedding[index], (*shape, self.features)))
 
-  def leading(self, shape: tuple[int, ...]) -> jax.Array:
-    """The lookup of ``0 .. shape[-1]-1`` along the last axis of ``shape`` (the same in every row).
+  def leading(self, shape: tuple[int, ...], start: int = 0) -> jax.Array:
+    """The lookup of ``start .. start + shape[-1] - 1`` along the last axis of ``shape`` (the same in every row).
 
-    Rows past the table (``shape[-1] > num_embeddings``) are NaN, as the gather's out-of-range rows are.
+    Rows past the table are NaN, as the gather's out-of-range rows are.
     """
-    length = shape[-1]
-    if length > self.num_embeddings:
-      return self(jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), shape))
-    return self._cast(jnp.broadcast_to(self.embedding[:length], (*shape, self.features)))
+    stop = start + shape[-1]
+    if stop > self.num_embeddings:
+      return self(jnp.broadcast_to(jnp.arange(start, stop, dtype=jnp.int32), shape))
+    return self._cast(jnp.broadcast_to(self.embedding[start:stop], (*shape, self.features)))
 
   def select(self, inputs: jax.Array) -> jax.Array:
     """``__call__``'s values by one select per row of the table (for tables of a few rows, e.g. token types).
