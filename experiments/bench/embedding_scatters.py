@@ -4,12 +4,13 @@
     experiments/bench/embedding_scatters.py [--layers 2] [--batch_size 512] [--max_seq_len 32] [--family bert]
 
 Builds the trainer's own step (``compile.lowering.train_step_program``: unsupervised SimCSE, ``configs/base.py``)
-for a BERT of base's width (``--layers`` deep: the embeddings, the only gathers, are the same at any depth), in
-bfloat16 with float32 params, compiles it with XLA's GPU compiler for the ``h100`` target (no GPU needed: the
-``aot`` venv of docs/compile.md), and prints every scatter of the optimized program: its dtype, the shape it
-updates, the updates' shape, the fusion it sits in and the jax operation it came from. With ``--ptx_dir`` it also
-dumps the PTX and counts, per scatter kernel, the atomics it uses (a native ``atom.add`` or a compare-and-swap
-loop ``atom.cas``, which contended updates serialise on). Nothing runs: these are facts of the compiled program.
+for a BERT (or, ``--family roberta``, a RoBERTa) of base's width, ``--layers`` deep (the embeddings, the only
+gathers, are the same at any depth), in bfloat16 with float32 params, compiles it with XLA's GPU compiler for the
+``h100`` target (no GPU needed: the ``aot`` venv of docs/compile.md), and prints XLA's cost analysis of it and
+every scatter of the optimized program: the array it updates, the updates, the kernel it is in and the jax
+operation it came from. With ``--ptx_dir`` it also dumps the program there and counts, per scatter kernel, the
+atomics of its PTX (a native ``atom...add``, or ``atom...cas``: a compare-and-swap loop, which contended updates
+serialise on). Nothing runs: these are facts of the compiled program. Which jaxcse is compiled is PYTHONPATH's.
 """
 
 from __future__ import annotations
@@ -118,6 +119,11 @@ def main(argv=None) -> None:
   started = time.process_time()
   compiled = program.jitted.lower(*program.args).compile()
   print(f"compiled in {time.process_time() - started:.1f} CPU s", flush=True)
+  cost, source = analysis.cost_of(compiled)
+  print(
+    f"{cost.get('flops', float('nan')) / 1e9:.1f} GFLOP, {cost.get('bytes accessed', float('nan')) / 1e9:.2f} GB "
+    f"accessed ({source})"
+  )
   hlo = compiled.as_text()
   callers = fusion_callers(hlo)
   found = analysis.scatters(hlo)
