@@ -119,6 +119,22 @@ def test_every_method_compiles_for_a_tpu_slice_and_a_gpu(tiny_model_dir, devices
       assert collectives.get("all-gather", 0) >= 1
 
 
+def test_the_gpu_backward_scatters_only_the_word_table_and_in_float32(tiny_model_dir, devices):
+  """The GPU program of a bfloat16 step: the word embeddings' gradient is its one scatter over a table, in float32
+  (bfloat16 scatter-adds are 16-bit atomics, slow where many tokens hit one entry); the positions' and token
+  types' gradients are reductions over the batch."""
+  from jaxcse.compile import analysis, lowering
+
+  config = _config(tiny_model_dir, "simcse+bf16+checkpointing")
+  program = lowering.train_step_program(config, devices(GPU))
+  found = analysis.scatters(program.jitted.lower(*program.args).compile().as_text())
+  assert found and all(s.dtype != "bf16" for s in found), found
+  tables = [s for s in found if "/embeddings/" in s.op_name]
+  assert [(s.operand, s.op_name.split("/embeddings/")[1].split("/")[0]) for s in tables] == [
+    ("f32[30522,32]", "word_embeddings")
+  ], found
+
+
 def test_a_multi_host_slice_compiles_the_global_batch_over_its_hosts(tiny_model_dir):
   from jaxcse.compile import lowering, targets
 

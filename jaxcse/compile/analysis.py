@@ -1,5 +1,5 @@
 """What a compiled program says: per-device memory, XLA's cost (FLOPs, bytes accessed), the collectives it runs,
-and a roofline lower bound on its step time from the target's peaks.
+its scatters, and a roofline lower bound on its step time from the target's peaks.
 
 ``analyse`` turns a compilation's ``Facts`` into the report ``jaxcse-compile --json`` writes: what a user needs
 before renting anything.
@@ -23,6 +23,52 @@ _COLLECTIVE = re.compile(
 def collectives(hlo_text: str) -> dict[str, int]:
   """Collective operations of an optimized HLO module, by kind (an async ``-start``/``-done`` pair counts once)."""
   return dict(sorted(collections.Counter(m.group(1) for m in _COLLECTIVE.finditer(hlo_text)).items()))
+
+
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(?P<name>[\w.\-]+) \((?P<params>.*)\) -> .* \{$")
+_PARAMETER = re.compile(r"(?P<name>[\w.\-]+): (?P<type>\w+\[[\d,]*\])")
+_INSTRUCTION = re.compile(
+  r"^\s*(?:ROOT )?%(?P<name>[\w.\-]+) = (?P<type>\w+\[[\d,]*\])\S* (?P<op>[\w\-]+)\((?P<args>[^)]*)\)"
+)
+_OP_NAME = re.compile(r'op_name="(?P<op_name>[^"]*)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Scatter:
+  """A scatter of an optimized HLO module: the array it updates (``operand``), its ``updates``, both as HLO types
+  (``bf16[30522,768]``), the computation it is in (on a GPU, the fusion that becomes its kernel) and the jax
+  operation it came from (``op_name``, e.g. ``.../word_embeddings/jit(_take)/scatter-add``)."""
+
+  operand: str
+  updates: str
+  computation: str
+  op_name: str
+
+  @property
+  def dtype(self) -> str:
+    return self.operand.split("[")[0]
+
+
+def scatters(hlo_text: str) -> list[Scatter]:
+  """Every scatter of an optimized HLO module (``compiled.as_text()``), in the order of the text."""
+  found, computation, types = [], "", {}
+  for line in hlo_text.splitlines():
+    head = _COMPUTATION.match(line)
+    if head:
+      computation = head["name"]
+      types = {m["name"]: m["type"] for m in _PARAMETER.finditer(head["params"])}
+      continue
+    instruction = _INSTRUCTION.match(line)
+    if not instruction:
+      continue
+    types[instruction["name"]] = instruction["type"]
+    if instruction["op"] == "scatter":
+      args = [a.strip().lstrip("%") for a in instruction["args"].split(",")]
+      op_name = _OP_NAME.search(line)
+      found.append(
+        Scatter(types.get(args[0], "?"), types.get(args[-1], "?"), computation, op_name and op_name[1] or "")
+      )
+  return found
 
 
 def cost_of(compiled) -> tuple[dict[str, float], str | None]:

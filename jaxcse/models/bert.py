@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax.linen.attention import dot_product_attention_weights
 
-from jaxcse.models.common import BackboneOutput, activation
+from jaxcse.models.common import BackboneOutput, Embed, activation
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
 
@@ -36,26 +36,72 @@ def default_position_ids(config: Any, input_ids: jax.Array) -> jax.Array:
   return jnp.cumsum(not_pad, axis=-1) * not_pad + pad
 
 
+def positions_out_of_order(config: Any, input_ids: jax.Array, past: int) -> jax.Array:
+  """RoBERTa's and XLM-R's positions (``default_position_ids``) of the tokens that are neither padding nor numbered
+  ``pad + 1 + j`` at their column ``j``, ``past`` (an id past the table) for all others: in a right-padded batch,
+  ``past`` everywhere."""
+  pad = config.pad_token_id
+  positions = default_position_ids(config, input_ids)
+  in_order = positions == pad + 1 + jnp.arange(input_ids.shape[-1])
+  return jnp.where((input_ids == pad) | in_order, past, positions)
+
+
+def padding_aware_places(table: Embed, config: Any, input_ids: jax.Array) -> jax.Array:
+  """RoBERTa's and XLM-R's positions (``default_position_ids``) looked up in ``table``, with a gradient that is
+  mostly sums over the batch rather than a scatter.
+
+  A token numbered ``pad + 1 + j`` at column ``j`` (every token of a right-padded sentence) takes row
+  ``pad + 1 + j`` of a slice of the table broadcast, padding takes row ``pad`` broadcast; only the other tokens
+  (those after a padding token inside a sentence: ``positions_out_of_order``) are gathered, the rest given an id
+  past the table, which the gather's gradient drops. The values are the gather's; on a GPU no two tokens of a
+  right-padded batch update an entry atomically (the padding row would take every padding token's update).
+  """
+  pad, length = config.pad_token_id, input_ids.shape[-1]
+  if pad + 1 + length > table.num_embeddings:
+    return table(default_position_ids(config, input_ids))
+  padding = (input_ids == pad)[..., None]
+  out_of_order = positions_out_of_order(config, input_ids, table.num_embeddings)
+  in_order = ~padding & (out_of_order == table.num_embeddings)[..., None]
+  return jnp.where(
+    in_order,
+    table.leading(input_ids.shape, pad + 1),
+    jnp.where(padding, table.row(pad, input_ids.shape), table(out_of_order)),
+  )
+
+
 def _normal(config: Any):
   return nn.initializers.normal(config.initializer_range)
 
 
 class BertEmbeddings(nn.Module):
+  """Word + token type + position embeddings, LayerNorm, dropout.
+
+  ``token_type_ids`` None: type 0 everywhere; ``positions`` None: the family's (``default_position_ids``). The tables
+  are looked up in float32 and the rows cast to ``dtype`` (``common.Embed``): the default positions of BERT and the
+  default token types with no gather at all, so that their gradients are sums over the batch, not scatter-adds;
+  RoBERTa's default positions mostly so (``padding_aware_places``).
+  """
+
   config: Any
   dtype: Any = jnp.float32
 
   @nn.compact
   def __call__(self, input_ids, token_type_ids, positions, deterministic: bool):
     c = self.config
-    words = nn.Embed(c.vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="word_embeddings")(
-      input_ids.astype("i4")
-    )
-    places = nn.Embed(
-      c.max_position_embeddings, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="position_embeddings"
-    )(positions.astype("i4"))
-    types = nn.Embed(
-      c.type_vocab_size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name="token_type_embeddings"
-    )(token_type_ids.astype("i4"))
+
+    def table(size: int, name: str) -> Embed:
+      return Embed(size, c.hidden_size, embedding_init=_normal(c), dtype=self.dtype, name=name)
+
+    words = table(c.vocab_size, "word_embeddings")(input_ids.astype("i4"))
+    position_table = table(c.max_position_embeddings, "position_embeddings")
+    if positions is not None:
+      places = position_table(positions.astype("i4"))
+    elif c.model_type in ROBERTA_TYPES:
+      places = padding_aware_places(position_table, c, input_ids)
+    else:
+      places = position_table.leading(input_ids.shape)
+    type_table = table(c.type_vocab_size, "token_type_embeddings")
+    types = type_table.row(0, input_ids.shape) if token_type_ids is None else type_table.select(token_type_ids)
     hidden = nn.LayerNorm(epsilon=c.layer_norm_eps, dtype=self.dtype, name="LayerNorm")(words + types + places)
     return nn.Dropout(rate=c.hidden_dropout_prob, name="dropout")(hidden, deterministic=deterministic)
 
@@ -247,10 +293,6 @@ class BertModel(nn.Module):
     deterministic: bool = True,
     output_hidden_states: bool = False,
   ) -> BackboneOutput:
-    if token_type_ids is None:
-      token_type_ids = jnp.zeros_like(input_ids)
-    if position_ids is None:
-      position_ids = default_position_ids(self.config, input_ids)
     hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(
       input_ids, token_type_ids, position_ids, deterministic
     )

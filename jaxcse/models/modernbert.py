@@ -27,7 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxcse.models.common import BackboneOutput, activation
+from jaxcse.models.common import BackboneOutput, Embed, activation
 
 
 def _init(config, std: float) -> Callable:
@@ -83,7 +83,7 @@ class ModernBertEmbeddings(nn.Module):
   @nn.compact
   def __call__(self, input_ids: jax.Array, deterministic: bool) -> jax.Array:
     c = self.config
-    x = nn.Embed(
+    x = Embed(  # Looked up in float32, the rows cast: a float32 gradient (common.Embed).
       c.vocab_size, c.hidden_size, dtype=self.dtype, embedding_init=_init(c, _stds(c)[0]), name="tok_embeddings"
     )(input_ids)
     x = _layer_norm(c, self.dtype, "norm")(x)
