@@ -113,14 +113,14 @@ def make_data(folder: str) -> tuple[str, str]:
   return triplets_path, stsb_path
 
 
-def call(argv: list[str], log_path: str) -> dict:
+def call(argv: list[str], log_path: str, env: dict | None = None) -> dict:
   """Runs a command, its output to ``log_path``; its wall and CPU seconds (children's rusage) and the load."""
   load = os.getloadavg()
   t0 = time.time()
   with open(log_path, "w", encoding="utf-8") as log:
     log.write("$ " + " ".join(argv) + "\n")
     log.flush()
-    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
     _, status, usage = os.wait4(process.pid, 0)
   wall = time.time() - t0
   code = os.waitstatus_to_exitcode(status)
@@ -150,7 +150,7 @@ def environment() -> dict:
   }
 
 
-def train(name: str, run_dir: str, model_dir: str, minilm: str, triplets: str) -> None:
+def train(name: str, run_dir: str, model_dir: str, minilm: str, triplets: str, st_path: str = "") -> None:
   """Phase 1a: trains ``name`` into ``model_dir/model`` (a sentence-transformers folder); writes train.json."""
   record_path = os.path.join(run_dir, "train.json")
   if os.path.exists(record_path):
@@ -195,7 +195,10 @@ def train(name: str, run_dir: str, model_dir: str, minilm: str, triplets: str) -
       f"--timing={timing_path}",
       f"--max_seq_length={MAX_LEN}",
     ]
-    process = call(argv, os.path.join(run_dir, "train.log"))
+    env = dict(os.environ)
+    if st_path:
+      env["PYTHONPATH"] = st_path + os.pathsep + env["PYTHONPATH"]
+    process = call(argv, os.path.join(run_dir, "train.log"), env=env)
     export, summary = None, None
   with open(timing_path, encoding="utf-8") as f:
     timing = json.load(f)
@@ -256,6 +259,12 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--models_dir", default="/work/st_parity_models", help="model folders and workdirs (not git)")
   parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, in this order")
+  parser.add_argument(
+    "--st_path",
+    default="",
+    help="a folder of packages the sentence-transformers side needs and the environment lacks (accelerate, which "
+    "SentenceTransformerTrainer needs: sentence-transformers[train]), put first on its PYTHONPATH",
+  )
   parser.add_argument("--phase", choices=("1", "2", "all"), default="all", help="1: train + STS-B dev; 2: STS")
   args = parser.parse_args()
   runs = args.runs.split(",")
@@ -277,7 +286,7 @@ def main() -> None:
     os.makedirs(run_dir, exist_ok=True)
     if args.phase in ("1", "all"):
       if name != "reference":
-        train(name, run_dir, os.path.join(args.models_dir, name), minilm, triplets)
+        train(name, run_dir, os.path.join(args.models_dir, name), minilm, triplets, args.st_path)
       evaluate(name, run_dir, models[name], f"pairs={stsb}", "primary.json")
   for name in runs:
     run_dir = os.path.join(HERE, "runs", name)
