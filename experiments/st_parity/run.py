@@ -1,10 +1,10 @@
 """Runs the st_parity experiment (README.md): 3 jaxcse and 3 sentence-transformers trainings and 7 evaluations.
 
-  taskset -c 1 nice -n 2 python experiments/st_parity/run.py [--models_dir /work/st_parity_models] [--runs ...]
+  taskset -c 1 nice -n 2 python experiments/st_parity/run.py [--models_dir DIR] [--runs ...] [--st_path DIR]
 
 Each run's records go to ``experiments/st_parity/runs/<run>/``; model folders and workdirs to ``--models_dir``
-(outside git). Resumable: a phase whose record exists is skipped; a phase without one (killed) starts again from a
-clean folder. Phase 1 trains each run in the interleaved order (reference, jaxcse_seed1, st_seed1, jaxcse_seed2, ...)
+(``models/`` here, git-ignored, by default). Resumable: a phase whose record exists is skipped; a phase without one
+(killed) starts again from a clean folder. Phase 1 trains each run in the interleaved order (reference, jaxcse_seed1, st_seed1, jaxcse_seed2, ...)
 and scores it on STS-B dev (the primary metric); phase 2 scores every model on SentEval's seven STS tests (the
 secondary), so the primary numbers of every run come first. A run's ``metrics.json`` is written when both are there.
 Run it pinned to one core (``taskset``); every child inherits the pinning and this environment (one thread).
@@ -257,7 +257,9 @@ def evaluate(name: str, run_dir: str, model: str, tasks: str, record_name: str) 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  parser.add_argument("--models_dir", default="/work/st_parity_models", help="model folders and workdirs (not git)")
+  parser.add_argument(
+    "--models_dir", default=os.path.join(HERE, "models"), help="model folders and workdirs (git-ignored by default)"
+  )
   parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, in this order")
   parser.add_argument(
     "--st_path",
