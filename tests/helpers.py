@@ -486,3 +486,20 @@ def small_triplets(data_dir: str, n: int) -> list[dict]:
   return [
     {"anchor": sentences[3 * i], "positive": sentences[3 * i + 1], "negative": sentences[3 * i + 2]} for i in range(n)
   ]
+
+
+def tiny_card(run) -> str:
+  """The model card ``model_card.model_card`` writes for the tiny model (avg pooler, 32 dims) exported from ``run``."""
+  from jaxcse.storage import model_card
+
+  return model_card.model_card(
+    pooler="avg",
+    pooling_lines="",
+    source="s",
+    architecture="BertModel",
+    modules=["1_Pooling"],
+    dim=32,
+    max_seq_len=16,
+    base_model=None,
+    run=run,
+  )

@@ -360,16 +360,6 @@ def test_gist_trains_on_the_tiny_model(tiny_model_dir, small_data_dir, fresh_wor
   assert all(0.0 <= r["gist/left_out_frac"] <= 1.0 for r in records)
   # The exported model card names the method's own settings (not loss.temperature) and its paper.
   run = model_card.TrainingRun.read(fresh_workdir, "w", 2, "latest")
-  card = model_card.model_card(
-    pooler="avg",
-    pooling_lines="",
-    source="s",
-    architecture="BertModel",
-    modules=["1_Pooling"],
-    dim=32,
-    max_seq_len=16,
-    base_model=None,
-    run=run,
-  )
+  card = helpers.tiny_card(run)
   assert f"- `gist`: contrast_anchors=`true`, contrast_positives=`true`, guide_model=`{tiny_model_dir}`" in card
   assert "- `loss`:" not in card and "GISTEmbed: Guided In-sample Selection" in card

@@ -79,17 +79,7 @@ def test_an_unfinished_run_says_what_it_did_not_record(pair_workdir, tmp_path):
   workdir, _, _ = pair_workdir
   run = model_card.TrainingRun.read(workdir, "w", 4, "latest")
   unfinished = model_card.TrainingRun("w", 2, "latest", run.config, {}, run.evals)
-  card = model_card.model_card(
-    pooler="avg",
-    pooling_lines="",
-    source="s",
-    architecture="BertModel",
-    modules=["1_Pooling"],
-    dim=32,
-    max_seq_len=16,
-    base_model=None,
-    run=unfinished,
-  )
+  card = helpers.tiny_card(unfinished)
   assert "- Examples: not recorded by this run" in card
   assert "No evaluation was recorded at the exported step 2." in card
   assert "steps trained" not in card
@@ -125,29 +115,8 @@ def test_a_matryoshka_run_lists_its_sizes_and_cites_the_paper():
     "matryoshka": {"dims": "32,16", "weights": "", "n_dims_per_step": -1},
   }
   run = model_card.TrainingRun("w", 4, "latest", config, {}, [])
-  card = model_card.model_card(
-    pooler="avg",
-    pooling_lines="",
-    source="`w`",
-    architecture="BertModel",
-    modules=["1_Pooling"],
-    dim=32,
-    max_seq_len=16,
-    base_model=None,
-    run=run,
-  )
+  card = helpers.tiny_card(run)
   assert "- Matryoshka: dims=`32,16`, n_dims_per_step=`-1`, weights=(none)" in card
   assert "Kusupati et al. Matryoshka Representation Learning" in card
   plain = dict(config, matryoshka={"dims": "", "weights": "", "n_dims_per_step": -1})
-  card = model_card.model_card(
-    pooler="avg",
-    pooling_lines="",
-    source="`w`",
-    architecture="BertModel",
-    modules=["1_Pooling"],
-    dim=32,
-    max_seq_len=16,
-    base_model=None,
-    run=model_card.TrainingRun("w", 4, "latest", plain, {}, []),
-  )
-  assert "Matryoshka" not in card
+  assert "Matryoshka" not in helpers.tiny_card(model_card.TrainingRun("w", 4, "latest", plain, {}, []))
