@@ -395,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
   embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
   truncate_dim = args.truncate_dim if args.truncate_dim is not None else loaded.truncate_dim
-  encode_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
+  if truncate_dim is not None:
+    encode_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
 
   def embedder(sentences):
     with Progress(len(sentences), unit="sent", desc="embedding") as bar:
