@@ -282,10 +282,10 @@ def _workdir_config(model: str) -> dict | None:
   Raises:
     WorkdirConfigError: the workdir's config.json cannot be read (the message names it).
   """
-  from jaxcse.storage import checkpoints
+  from jaxcse.storage.workdir import CONFIG_FILE, Workdir
 
-  workdir = checkpoints.find_workdir(model) if os.path.exists(model) else None
-  path = os.path.join(workdir, "config.json") if workdir else None
+  workdir = Workdir.find(model) if os.path.exists(model) else None
+  path = workdir.join(CONFIG_FILE) if workdir else None
   if not path or not os.path.isfile(path):
     return None
   try:

@@ -321,9 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
   # A trained model's card names its workdir (as given on the command line) and step, not only the base model.
   trained = None
   if loaded.step is not None:
-    from jaxcse.storage import checkpoints
+    from jaxcse.storage.workdir import Workdir
 
-    workdir = checkpoints.find_workdir(args.model)
+    workdir = Workdir.find(args.model).path
     shown = os.path.relpath(workdir)  # As the user would name it from here; absolute when it lies elsewhere.
     trained = {
       "workdir": workdir if shown.startswith("..") else shown,

@@ -246,6 +246,7 @@ LAYERS = (
     },
   ),
   ("ahead-of-time compile", {"jaxcse.compile.lowering", "jaxcse.compile.analysis", "jaxcse.compile.max_batch"}),
+  ("training: the run", {"jaxcse.training.inputs", "jaxcse.training.start", "jaxcse.training.run_log"}),
   (
     "training: the config",
     {"jaxcse.training", "jaxcse.training.cli", "jaxcse.training.configuration", "jaxcse.training.configured"},

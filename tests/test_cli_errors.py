@@ -14,7 +14,7 @@ import pytest
 
 from jaxcse.training import cli
 from jaxcse import encode, evaluate, export_hf
-from jaxcse.storage import hub, loading
+from jaxcse.storage import hub, loading, workdir as workdir_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -119,14 +119,13 @@ def test_a_locked_workdir_is_refused_before_anything_is_loaded(tiny_model_dir, s
   """The lock refusal came after the model, corpus and dev sets were read (35 s for the quickstart)."""
   import filelock
 
-  from jaxcse.storage import checkpoints
   from jaxcse.training import configured
   from jaxcse import train
   from tests import helpers
 
   workdir = tmp_path / "w"
   workdir.mkdir()
-  lock = filelock.FileLock(str(workdir / checkpoints.LOCK_FILE))
+  lock = filelock.FileLock(str(workdir / workdir_lib.LOCK_FILE))
   lock.acquire()
   try:
     monkeypatch.setattr(configured, "model", lambda *a, **k: pytest.fail("the model was loaded"))
@@ -134,7 +133,7 @@ def test_a_locked_workdir_is_refused_before_anything_is_loaded(tiny_model_dir, s
       train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir), str(workdir))
   finally:
     lock.release()
-  assert os.listdir(workdir) == [checkpoints.LOCK_FILE]
+  assert os.listdir(workdir) == [workdir_lib.LOCK_FILE]
 
 
 def test_a_mistyped_config_path_suggests_its_sibling(tmp_path, monkeypatch):

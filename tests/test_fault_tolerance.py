@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading
+from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse import encode, train
 from jaxcse.core import errors
 from tests import helpers
@@ -41,13 +41,13 @@ def test_resume_never_serves_a_stale_best_checkpoint(reference, tiny_model_dir, 
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   train_interrupted(config, workdir, 7)  # After the evaluation at step 6 (a best checkpoint) and the latest one at 4.
-  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4]
-  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) > 4
+  assert checkpoint_steps(workdir, workdir_lib.LATEST_DIR) == [4]
+  assert max(checkpoint_steps(workdir, workdir_lib.BEST_DIR)) > 4
   summary = train.train_and_evaluate(config, workdir)
   # The resumed run recomputed the evaluations after step 4: the best checkpoint it reports is the one it serves,
   # and equals the uninterrupted run's.
   assert {**summary, "workdir": None} == {**ref_summary, "workdir": None}
-  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
+  assert max(checkpoint_steps(workdir, workdir_lib.BEST_DIR)) == summary["best_step"]
   assert loading.load_model(workdir).step == summary["best_step"]
   assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
@@ -57,14 +57,14 @@ def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_
   workdir = str(tmp_path / "w")
   # Killed before any latest checkpoint: only best ones exist.
   train_interrupted(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir, 3)
-  assert checkpoint_steps(workdir, checkpoints.BEST_DIR) and not checkpoint_steps(workdir, checkpoints.LATEST_DIR)
+  assert checkpoint_steps(workdir, workdir_lib.BEST_DIR) and not checkpoint_steps(workdir, workdir_lib.LATEST_DIR)
   other = helpers.tiny_config(
     tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.learning_rate": 1e-3, "train.max_steps": 6}
   )
   with pytest.raises(train.WorkdirError, match="holds another run .* --restart"):
     train.train_and_evaluate(other, workdir)
   summary = train.train_and_evaluate(other, workdir, restart=True)
-  assert max(checkpoint_steps(workdir, checkpoints.BEST_DIR)) == summary["best_step"]
+  assert max(checkpoint_steps(workdir, workdir_lib.BEST_DIR)) == summary["best_step"]
   assert json.load(open(os.path.join(workdir, "config.json")))["train"]["learning_rate"] == 1e-3
   records = metrics_records(workdir)
   assert [r["step"] for r in records if "loss" in r] == list(range(1, 7))  # Nothing of the first run is left.
@@ -103,15 +103,15 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
     train.NonFiniteLossError, match="non-finite parameters after step 1; stopped. The last good checkpoint is none"
   ):
     train.train_and_evaluate(config, fresh_workdir)
-  assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
+  assert not checkpoint_steps(fresh_workdir, workdir_lib.LATEST_DIR)
   # A checkpoint that does hold non-finite parameters (written by hand) is refused by every reader.
   from jaxcse import models
 
   nan_dir = str(tmp_path / "nan")
-  shutil.copytree(os.path.join(fresh_workdir, checkpoints.MODEL_DIR), os.path.join(nan_dir, checkpoints.MODEL_DIR))
-  spec = models.from_description(os.path.join(nan_dir, checkpoints.MODEL_DIR))
+  shutil.copytree(os.path.join(fresh_workdir, workdir_lib.MODEL_DIR), os.path.join(nan_dir, workdir_lib.MODEL_DIR))
+  spec = models.from_description(os.path.join(nan_dir, workdir_lib.MODEL_DIR))
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
-  mngr = checkpoints.manager(os.path.join(nan_dir, checkpoints.BEST_DIR))
+  mngr = checkpoints.manager(os.path.join(nan_dir, workdir_lib.BEST_DIR))
   checkpoints.save(mngr, 1, meta={}, params=jax.tree.map(lambda x: np.full(x.shape, np.nan, x.dtype), abstract))
   mngr.close()
   with pytest.raises(checkpoints.CheckpointError, match="not finite"):
@@ -131,8 +131,8 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   train_interrupted(config, workdir, 8)  # Latest checkpoints 4 and 8 exist.
-  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4, 8]
-  step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
+  assert checkpoint_steps(workdir, workdir_lib.LATEST_DIR) == [4, 8]
+  step8 = os.path.join(workdir, workdir_lib.LATEST_DIR, "8")
   if how == "metadata":
     damage(os.path.join(step8, "_CHECKPOINT_METADATA"), "delete")
   else:
@@ -140,7 +140,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_the_previous_one(
   train.train_and_evaluate(config, workdir)
   assert any("checkpoints/latest/8 is not usable" in r.getMessage() for r in caplog.records)
   # latest/8 as damaged; best/6, intact, because the run resumed from 4 evaluates step 6 again (never deleted).
-  set_aside = os.listdir(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))
+  set_aside = os.listdir(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR))
   assert sorted("-".join(name.split("-")[:2]) for name in set_aside) == ["best-6", "latest-8"]
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
@@ -149,15 +149,15 @@ def test_a_damaged_best_checkpoint_falls_back_with_a_warning_then_errors(referen
   ref_dir, ref_summary = reference
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)
-  best = checkpoint_steps(workdir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(workdir, workdir_lib.BEST_DIR)
   assert len(best) == 2
-  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[-1])), "params"), "truncate")
+  damage(largest_file(os.path.join(workdir, workdir_lib.BEST_DIR, str(best[-1])), "params"), "truncate")
   loaded = loading.load_model(workdir)
   assert loaded.step == best[0]
   assert any(
     f"best/{best[-1]}" in r.getMessage() and "does not match its sha256" in r.getMessage() for r in caplog.records
   )
-  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(best[0])), "params"), "flip")
+  damage(largest_file(os.path.join(workdir, workdir_lib.BEST_DIR, str(best[0])), "params"), "flip")
   with pytest.raises(checkpoints.CheckpointError, match="does not match its sha256"):
     loading.load_model(workdir)
 
@@ -166,10 +166,10 @@ def test_a_second_process_on_the_workdir_is_refused(tiny_model_dir, small_data_d
   import filelock
 
   os.makedirs(fresh_workdir)
-  with filelock.FileLock(os.path.join(fresh_workdir, checkpoints.LOCK_FILE)):
+  with filelock.FileLock(os.path.join(fresh_workdir, workdir_lib.LOCK_FILE)):
     with pytest.raises(train.WorkdirError, match="another process is training in this workdir"):
       train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir), fresh_workdir)
-  assert os.listdir(fresh_workdir) == [checkpoints.LOCK_FILE]  # Nothing written.
+  assert os.listdir(fresh_workdir) == [workdir_lib.LOCK_FILE]  # Nothing written.
 
 
 def test_a_full_disk_is_one_clear_error_and_resume_works_after(
@@ -199,7 +199,7 @@ def test_a_full_disk_is_one_clear_error_and_resume_works_after(
   assert "could not write checkpoint" in message and "latest/8" in message
   assert "No space left" in message or "RESOURCE_EXHAUSTED" in message or "ENOSPC" in message, message
   assert "\n" not in message
-  assert checkpoint_steps(workdir, checkpoints.LATEST_DIR) == [4]  # Nothing under the final name of step 8.
+  assert checkpoint_steps(workdir, workdir_lib.LATEST_DIR) == [4]  # Nothing under the final name of step 8.
   monkeypatch.undo()
   os.remove(filler)
   train.train_and_evaluate(config, workdir)
@@ -221,8 +221,8 @@ def test_kill_during_saves_resumes_to_the_same_parameters(reference, tiny_model_
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:  # Wait for training to start saving, then a bit more.
-      if os.path.exists(os.path.join(workdir, checkpoints.LATEST_DIR)) and os.listdir(
-        os.path.join(workdir, checkpoints.LATEST_DIR)
+      if os.path.exists(os.path.join(workdir, workdir_lib.LATEST_DIR)) and os.listdir(
+        os.path.join(workdir, workdir_lib.LATEST_DIR)
       ):
         break
       time.sleep(0.01)
@@ -293,7 +293,7 @@ def test_command_line_mistakes_are_one_line(reference, tiny_model_dir, tmp_path,
   # A workdir whose model description is missing: a clear error, not "Unrecognized model".
   broken = str(tmp_path / "broken")
   shutil.copytree(ref_dir, broken)
-  os.remove(os.path.join(broken, checkpoints.MODEL_DIR, "jaxcse.json"))
+  os.remove(os.path.join(broken, workdir_lib.MODEL_DIR, "jaxcse.json"))
   capsys.readouterr()
   assert evaluate.main(["--model", broken]) == 1
   assert "not a jaxcse model description" in capsys.readouterr().err

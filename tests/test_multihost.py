@@ -61,7 +61,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from jaxcse.storage import checkpoints  # noqa: E402
+from jaxcse.storage import workdir as workdir_lib  # noqa: E402
 from jaxcse.training import distributed
 from tests import helpers  # noqa: E402
 
@@ -140,7 +140,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
   outputs = _launch([(worker + [str(i)], _env()) for i in range(2)], tmp_path, "interrupted")
   for i, out in enumerate(outputs):
     assert f"process {i}: interrupted before step index {INTERRUPT_AT}" in out
-  assert os.listdir(os.path.join(workdir, checkpoints.LATEST_DIR)) == [str(CHECKPOINT_EVERY)]
+  assert os.listdir(os.path.join(workdir, workdir_lib.LATEST_DIR)) == [str(CHECKPOINT_EVERY)]
   # Steps 2, 3 and 4 were logged; the resumed run starts again after the checkpoint at 3 and drops the line of 4.
   assert [r["step"] for r in helpers.metrics_records(workdir) if "loss" in r] == [2, 3, 4]
 

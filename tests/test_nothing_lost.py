@@ -11,8 +11,9 @@ import shutil
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading
+from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse import encode, evaluate, export_hf, models, train
+from jaxcse.training import inputs as inputs_lib
 from jaxcse.core import files
 from tests import helpers
 from tests.helpers import (
@@ -31,7 +32,7 @@ from tests.helpers import (
 
 def _set_aside(workdir: str) -> dict[str, str]:
   """The set-aside checkpoints, as ``{"best-6": folder}`` (their names without the time of the move)."""
-  folder = os.path.join(workdir, checkpoints.SET_ASIDE_DIR)
+  folder = os.path.join(workdir, workdir_lib.SET_ASIDE_DIR)
   if not os.path.isdir(folder):
     return {}
   return {"-".join(name.split("-")[:2]): os.path.join(folder, name) for name in os.listdir(folder)}
@@ -57,11 +58,11 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(
 ):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
-  latest, best = checkpoint_steps(workdir, checkpoints.LATEST_DIR), checkpoint_steps(workdir, checkpoints.BEST_DIR)
+  latest, best = checkpoint_steps(workdir, workdir_lib.LATEST_DIR), checkpoint_steps(workdir, workdir_lib.BEST_DIR)
   assert latest == [8, 9] and best == [6, 9]
-  records = {step: _record(os.path.join(workdir, checkpoints.BEST_DIR, str(step))) for step in best}
+  records = {step: _record(os.path.join(workdir, workdir_lib.BEST_DIR, str(step))) for step in best}
   for step in latest:  # As in the issue: 4 bytes overwritten in the largest params file of every latest one.
-    path = largest_file(os.path.join(workdir, checkpoints.LATEST_DIR, str(step)), "params")
+    path = largest_file(os.path.join(workdir, workdir_lib.LATEST_DIR, str(step)), "params")
     with open(path, "r+b") as f:
       f.seek(os.path.getsize(path) // 2)
       f.write(b"\xde\xad\xbe\xef")
@@ -86,13 +87,13 @@ def test_damaged_latest_checkpoints_never_cost_the_intact_best_ones(
 def _everything(workdir: str) -> dict[str, list[int]]:
   return {
     sub: checkpoint_steps(workdir, sub)
-    for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR, checkpoints.SET_ASIDE_DIR)
+    for sub in (workdir_lib.LATEST_DIR, workdir_lib.BEST_DIR, workdir_lib.SET_ASIDE_DIR)
   }
 
 
 def _change_hidden_size(workdir: str) -> str:
   """Changes model/config.json validly (as in the issue: another hidden_size); returns its path."""
-  path = os.path.join(workdir, checkpoints.MODEL_DIR, "config.json")
+  path = os.path.join(workdir, workdir_lib.MODEL_DIR, "config.json")
   with open(path) as f:
     hf_config = json.load(f)
   hf_config["hidden_size"] *= 2
@@ -112,14 +113,14 @@ def test_a_changed_model_description_is_refused_by_the_trainer_and_nothing_is_se
   for _ in range(2):  # The issue's second rerun deleted the intact best checkpoint: twice, still nothing moves.
     with pytest.raises(models.DescriptionError, match=f"^{changed} does not match its sha256"):
       train.train_and_evaluate(config, workdir)
-    assert _everything(workdir) == before and not os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))
+    assert _everything(workdir) == before and not os.path.exists(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR))
 
 
 @pytest.mark.parametrize("fault", ["truncate tokenizer.json", "change config.json", "delete tokenizer.json"])
 def test_every_reader_refuses_a_damaged_model_description_in_one_line(reference, tmp_path, capsys, fault):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  model_dir = os.path.join(workdir, workdir_lib.MODEL_DIR)
   how, name = fault.split()
   named = os.path.join(model_dir, name)
   if how == "truncate":  # Gave "Exception: EOF while parsing a value" and a traceback.
@@ -151,11 +152,11 @@ def test_a_description_without_its_record_loads_unverified_and_resuming_records_
 ):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  model_dir = os.path.join(workdir, workdir_lib.MODEL_DIR)
   record = os.path.join(model_dir, models.DESCRIPTION_RECORD)
   # As an older jaxcse left it (tests/fixtures/legacy_workdir, too): no record, format_version 1, no inputs.json.
   os.remove(record)
-  os.remove(os.path.join(workdir, train.INPUTS_FILE))
+  os.remove(os.path.join(workdir, workdir_lib.INPUTS_FILE))
   info_path = os.path.join(model_dir, models.JAXCSE_MODEL_FILE)
   with open(info_path) as f:
     info = json.load(f)
@@ -204,9 +205,9 @@ def test_a_full_disk_at_a_fresh_start_is_one_line(tiny_model_dir, small_data_dir
     train.train_and_evaluate(config, workdir)
   assert "\n" not in str(raised.value)
   # Nothing half-written: no description, no config.json (a rerun starts cleanly).
-  assert not os.path.exists(os.path.join(workdir, checkpoints.MODEL_DIR))
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.MODEL_DIR))
   assert not os.path.exists(os.path.join(workdir, "config.json"))
-  assert not os.path.exists(os.path.join(workdir, checkpoints.MODEL_DIR + ".tmp"))
+  assert not os.path.exists(os.path.join(workdir, workdir_lib.MODEL_DIR + ".tmp"))
 
 
 # --------------------------------------------------------------------------
@@ -219,9 +220,9 @@ def test_a_resume_on_a_changed_corpus_is_refused_before_anything_changes(
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  recorded = os.path.join(workdir, train.INPUTS_FILE)
+  recorded = os.path.join(workdir, workdir_lib.INPUTS_FILE)
   with open(recorded) as f:
-    assert json.load(f) == {"corpus_sha256": train._corpus_digests(config)}
+    assert json.load(f) == {"corpus_sha256": inputs_lib.digest_corpus(config)}
   # The same path, other content: the recorded sha256 is that of the original file.
   corpus = os.path.join(small_data_dir, config.data.train)
   with open(recorded) as f:
@@ -239,7 +240,7 @@ def test_a_resume_on_a_changed_corpus_is_refused_before_anything_changes(
 def test_resume_sets_aside_an_exploded_best_checkpoint(reference, tiny_model_dir, small_data_dir, tmp_path, caplog):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
-  best_dir = os.path.join(workdir, checkpoints.BEST_DIR)
+  best_dir = os.path.join(workdir, workdir_lib.BEST_DIR)
   good = loading.load_model(workdir)
   # best/9's weights exploded but checksummed (as a jaxcse without the output probe saved them).
   shutil.rmtree(os.path.join(best_dir, "9"))
@@ -260,18 +261,18 @@ def test_restart_clears_everything_the_old_run_wrote(tmp_path):
   workdir = str(tmp_path / "w")
   written = [
     "config.json",
-    train.INPUTS_FILE,
+    workdir_lib.INPUTS_FILE,
     "metrics.jsonl",
     "summary.json",
-    os.path.join(train.TENSORBOARD_DIR, "events.out.tfevents.1"),
-    os.path.join(checkpoints.MODEL_DIR, "config.json"),
-    os.path.join(checkpoints.BEST_DIR, "3", "x"),
+    os.path.join(workdir_lib.TENSORBOARD_DIR, "events.out.tfevents.1"),
+    os.path.join(workdir_lib.MODEL_DIR, "config.json"),
+    os.path.join(workdir_lib.BEST_DIR, "3", "x"),
   ]
   for name in written:
     os.makedirs(os.path.dirname(os.path.join(workdir, name)), exist_ok=True)
     open(os.path.join(workdir, name), "w").close()
   open(os.path.join(workdir, "notes.txt"), "w").close()  # Not the run's: kept.
-  train._clear(workdir)
+  workdir_lib.Workdir(workdir).clear()
   assert os.listdir(workdir) == ["notes.txt"]
 
 
@@ -284,7 +285,7 @@ SIGINT_TRAIN = """
 import os, signal, sys, threading
 from jaxcse.storage import checkpoints
 from jaxcse import train
-from jaxcse.training import train_step as step_lib
+from jaxcse.training import inputs as inputs_lib, start as start_lib, train_step as step_lib
 from jaxcse.evaluation import validation
 
 # Python's Ctrl-C handler, even under a shell that started this test with SIGINT ignored (see INJECTED_TRAIN).
@@ -311,9 +312,9 @@ def first_call(fn, after=False):  # fn, sending Ctrl-C at its first call (as it 
   return wrapped
 
 if where == "read_inputs":  # Before anything is written.
-  train._read_inputs = first_call(train._read_inputs)
+  inputs_lib.read = first_call(inputs_lib.read)
 elif where == "resume":  # While the workdir is put in order and the first state initialised (its first compile).
-  train._resume = first_call(train._resume)
+  start_lib.build = first_call(start_lib.build)
 elif where in ("first_step", "after_first_step"):  # The first step traces, lowers and compiles.
   jit = step_lib.jit_train_step
   step_lib.jit_train_step = lambda *a, **k: first_call(jit(*a, **k), after=where == "after_first_step")
@@ -370,12 +371,12 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
     elif where == "read_inputs" and os.path.exists(workdir):
       bad[(where, delay)] = "the workdir was created"
     elif where != "read_inputs":
-      for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR):  # Every checkpoint left is whole.
+      for sub in (workdir_lib.LATEST_DIR, workdir_lib.BEST_DIR):  # Every checkpoint left is whole.
         mngr = checkpoints.manager(os.path.join(workdir, sub))
         if any(checkpoints.verify(mngr, step) for step in mngr.all_steps()):
           bad[(where, delay)] = f"a damaged checkpoint in {sub}"
         mngr.close()
-      if os.path.exists(os.path.join(workdir, checkpoints.SET_ASIDE_DIR)):
+      if os.path.exists(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR)):
         bad[(where, delay)] = "checkpoints were set aside"
   assert not bad, "; ".join(f"{where} +{delay}s: {problem}" for (where, delay), problem in bad.items())
   # The same command resumes them (here, the one stopped during a save) to the uninterrupted run's parameters.

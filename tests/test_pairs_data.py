@@ -17,8 +17,8 @@ import time
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints
-from jaxcse.training import configuration
+from jaxcse.storage import workdir as workdir_lib
+from jaxcse.training import configuration, inputs as inputs_lib
 from jaxcse import data as data_lib, train
 from jaxcse.data import Batches, DataError, pairs
 from tests import helpers
@@ -281,15 +281,16 @@ TWO_DEVICES = r"""
 import json, sys
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
-from jaxcse.training import distributed
+from jaxcse.training import distributed, inputs as inputs_lib
 from jaxcse import train
+from jaxcse.storage.workdir import Workdir
 from tests import helpers
 model_dir, data_dir, path, workdir = sys.argv[1:]
 config = helpers.tiny_config(model_dir, data_dir, "pairs", **{"data.train": path, "train.max_steps": 4,
                                                               "train.batch_size": 6, "eval.every": 4})
 summary = train.train_and_evaluate(config, workdir)
 # What the trainer fed each device: this process's rows of each global batch, placed as the trainer places them.
-inputs = train._read_inputs(config, workdir, False, distributed.make_mesh())
+inputs = inputs_lib.read(config, Workdir(workdir), False, distributed.make_mesh())
 sharding = NamedSharding(distributed.make_mesh(), PartitionSpec("data"))
 rows = distributed.process_rows(sharding, 6)
 shards = []
@@ -380,7 +381,7 @@ def test_jsonl_triplets_train_and_resume_exactly_after_kill_9(tiny_model_dir, sm
   rng = random.Random(0)
   for _ in range(2):
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    latest = os.path.join(workdir, checkpoints.LATEST_DIR)
+    latest = os.path.join(workdir, workdir_lib.LATEST_DIR)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
       if os.path.isdir(latest) and os.listdir(latest):
@@ -393,7 +394,7 @@ def test_jsonl_triplets_train_and_resume_exactly_after_kill_9(tiny_model_dir, sm
   assert result.returncode == 0, result.stderr[-3000:]
   helpers.assert_same_params(helpers.saved_params(workdir), helpers.saved_params(reference))
   assert [r["step"] for r in helpers.metrics_records(workdir) if "loss" in r] == list(range(1, 7))
-  with open(os.path.join(workdir, train.INPUTS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.INPUTS_FILE)) as f:
     assert list(json.load(f)["corpus_sha256"]) == ["triplets.jsonl"]
   # The file changed: the run refuses to resume on other batches.
   _write_jsonl(tmp_path / "triplets.jsonl", _triplets(64))
@@ -418,7 +419,7 @@ def test_parquet_folders_and_the_hub_cache_train(tiny_model_dir, small_data_dir,
     _pairs_config(tiny_model_dir, small_data_dir, path, **{"train.max_steps": 2}), workdir
   )
   assert summary["steps"] == 2
-  with open(os.path.join(workdir, train.INPUTS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.INPUTS_FILE)) as f:
     recorded = json.load(f)["corpus_sha256"]
   if source == "hub":  # The content's digest: the cache's files are datasets' business.
     assert recorded == {path: pairs.validate(dataset, "d").content_sha256}
@@ -431,7 +432,7 @@ def test_a_dataset_built_in_python_trains_and_resumes_only_on_the_same_rows(tiny
   config = _pairs_config(tiny_model_dir, small_data_dir, "", **{"train.max_steps": 2})
   workdir = str(tmp_path / "w")
   assert train.train_and_evaluate(config, workdir, train_data=dataset)["steps"] == 2
-  with open(os.path.join(workdir, train.INPUTS_FILE)) as f:
+  with open(os.path.join(workdir, workdir_lib.INPUTS_FILE)) as f:
     assert json.load(f)["corpus_sha256"] == {
       "train_data (a datasets.Dataset)": pairs.validate(dataset, "d").content_sha256
     }
@@ -500,18 +501,18 @@ def test_labels_pass_through_the_jitted_step_sharded_and_chunked(tiny_model_dir)
 
 
 def test_labels_only_for_a_method_that_reads_them():
-  """``train._check_labels``: scored pairs need a method whose Objective reads ``labels`` (cosent), and such a
+  """``inputs_lib.check_labels``: scored pairs need a method whose Objective reads ``labels`` (cosent), and such a
   method needs scored pairs."""
   scored = pairs.validate(datasets.Dataset.from_dict({"a": ["x"], "b": ["y"], "score": [0.5]}), "scored")
   unscored = pairs.validate(datasets.Dataset.from_dict({"a": ["x"], "b": ["y"]}), "unscored")
   config = helpers.tiny_config("m", "d", "pairs")
-  train._check_labels(config, unscored)
+  inputs_lib.check_labels(config, unscored)
   with pytest.raises(DataError, match="^scored: column 'score' holds a label per row"):
-    train._check_labels(config, scored)
+    inputs_lib.check_labels(config, scored)
   config.method = "cosent"
-  train._check_labels(config, scored)
+  inputs_lib.check_labels(config, scored)
   with pytest.raises(DataError, match=r"^unscored: method cosent needs a label per row \(a column named label or "):
-    train._check_labels(config, unscored)
+    inputs_lib.check_labels(config, unscored)
 
 
 def test_scored_pairs_csv_trains_with_cosent_from_the_command(tiny_model_dir, small_data_dir, tmp_path):

@@ -10,7 +10,7 @@ import pytest
 
 from jaxcse.training import configuration
 from jaxcse import data as data_lib, encode, train
-from jaxcse.storage import loading
+from jaxcse.storage.workdir import Workdir
 from jaxcse.inference import mteb_model
 from jaxcse.data import tokenization
 from tests import helpers
@@ -95,7 +95,7 @@ def test_a_trained_model_encodes_with_its_prompts_by_name(prompted_workdir, tmp_
   )
   np.testing.assert_allclose(np.load(out), encoder.encode(SENTENCES, prompt_name="query"), rtol=0, atol=1e-6)
   assert json.load(open(out[:-4] + ".json"))["prompt"] == PROMPTS["query"]
-  assert loading.workdir_prompts(prompted_workdir) == PROMPTS
+  assert Workdir(prompted_workdir).prompts() == PROMPTS
 
 
 def test_mteb_applies_the_prompt_of_its_prompt_type(prompted_workdir):

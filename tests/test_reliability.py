@@ -16,8 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading
+from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse.inference import embedder
+from jaxcse.training import run_log
 from jaxcse import encode, evaluate, export_hf, train
 from jaxcse.core import files
 from tests import helpers
@@ -108,7 +109,7 @@ def test_a_torn_last_metrics_line_is_dropped_with_a_warning_on_resume(
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)  # A finished run; as if killed while appending after its checkpoint at 8.
-  shutil.rmtree(os.path.join(workdir, checkpoints.LATEST_DIR, "9"))
+  shutil.rmtree(os.path.join(workdir, workdir_lib.LATEST_DIR, "9"))
   os.remove(os.path.join(workdir, "summary.json"))
   with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
     f.write('{"step": 9, "loss": 2.0')
@@ -126,7 +127,7 @@ def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   metrics = os.path.join(workdir, "metrics.jsonl")
-  write = train.MetricsWriter.write
+  write = run_log.MetricsWriter.write
 
   def disk_full_at_step_6(self, record):
     if record["step"] != 6 or "loss" not in record:
@@ -140,7 +141,7 @@ def test_a_metrics_line_that_does_not_fit_is_not_written_and_the_error_names_the
       resource.setrlimit(resource.RLIMIT_FSIZE, limits)
       signal.signal(signal.SIGXFSZ, handler)
 
-  monkeypatch.setattr(train.MetricsWriter, "write", disk_full_at_step_6)
+  monkeypatch.setattr(run_log.MetricsWriter, "write", disk_full_at_step_6)
   with pytest.raises(OSError) as info:
     train.train_and_evaluate(config, workdir)
   assert info.value.errno == errno.EFBIG and info.value.filename == metrics
@@ -230,7 +231,7 @@ def test_a_kill_before_the_checksum_record_leaves_an_incomplete_checkpoint(
   workdir = str(tmp_path / "w")
   killed = _train_cli(workdir, tiny_model_dir, small_data_dir, {"KILL_BEFORE_RECORD_OF": "latest/8"})
   assert killed.returncode == -signal.SIGKILL
-  step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
+  step8 = os.path.join(workdir, workdir_lib.LATEST_DIR, "8")
   assert os.path.isdir(step8) and not os.path.exists(os.path.join(step8, checkpoints.CHECKSUMS))
   # Nothing vouches for its files: flipped bits in them must never be served. Readers skip it with one warning.
   damage(largest_file(step8, "params"), "flip")
@@ -247,11 +248,11 @@ def test_every_reader_falls_back_past_a_checkpoint_without_its_record(reference,
   ref_dir, _ = reference
   workdir = str(tmp_path / "w")
   shutil.copytree(ref_dir, workdir)
-  for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR):
+  for sub in (workdir_lib.LATEST_DIR, workdir_lib.BEST_DIR):
     newest = os.path.join(workdir, sub, str(max(checkpoint_steps(workdir, sub))))
     damage(largest_file(newest, "params"), how)
     os.remove(os.path.join(newest, checkpoints.CHECKSUMS))
-  best = checkpoint_steps(workdir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(workdir, workdir_lib.BEST_DIR)
   assert loading.load_model(workdir).step == best[0]
   assert loading.load_model(workdir, checkpoint="latest").step == 8
   # The commands: one warning line each, then the older checkpoint.
@@ -279,7 +280,7 @@ def test_the_trainer_falls_back_in_the_same_run_past_an_unreadable_verified_chec
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   train_interrupted(config, workdir, 8)
   # Damage that the record vouches for (a record written over the damaged files): only orbax can tell.
-  step8 = os.path.join(workdir, checkpoints.LATEST_DIR, "8")
+  step8 = os.path.join(workdir, workdir_lib.LATEST_DIR, "8")
   damage(largest_file(step8, "params"), "truncate")
   files.write_json(os.path.join(step8, checkpoints.CHECKSUMS), checkpoints._file_digests(step8))
   train.train_and_evaluate(config, workdir)  # One run: no "run the same command again".
@@ -299,7 +300,7 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   train_interrupted(config, workdir, 7)  # Latest 4; best 6 (after it: stale).
-  before = {sub: checkpoint_steps(workdir, sub) for sub in (checkpoints.LATEST_DIR, checkpoints.BEST_DIR)}
+  before = {sub: checkpoint_steps(workdir, sub) for sub in (workdir_lib.LATEST_DIR, workdir_lib.BEST_DIR)}
   metrics_before = open(os.path.join(workdir, "metrics.jsonl")).read()
   changed = helpers.tiny_config(
     tiny_model_dir,
@@ -348,7 +349,7 @@ def test_config_fields_of_another_jaxcse_version_are_a_warning_not_a_refusal(tin
   del saved["data"]["pack"]  # An older config.json: no such field.
   saved["train"]["retired_field"] = 1  # A field this jaxcse no longer has.
   saved["seed"] = 7
-  changed, unknown = train._result_changes(config, saved)
+  changed, unknown = workdir_lib.result_changes(config, saved)
   assert changed == ["seed (7 there, 42 here)"] and unknown == ["data.pack", "train.retired_field"]
 
 
@@ -369,7 +370,7 @@ def test_the_trainer_never_saves_a_checkpoint_whose_outputs_overflow(tiny_model_
     r"probe batch .* The last good checkpoint is none",
   ):
     train.train_and_evaluate(config, fresh_workdir)
-  assert not checkpoint_steps(fresh_workdir, checkpoints.LATEST_DIR)
+  assert not checkpoint_steps(fresh_workdir, workdir_lib.LATEST_DIR)
 
 
 def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(reference, tmp_path, caplog, capsys):
@@ -379,7 +380,7 @@ def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(referenc
   good = loading.load_model(workdir)
   exploded = exploded_params(good.params)
   assert checkpoints.all_finite(exploded)
-  mngr = checkpoints.manager(os.path.join(workdir, checkpoints.BEST_DIR))
+  mngr = checkpoints.manager(os.path.join(workdir, workdir_lib.BEST_DIR))
   checkpoints.save(mngr, 10, meta={"step": 10, "metric": 1.0}, params=exploded)
   mngr.close()
   assert loading.load_model(workdir).step == good.step
@@ -416,13 +417,13 @@ def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(
 ):
   ref_dir, ref_summary = reference
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  best = checkpoint_steps(ref_dir, checkpoints.BEST_DIR)
+  best = checkpoint_steps(ref_dir, workdir_lib.BEST_DIR)
   assert ref_summary["best_step"] == best[-1] == 9 and len(best) == 2
   # The newest best damaged: set aside, the older one is the best again, and the resume point (9) is evaluated
   # again, which is this run's best (its score is ref_summary's).
   workdir = str(tmp_path / "newest")
   shutil.copytree(ref_dir, workdir)
-  damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, "9"), "params"), "flip")
+  damage(largest_file(os.path.join(workdir, workdir_lib.BEST_DIR, "9"), "params"), "flip")
   summary = train.train_and_evaluate(config, workdir)
   assert len(warnings_naming(caplog, "checkpoints/best/9 is not usable")) == 1
   assert len(warnings_naming(caplog, f"step 9, is gone (set aside or deleted); the best is now step {best[0]}")) == 1
@@ -435,7 +436,7 @@ def test_resume_verifies_the_best_checkpoint_and_falls_back_or_re_evaluates(
   workdir = str(tmp_path / "all")
   shutil.copytree(ref_dir, workdir)
   for step in best:
-    damage(largest_file(os.path.join(workdir, checkpoints.BEST_DIR, str(step)), "params"), "truncate")
+    damage(largest_file(os.path.join(workdir, workdir_lib.BEST_DIR, str(step)), "params"), "truncate")
   summary = train.train_and_evaluate(config, workdir)
   assert summary["best_step"] == 9 and loading.load_model(workdir).step == 9
 
@@ -491,7 +492,7 @@ def test_ctrl_c_saves_the_state_it_stops_at_and_the_resumed_run_is_the_same(
   assert lines_said(run.stderr) == [
     "interrupted at step 7; rerun the same command to resume (from its checkpoint at step 7)"
   ]
-  latest = checkpoints.manager(os.path.join(workdir, checkpoints.LATEST_DIR))
+  latest = checkpoints.manager(os.path.join(workdir, workdir_lib.LATEST_DIR))
   assert 7 in latest.all_steps() and checkpoints.verify(latest, 7) is None
   latest.close()
   assert _train_cli(workdir, tiny_model_dir, small_data_dir).returncode == 0

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading
+from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse import data as data_lib, evaluate, models, train
 from jaxcse.inference import embedder as embedder_lib
 from jaxcse.models import mlm
@@ -62,7 +62,7 @@ def test_smoke_train_save_evaluate(tiny_model_dir, small_data_dir, fresh_workdir
   result = json.load(open(out))
   assert result["pooler"] == "cls_before_pooler"
   # A checkpoint folder works too, and --checkpoint picks one by step.
-  latest_dir = os.path.join(fresh_workdir, checkpoints.LATEST_DIR, "6")
+  latest_dir = os.path.join(fresh_workdir, workdir_lib.LATEST_DIR, "6")
   by_folder = loading.load_model(latest_dir)
   by_step = loading.load_model(fresh_workdir, checkpoint="6")
   for a, b in zip(jax.tree.leaves(by_folder.params), jax.tree.leaves(by_step.params)):
@@ -240,7 +240,7 @@ def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tiny_model_dir, sm
   with pytest.raises(train.NonFiniteLossError, match=r"(?:non-finite loss .* at step|after step) (\d+)") as info:
     train.train_and_evaluate(config, fresh_workdir)
   bad_step = int(re.search(r"(?:at step|after step) (\d+)", info.value.args[0]).group(1))
-  mngr = checkpoints.manager(os.path.join(fresh_workdir, checkpoints.LATEST_DIR))
+  mngr = checkpoints.manager(os.path.join(fresh_workdir, workdir_lib.LATEST_DIR))
   # Checkpoint n holds the state after n steps; the last one kept is the state the bad step started from.
   assert bad_step >= 2 and mngr.latest_step() == bad_step - 1
   params = helpers.saved_params(fresh_workdir)

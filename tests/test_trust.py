@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading
+from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse import encode, export_hf, models, train
 from jaxcse.core import files
 from jaxcse.evaluation import sts_data, validation
@@ -98,7 +98,7 @@ def test_a_folder_that_is_not_a_jaxcse_workdir_is_never_touched(
 
 def test_clear_removes_nothing_from_a_folder_without_a_run(model_folder):
   before = _tree(model_folder)
-  train._clear(model_folder)
+  workdir_lib.Workdir(model_folder).clear()
   assert _tree(model_folder) == before
 
 
@@ -128,7 +128,7 @@ def test_an_empty_or_partial_record_vouches_for_nothing(tmp_path):
 def test_a_checkpoint_whose_record_is_empty_is_not_served(reference, config, tmp_path, caplog):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  best9 = os.path.join(workdir, checkpoints.BEST_DIR, "9")
+  best9 = os.path.join(workdir, workdir_lib.BEST_DIR, "9")
   _write_record(best9, {})  # Before: verified, and served (with any byte of it flipped, 5 of 7 times).
   loaded = loading.load_model(workdir)
   assert loaded.step == 6
@@ -143,7 +143,7 @@ def test_a_checkpoint_whose_record_is_empty_is_not_served(reference, config, tmp
 def test_a_partial_record_of_a_latest_checkpoint_is_refused_on_resume(reference, config, tmp_path, caplog):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  latest9 = os.path.join(workdir, checkpoints.LATEST_DIR, "9")
+  latest9 = os.path.join(workdir, workdir_lib.LATEST_DIR, "9")
   record = _read_record(latest9)
   params_file = helpers.largest_file(latest9, "params")
   dropped = os.path.relpath(params_file, latest9)
@@ -160,7 +160,7 @@ def test_a_partial_record_of_a_latest_checkpoint_is_refused_on_resume(reference,
 def test_a_description_record_that_does_not_vouch_for_every_file_is_refused(reference, config, tmp_path, fault, capsys):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  model_dir = os.path.join(workdir, checkpoints.MODEL_DIR)
+  model_dir = os.path.join(workdir, workdir_lib.MODEL_DIR)
   record_path = os.path.join(model_dir, models.DESCRIPTION_RECORD)
   record = _read_record(model_dir)
   # As the probe: a changed activation, which the record no longer vouches for.
@@ -200,25 +200,25 @@ def test_a_description_record_that_does_not_vouch_for_every_file_is_refused(refe
 def test_a_reader_serves_the_checkpoint_folder_named(reference, tmp_path):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  shutil.rmtree(os.path.join(workdir, checkpoints.LATEST_DIR, "9"))  # So the newest latest (8) is not the best (9).
-  latest = loading.load_model(os.path.join(workdir, checkpoints.LATEST_DIR))
+  shutil.rmtree(os.path.join(workdir, workdir_lib.LATEST_DIR, "9"))  # So the newest latest (8) is not the best (9).
+  latest = loading.load_model(os.path.join(workdir, workdir_lib.LATEST_DIR))
   assert (latest.step, latest.checkpoints) == (8, "latest")  # Before: the workdir's best, step 9.
-  best = loading.load_model(os.path.join(workdir, checkpoints.BEST_DIR))
+  best = loading.load_model(os.path.join(workdir, workdir_lib.BEST_DIR))
   assert (best.step, best.checkpoints) == (9, "best")
-  assert loading.load_model(os.path.join(workdir, checkpoints.BEST_DIR, "6")).step == 6
-  assert loading.load_model(os.path.join(workdir, checkpoints.BEST_DIR), checkpoint="6").step == 6
+  assert loading.load_model(os.path.join(workdir, workdir_lib.BEST_DIR, "6")).step == 6
+  assert loading.load_model(os.path.join(workdir, workdir_lib.BEST_DIR), checkpoint="6").step == 6
   with pytest.raises(checkpoints.CheckpointError, match="names the best checkpoints; --checkpoint latest"):
-    loading.load_model(os.path.join(workdir, checkpoints.BEST_DIR), checkpoint="latest")
+    loading.load_model(os.path.join(workdir, workdir_lib.BEST_DIR), checkpoint="latest")
 
 
 def test_a_set_aside_checkpoint_or_another_folder_is_refused(reference, tmp_path, capsys):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  aside = os.path.join(workdir, checkpoints.SET_ASIDE_DIR, "best-6-20260101T000000")
-  shutil.copytree(os.path.join(workdir, checkpoints.BEST_DIR, "6"), aside)
+  aside = os.path.join(workdir, workdir_lib.SET_ASIDE_DIR, "best-6-20260101T000000")
+  shutil.copytree(os.path.join(workdir, workdir_lib.BEST_DIR, "6"), aside)
   for path, expected in [
     (aside, "a set-aside checkpoint"),
-    (os.path.join(workdir, checkpoints.MODEL_DIR), "not a checkpoint of the workdir"),
+    (os.path.join(workdir, workdir_lib.MODEL_DIR), "not a checkpoint of the workdir"),
     (os.path.join(workdir, "checkpoints"), "not a checkpoint of the workdir"),
   ]:
     with pytest.raises(checkpoints.CheckpointError, match=f"^{path}: {expected}"):  # Before: served best/9.
@@ -282,7 +282,7 @@ def test_a_collapsed_evaluation_is_not_saved_as_best(reference, config, small_da
 def test_a_collapsed_encoder_is_refused_at_export_and_encode(reference, tmp_path, capsys):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
-  best_dir = os.path.join(workdir, checkpoints.BEST_DIR)
+  best_dir = os.path.join(workdir, workdir_lib.BEST_DIR)
   good = loading.load_model(workdir)
   shutil.rmtree(os.path.join(best_dir, "9"))
   mngr = checkpoints.manager(best_dir)
@@ -319,7 +319,7 @@ def test_a_model_that_tells_sentences_apart_passes_the_collapse_probe(reference)
 def test_a_resume_without_the_corpus_record_is_refused(reference, config, tmp_path, fault):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  path = os.path.join(workdir, train.INPUTS_FILE)
+  path = os.path.join(workdir, workdir_lib.INPUTS_FILE)
   if fault == "deleted":
     os.remove(path)
   else:
@@ -343,17 +343,17 @@ def test_the_start_point_is_read_under_the_lock(reference, config, tmp_path, mon
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   held = []
-  start_point = train._start_point
+  start_point = workdir_lib.Workdir.start_point
 
-  def probing(path, restart):
+  def probing(self, restart):
     try:
-      filelock.FileLock(os.path.join(path, checkpoints.LOCK_FILE)).acquire(timeout=0).lock.release()
+      filelock.FileLock(self.join(workdir_lib.LOCK_FILE)).acquire(timeout=0).lock.release()
       held.append(False)
     except filelock.Timeout:
       held.append(True)
-    return start_point(path, restart)
+    return start_point(self, restart)
 
-  monkeypatch.setattr(train, "_start_point", probing)
+  monkeypatch.setattr(workdir_lib.Workdir, "start_point", probing)
   train.train_and_evaluate(config, workdir)
   assert held and all(held), held  # Before: read before the lock was taken.
 
@@ -366,7 +366,7 @@ def test_the_same_checkpoint_set_aside_twice_is_kept_once(reference, tmp_path, c
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   params = loading.load_model(workdir).params
-  best_dir = os.path.join(workdir, checkpoints.BEST_DIR)
+  best_dir = os.path.join(workdir, workdir_lib.BEST_DIR)
   mngr = checkpoints.manager(best_dir)
   original = checkpoints.set_aside(mngr, 9, "a test", intact=True)  # The run's own best/9.
   copies = []
@@ -378,18 +378,18 @@ def test_the_same_checkpoint_set_aside_twice_is_kept_once(reference, tmp_path, c
   checkpoints.set_aside(mngr, 9, "a test", intact=True)  # Other arrays: kept.
   mngr.close()
   assert copies[0] != copies[1]
-  set_aside = sorted(os.listdir(os.path.join(workdir, checkpoints.SET_ASIDE_DIR)))
+  set_aside = sorted(os.listdir(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR)))
   assert len(set_aside) == 3 and os.path.basename(original) in set_aside  # Before: 4.
   said = warnings_naming(caplog, "the same arrays and metadata are already set aside in")
   assert len(said) == 1 and "best/9 is intact but a test" in said[0]
   for name in set_aside:
-    assert files.digest_mismatch(os.path.join(workdir, checkpoints.SET_ASIDE_DIR, name), checkpoints.CHECKSUMS) is None
+    assert files.digest_mismatch(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR, name), checkpoints.CHECKSUMS) is None
 
 
 def test_a_damaged_checkpoint_is_never_taken_for_a_copy(reference, tmp_path):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  best_dir = os.path.join(workdir, checkpoints.BEST_DIR)
+  best_dir = os.path.join(workdir, workdir_lib.BEST_DIR)
   saved = os.path.join(tmp_path, "best9")
   shutil.copytree(os.path.join(best_dir, "9"), saved)
   mngr = checkpoints.manager(best_dir)
@@ -399,17 +399,17 @@ def test_a_damaged_checkpoint_is_never_taken_for_a_copy(reference, tmp_path):
   mngr.reload()
   checkpoints.set_aside(mngr, 9, "damaged")
   mngr.close()
-  assert len(os.listdir(os.path.join(workdir, checkpoints.SET_ASIDE_DIR))) == 2
+  assert len(os.listdir(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR))) == 2
 
 
 def test_prune_set_aside_removes_them_and_nothing_else(reference, tmp_path):
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
-  aside = os.path.join(workdir, checkpoints.SET_ASIDE_DIR)
+  aside = os.path.join(workdir, workdir_lib.SET_ASIDE_DIR)
   for n in range(3):
-    shutil.copytree(os.path.join(workdir, checkpoints.BEST_DIR, "6"), os.path.join(aside, f"best-6-2026010{n}"))
-  run_files = {k: v for k, v in _tree(workdir).items() if not k.startswith(checkpoints.SET_ASIDE_DIR)}
-  size = sum(len(v) for k, v in _tree(workdir).items() if k.startswith(checkpoints.SET_ASIDE_DIR))
+    shutil.copytree(os.path.join(workdir, workdir_lib.BEST_DIR, "6"), os.path.join(aside, f"best-6-2026010{n}"))
+  run_files = {k: v for k, v in _tree(workdir).items() if not k.startswith(workdir_lib.SET_ASIDE_DIR)}
+  size = sum(len(v) for k, v in _tree(workdir).items() if k.startswith(workdir_lib.SET_ASIDE_DIR))
   run = subprocess.run(
     [sys.executable, "-m", "jaxcse.train", "--workdir", workdir, "--prune_set_aside"],
     cwd=helpers.REPO,
@@ -423,10 +423,10 @@ def test_prune_set_aside_removes_them_and_nothing_else(reference, tmp_path):
     "checkpoints, description and logs are untouched"
   )
   assert _tree(workdir) == run_files and not os.path.exists(aside)
-  assert train.prune_set_aside(workdir) == f"{aside}: no set-aside checkpoint; nothing removed"
+  assert workdir_lib.Workdir(workdir).prune_set_aside() == f"{aside}: no set-aside checkpoint; nothing removed"
   # Not a workdir: one line, nothing removed.
   other = str(tmp_path / "other")
-  os.makedirs(os.path.join(other, checkpoints.SET_ASIDE_DIR.replace("set_aside", "x")))
+  os.makedirs(os.path.join(other, workdir_lib.SET_ASIDE_DIR.replace("set_aside", "x")))
   run = subprocess.run(
     [sys.executable, "-m", "jaxcse.train", "--workdir", other, "--prune_set_aside"],
     cwd=helpers.REPO,

@@ -95,7 +95,7 @@ def train_step_program(
   jitted = step_lib.jit_train_step(
     config, model.spec, tx, complementary and complementary.spec, mesh, augment_mlm=augment_mlm and augment_mlm.spec
   )
-  # The arguments as the trainer places them: the state as train._resume makes it (step 0, the params, the
+  # The arguments as the trainer places them: the state as start_lib.build makes it (step 0, the params, the
   # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
   replicated, batch_sharding = distributed.data_shardings(mesh)
 

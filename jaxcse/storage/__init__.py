@@ -1,6 +1,7 @@
 """Where models live and how they are found: workdirs, checkpoints, Hugging Face folders, hub ids, s-t folders.
 
-checkpoints.py  the workdir's layout and its orbax checkpoints, verified, never half-written
+workdir.py      a training workdir: its layout, lock, start point, resume checks, what a reader is served
+checkpoints.py  orbax checkpoints, verified, never half-written
 loading.py      a model for inference from anything a user points at (workdir, checkpoint, folder, hub id)
 hub.py          where a model name points: a local folder, a package that ships it, the hub's cache
 st_format.py    the sentence-transformers folder format, with numpy only

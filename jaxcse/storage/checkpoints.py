@@ -1,18 +1,4 @@
-"""Workdir layout and orbax checkpoints that are verified, never stale, and never half-written.
-
-A training workdir holds::
-
-  config.json                 the resolved training config
-  model/                      model description: HF config, tokenizer, jaxcse.json (poolers), sha256.json (their
-                              record, checked before anything reads them: ``models.check_description``); no weights
-  inputs.json                 the sha256 of the training corpus: a resume must read the same (``train``)
-  checkpoints/latest/<step>/  full train state (params, optimizer state) + progress metadata; the newest two
-  checkpoints/best/<step>/    params of the best evaluation so far + its metrics; the newest two
-  checkpoints/set_aside/      checkpoints found corrupt or incomplete, or intact but no longer fitting the run
-                              (newer than the resume point), moved out of the way, never deleted, never loaded
-  metrics.jsonl               one JSON object per logged step or evaluation
-  summary.json, tensorboard/  the finished run's summary; TensorBoard's events (log.tensorboard)
-  .lock                       held by the training process: a second one on the same workdir refuses
+"""Orbax checkpoints that are verified, never stale, and never half-written (the workdir's layout: ``workdir``).
 
 Every save is synchronous and checked (orbax writes into a temporary folder
 and renames it); then ``sha256.json`` inside the step folder records the
@@ -55,13 +41,8 @@ from jaxcse.models import poolers
 
 log = logging.getLogger("jaxcse")
 
-MODEL_DIR = "model"
-LATEST_DIR = os.path.join("checkpoints", "latest")
-BEST_DIR = os.path.join("checkpoints", "best")
-SET_ASIDE_DIR = os.path.join("checkpoints", "set_aside")
+SET_ASIDE_NAME = "set_aside"  # Beside the checkpoint folders (``workdir.SET_ASIDE_DIR``): checkpoints set aside.
 CHECKSUMS = "sha256.json"
-LOCK_FILE = ".lock"
-INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus (``train``); written with the description's record.
 KEEP = 2  # Checkpoints kept per folder: one to fall back to if the newest is damaged.
 
 
@@ -244,7 +225,7 @@ def set_aside(mngr: ocp.CheckpointManager, step: int, reason: str, *, intact: bo
   src = _step_dir(mngr, step)
   directory = str(mngr.directory)
   workdir_checkpoints = os.path.dirname(directory)
-  set_aside_dir = os.path.join(workdir_checkpoints, os.path.basename(SET_ASIDE_DIR))
+  set_aside_dir = os.path.join(workdir_checkpoints, SET_ASIDE_NAME)
   prefix = f"{os.path.basename(directory)}-{step}-"
   copy = _same_content(src, set_aside_dir, prefix)
   if copy is not None:  # Set aside before, byte for byte: one copy is kept, this one is not needed.
@@ -302,20 +283,6 @@ def _read_meta(folder: str) -> dict | None:
   except (OSError, ValueError):
     return None
   return meta if isinstance(meta, dict) else None
-
-
-def prune_set_aside(workdir: str) -> tuple[int, int]:
-  """Removes ``workdir``'s set-aside checkpoints (``SET_ASIDE_DIR``) and nothing else; returns (count, bytes).
-
-  They are never read by the run: removing them changes neither its resume nor what readers serve.
-  """
-  folder = os.path.join(workdir, SET_ASIDE_DIR)
-  if not os.path.isdir(folder):
-    return 0, 0
-  entries = sorted(os.listdir(folder))
-  size = sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(folder) for name in names)
-  shutil.rmtree(folder)
-  return len(entries), size
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> dict:
@@ -472,88 +439,3 @@ def output_probe(spec: models.ModelSpec) -> Callable[..., str | None]:
     return None
 
   return probe
-
-
-def description(workdir: str, **kwargs) -> models.ModelSpec:
-  """The spec of a workdir's model description (``models.from_description``, ``kwargs`` passed on), verified.
-
-  A workdir with ``INPUTS_FILE`` was written by a jaxcse that records its description too: a missing record there is
-  refused, never read unverified.
-  """
-  return models.from_description(
-    os.path.join(workdir, MODEL_DIR), expect_record=os.path.isfile(os.path.join(workdir, INPUTS_FILE)), **kwargs
-  )
-
-
-def find_workdir(path: str) -> str | None:
-  """The training workdir that ``path`` is, or lies inside; None if it is not one."""
-  path = os.path.abspath(path)
-  while True:
-    if (
-      os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE))
-      or os.path.isfile(os.path.join(path, "config.json"))
-      and os.path.isdir(os.path.join(path, "checkpoints"))
-    ):
-      return path
-    parent = os.path.dirname(path)
-    if parent == path:
-      return None
-    path = parent
-
-
-def checkpoint_choice(workdir: str, path: str, checkpoint: str) -> tuple[str, list[int]]:
-  """(manager directory, steps to try, newest first) for what ``path`` names inside ``workdir``.
-
-  Exactly what was named, or an error: the workdir itself with ``checkpoint`` (``best | latest | <step>``; ``best``
-  tries the best checkpoints, then, with a warning, the latest ones, for a run that never evaluated);
-  ``checkpoints/best`` or ``checkpoints/latest`` (their newest good one, or ``checkpoint``'s step there); or one
-  of their step folders (that checkpoint alone). Any other folder inside a workdir (a set-aside checkpoint,
-  ``model/``, ``checkpoints/``) is refused: a reader never serves another checkpoint than the one named.
-  """
-  path, workdir = os.path.abspath(path), os.path.abspath(workdir)
-  rel = os.path.relpath(path, workdir)
-  if rel in (BEST_DIR, LATEST_DIR):
-    if checkpoint.isdigit():
-      if not os.path.isdir(os.path.join(path, checkpoint)):
-        raise FileNotFoundError(f"{path}: no checkpoint at step {checkpoint}")
-      return path, [int(checkpoint)]
-    if checkpoint not in ("best", os.path.basename(path)):  # "best" is the default: not a choice.
-      raise CheckpointError(
-        f"{path} names the {os.path.basename(path)} checkpoints; --checkpoint {checkpoint} "
-        "names others: give the workdir, or leave --checkpoint out"
-      )
-    steps = ocp.utils.checkpoint_steps(path) if os.path.isdir(path) else []
-    if not steps:
-      raise FileNotFoundError(f"{path}: no checkpoint there")
-    return path, sorted(steps, reverse=True)
-  if os.path.dirname(rel) in (BEST_DIR, LATEST_DIR) and os.path.basename(rel).isdigit():
-    if checkpoint not in ("best", "latest", os.path.basename(rel)):  # "best" is the default: not a choice.
-      raise CheckpointError(f"{path} is checkpoint {os.path.basename(rel)}; --checkpoint {checkpoint} names another")
-    return os.path.dirname(path), [int(os.path.basename(rel))]
-  if rel != ".":
-    if os.path.dirname(rel) == SET_ASIDE_DIR or rel.startswith(SET_ASIDE_DIR + os.sep):
-      raise CheckpointError(
-        f"{path}: a set-aside checkpoint (moved out of the run {workdir}, damaged or no longer "
-        "fitting it) is not served; give the workdir, or one of its checkpoints/best or "
-        "checkpoints/latest folders"
-      )
-    raise CheckpointError(
-      f"{path}: not a checkpoint of the workdir {workdir}; give the workdir, its "
-      "checkpoints/best or checkpoints/latest folder, or one of their step folders"
-    )
-  if checkpoint.isdigit():
-    for sub in (BEST_DIR, LATEST_DIR):
-      if os.path.isdir(os.path.join(workdir, sub, checkpoint)):
-        return os.path.join(workdir, sub), [int(checkpoint)]
-    raise FileNotFoundError(f"{workdir}: no checkpoint at step {checkpoint}")
-  if checkpoint not in ("best", "latest"):
-    raise CheckpointError(f"--checkpoint must be best, latest or a step number, not {checkpoint!r}")
-  order = (BEST_DIR, LATEST_DIR) if checkpoint == "best" else (LATEST_DIR,)
-  for sub in order:
-    directory = os.path.join(workdir, sub)
-    steps = ocp.utils.checkpoint_steps(directory) if os.path.isdir(directory) else []
-    if steps:
-      if checkpoint == "best" and sub == LATEST_DIR:
-        log.warning("%s has no best checkpoint (no evaluation ran); using its latest, step %d", workdir, max(steps))
-      return directory, sorted(steps, reverse=True)
-  raise FileNotFoundError(f"{workdir}: no {checkpoint} checkpoint yet")

@@ -21,6 +21,7 @@ import jax
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
 from jaxcse.storage import checkpoints, hub, st_format
+from jaxcse.storage.workdir import BEST_DIR, Workdir
 
 log = logging.getLogger("jaxcse")
 
@@ -45,16 +46,6 @@ class Loaded:
   truncate_dim: int | None = None
 
 
-def workdir_prompts(workdir: str) -> dict[str, str]:
-  """The prompts a jaxcse run trained with (its config.json's data.query_prompt/document_prompt), by s-t's names."""
-  import json
-
-  with open(os.path.join(workdir, "config.json")) as f:
-    data = json.load(f).get("data", {})
-  named = {"query": data.get("query_prompt") or "", "document": data.get("document_prompt") or ""}
-  return {name: text for name, text in named.items() if text}
-
-
 def load_model(
   path: str, *, checkpoint: str = "best", pooler: str | None = None, revision: str | None = None
 ) -> Loaded:
@@ -70,7 +61,7 @@ def load_model(
       ``pooler`` to the ``BucketedEmbedder``/``Encoder`` to override.
     revision: for a hub id, the branch, tag or commit (through ``huggingface_hub``; default main).
   """
-  workdir = checkpoints.find_workdir(path)
+  workdir = Workdir.find(path)
   if workdir is None:
     try:
       folder, commit = hub.local_folder(path, revision)
@@ -102,8 +93,8 @@ def load_model(
       prompts=prompts,
       truncate_dim=truncate_dim,
     )
-  spec = checkpoints.description(workdir)
-  directory, steps = checkpoints.checkpoint_choice(workdir, path, checkpoint)
+  spec = workdir.description()
+  directory, steps = workdir.checkpoint_choice(path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
@@ -122,7 +113,7 @@ def load_model(
   try:
     step, params = checkpoints.newest_good(mngr, restore_finite, steps=steps, set_aside_bad=False)
   except checkpoints.CheckpointError as e:
-    if os.path.basename(directory) != os.path.basename(checkpoints.BEST_DIR):
+    if os.path.basename(directory) != os.path.basename(BEST_DIR):
       raise
     raise checkpoints.CheckpointError(
       f"{e}; no best checkpoint is usable: rerun the training command (it sets them "
@@ -136,7 +127,7 @@ def load_model(
     described=True,
     step=step,
     checkpoints=os.path.basename(os.path.normpath(directory)),
-    prompts=workdir_prompts(workdir),
+    prompts=workdir.prompts(),
   )
 
 

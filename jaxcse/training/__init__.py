@@ -1,5 +1,9 @@
-"""Training: a config's checks and models, the pure train step, the methods' objectives and losses, devices.
+"""Training: the run around the loop, a config's checks and models, the pure train step, the methods' objectives and
+losses, devices.
 
+  inputs.py         what a run reads (workdir state, model, corpus and batches, dev sets), checked before it writes
+  start.py          the start point carried out: bad checkpoints set aside, the fresh or restored train state
+  run_log.py        metrics.jsonl and TensorBoard, step metrics read one step late, non-finite losses caught
   configuration.py  every config field checked at load, before anything is computed or written
   configured.py     the models a config asks for, built once: with weights (training) or as shapes (compiling)
   cli.py            the commands' flags, the shipped configs by name, ``--help``, one-line mistakes

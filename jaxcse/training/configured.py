@@ -26,7 +26,8 @@ import ml_collections
 
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
-from jaxcse.storage import checkpoints, hub, loading, st_format
+from jaxcse.storage import hub, loading, st_format
+from jaxcse.storage.workdir import Workdir
 from jaxcse.training import configuration, objectives
 
 log = logging.getLogger("jaxcse")
@@ -381,12 +382,12 @@ def complementary(
       frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
     built = Built(frozen, loaded.params, path)
   else:
-    workdir = checkpoints.find_workdir(path)
+    workdir = Workdir.find(path)
     if workdir is not None:
-      frozen = checkpoints.description(workdir)
+      frozen = workdir.description()
       if as_trained:
         frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
-      built = Built(frozen, _abstract_params(frozen, 0), f"workdir {workdir}")
+      built = Built(frozen, _abstract_params(frozen, 0), f"workdir {workdir.path}")
     else:
       shape = model_shape(path, revision=revision)
       pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"

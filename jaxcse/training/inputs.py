@@ -1,0 +1,242 @@
+"""What a training run reads, loaded and checked before it writes anything: the workdir's start point, the model,
+the training corpus and its batches, the dev sets and the method's frozen models.
+
+So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the run
+with the workdir exactly as it was, and the corrected command then starts cleanly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import jax
+import ml_collections
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxcse import data as data_lib, models
+from jaxcse.core import provenance
+from jaxcse.evaluation import dev_sets as dev_sets_lib, sts_data
+from jaxcse.storage.workdir import StartPoint, Workdir
+from jaxcse.training import configuration, configured, objectives
+
+log = logging.getLogger("jaxcse")
+
+
+@dataclasses.dataclass
+class Inputs:
+  """Everything a run reads, loaded and checked before it writes anything (``read``)."""
+
+  start: StartPoint  # Fresh or resume (``Workdir.start_point``), and the bad latest checkpoints to set aside.
+  spec: models.ModelSpec  # The configured model's, or the workdir's description when the run resumes.
+  params: Any  # The configured model's parameters; None when the run resumes (``start.start`` restores them).
+  batches: Any  # data.Batches or data.PackedBatches over the training corpus.
+  heldout: data_lib.Corpus | None  # The held-out part of the corpus (data.heldout_fraction), else None.
+  dev_sets: dict[str, sts_data.PairSet]  # sts_data.load_dev_sets: STS-B dev (and SICK-R dev).
+  own_dev_sets: dev_sets_lib.OwnDevSets  # The config's own dev sets (eval.pairs, eval.retrieval), maybe none.
+  # The method's frozen complementary model (DCLR's, GISTEmbed's guide: ``configured.complementary``).
+  complementary: tuple[models.ModelSpec | None, Any]
+  augment_mlm: tuple[models.ModelSpec | None, Any]  # The frozen MLM of augment.mlm (``configured.augment_mlm``).
+  corpus_digests: dict[str, str] | None  # sha256 of the training corpus (``digest_corpus``); None: TFDS.
+
+
+def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mesh, train_data=None) -> Inputs:
+  """Checks the workdir and loads the model, corpus and dev sets; writes nothing.
+
+  So a mistake (a missing or undecodable data file, an unknown model, a workdir that cannot be used) stops the
+  run with the workdir exactly as it was, and the corrected command then starts cleanly. ``train_data``: a
+  ``datasets.Dataset`` to train on instead of ``config.data.train``'s.
+  """
+  pair_data = train_data is not None or data_lib.is_pairs_source(data_source(config), csv_format(config))
+  corpus = read_corpus(config, train_data) if pair_data else None  # Its digest is of its content: read it first.
+  corpus_digests = digest_corpus(config, corpus)
+  start = workdir.start_point(restart)
+  workdir.check_config(config, restart, start)
+  if start.holds_checkpoints:
+    workdir.check_corpus(corpus_digests)
+  if start.step is not None:  # start.start restores the checkpoint's params; the description has the same config.
+    described = workdir.description(
+      dtype=models.DTYPES[config.model.dtype], gradient_checkpointing=config.model.gradient_checkpointing
+    )
+    spec, params = described, None
+  else:
+    built = configured.model(config)
+    spec, params = built.spec, built.params
+  batches, heldout = make_batches(config, spec, corpus)
+  dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
+  # .get: a config.json from before these fields (a resumed older workdir) has none.
+  own_dev_sets = dataclasses.replace(
+    dev_sets_lib.OwnDevSets.load(
+      config.eval.get("pairs", ""), config.eval.get("retrieval", ""), config.data.data_dir or None
+    ),
+    query_prompt=config.data.get("query_prompt", ""),
+    document_prompt=config.data.get("document_prompt", ""),
+  )
+  replicated = NamedSharding(mesh, PartitionSpec())
+  complementary = frozen_model(configured.complementary(config, spec), replicated)
+  augment_mlm = frozen_model(configured.augment_mlm(config, spec), replicated)
+  return Inputs(
+    start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm, corpus_digests
+  )
+
+
+def check_training_data(config: ml_collections.ConfigDict, train_data) -> None:
+  """Exactly one source of training data: ``config.data.train``, or ``train_data``, a ``datasets.Dataset``."""
+  if train_data is None:
+    if not config.data.train:
+      raise configuration.ConfigError(
+        "data.train is empty: give the training data (a file, a save_to_disk folder, "
+        "hf:NAME[:CONFIG[:SPLIT]] or tfds:NAME), or pass train_data=a datasets.Dataset"
+      )
+    return
+  import datasets
+
+  if not isinstance(train_data, datasets.Dataset):
+    raise configuration.ConfigError(
+      f"train_data must be a datasets.Dataset (one split), not a {type(train_data).__name__}"
+    )
+  if config.data.train:
+    raise configuration.ConfigError(
+      f"train_data is given, and data.train is {config.data.train!r} too: set "
+      "config.data.train = '' to train on train_data"
+    )
+
+
+def data_source(config: ml_collections.ConfigDict) -> str:
+  """``config.data.train`` resolved under the data root where it is there (so a folder is seen as one), else as is."""
+  source = config.data.train
+  if source.startswith((data_lib.TFDS_PREFIX, data_lib.HF_PREFIX)):
+    return source
+  try:
+    return data_lib.resolve(source, config.data.data_dir or None)
+  except data_lib.DataError:
+    return source  # The reader says what is missing.
+
+
+def digest_corpus(config: ml_collections.ConfigDict, corpus=None) -> dict[str, str] | None:
+  """sha256 of the training corpus: of its files, by path relative to the corpus's folder (a file, or a
+  ``save_to_disk`` folder); of its content for a hub dataset or a ``datasets.Dataset`` (``corpus``, read already);
+  None for a TFDS dataset."""
+  if corpus is not None and (not config.data.train or config.data.train.startswith(data_lib.HF_PREFIX)):
+    return {corpus.path: corpus.content_sha256}
+  if config.data.train.startswith(data_lib.TFDS_PREFIX):
+    return None  # TFDS versions its datasets itself (the name holds the version).
+  path = os.path.abspath(data_lib.resolve(config.data.train, config.data.data_dir or None))
+  if not os.path.exists(path):
+    return None  # The corpus reader says what is missing, naming the download.
+  return provenance.data_digests([path], root=os.path.dirname(path))
+
+
+def frozen_model(built: configured.Built | None, replicated) -> tuple[models.ModelSpec | None, Any]:
+  """A frozen model of the step (``(spec, params replicated on every device)``), or ``(None, None)``.
+
+  Through host memory: a restored checkpoint's arrays sit on this process's device, and JAX cannot copy a device
+  array to other hosts' devices; from numpy, each process fills its own devices.
+  """
+  if built is None:
+    return None, None
+  return built.spec, jax.device_put(jax.device_get(built.params), replicated)
+
+
+def csv_format(config: ml_collections.ConfigDict) -> str:
+  """``data.csv_format``; a config.json written before the field existed read its csv as SimCSE's."""
+  return config.data.get("csv_format", "simcse")
+
+
+def read_corpus(config: ml_collections.ConfigDict, train_data=None):
+  """The training corpus: ``train_data`` (a ``datasets.Dataset``) if given, else ``config.data.train``'s, checked
+  against the method (``check_labels``)."""
+  corpus = data_lib.load_corpus(
+    config.data.train if train_data is None else train_data,
+    root=config.data.data_dir or None,
+    skip_empty_lines=config.data.skip_empty_lines,
+    tfds_text_feature=config.data.tfds_text_feature,
+    tfds_data_dir=config.data.tfds_data_dir or None,
+    csv_format=csv_format(config),
+  )
+  check_labels(config, corpus)
+  check_columns(config, corpus)
+  return corpus
+
+
+def check_columns(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses a corpus with fewer text columns than the method reads (``objectives.Objective.min_columns``)."""
+  columns = getattr(corpus, "text_columns", None) or tuple(corpus.columns)
+  needed = objectives.get(config.method).min_columns
+  if len(columns) < needed:
+    raise data_lib.DataError(
+      f"{corpus.path}: method {config.method} needs at least {needed} text columns (an anchor and its "
+      f"positive, then any hard negatives); this data has {len(columns)} ({', '.join(columns)})"
+    )
+
+
+def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses labelled rows (scored pairs) for a method that does not read ``batch["labels"]``, and the reverse.
+
+  A method reads the labels when its ``objectives.Objective`` says ``labels`` (CoSENT's); for any other, a score
+  column would be silently ignored, and its pairs all trained as positives.
+  """
+  label = getattr(corpus, "label_column", None)
+  uses_labels = objectives.get(config.method).labels
+  if label and not uses_labels:
+    raise data_lib.DataError(
+      f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
+      f"{config.method} does not use: train scored pairs with a method for them (cosent), or "
+      "drop the column to train the pairs as positives"
+    )
+  if uses_labels and not label:
+    raise data_lib.DataError(
+      f"{corpus.path}: method {config.method} needs a label per row (a column named "
+      f"{' or '.join(data_lib.LABEL_COLUMNS)})"
+    )
+
+
+def make_batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=None):
+  """``(train batches, held-out corpus or None)`` for the configured corpus (``corpus``, if read already)."""
+  if corpus is None:
+    corpus = read_corpus(config)
+  heldout = None
+  if isinstance(corpus, data_lib.PairCorpus) and (config.data.heldout_fraction > 0 or config.data.pack):
+    raise data_lib.DataError(
+      f"{corpus.path}: data.heldout_fraction and data.pack are for one-sentence-a-line "
+      "corpora (.txt, tfds:), not pair data"
+    )
+  if config.data.heldout_fraction > 0:
+    corpus, heldout = data_lib.split_heldout(corpus, config.data.heldout_fraction)
+  if config.data.pack:
+    batches = data_lib.PackedBatches(
+      corpus, spec.tokenizer, batch_size=config.train.batch_size, max_seq_len=config.data.max_seq_len, seed=config.seed
+    )
+  else:
+    batches = data_lib.Batches(
+      corpus,
+      spec.tokenizer,
+      batch_size=config.train.batch_size,
+      max_seq_len=config.data.max_seq_len,
+      seed=config.seed,
+      no_duplicates=config.data.no_duplicates,
+      query_prompt=config.data.get("query_prompt", ""),
+      document_prompt=config.data.get("document_prompt", ""),
+    )
+    if config.data.no_duplicates:
+      report = batches.epoch_report(0)
+      log.info(
+        "%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
+        "%d); %d examples were deferred to a later batch and %d left out of the epoch (plain: %d)",
+        corpus.path,
+        report.batches,
+        config.train.batch_size,
+        report.examples // config.train.batch_size,
+        report.deferred,
+        report.left_out,
+        report.examples % config.train.batch_size,
+      )
+  return batches, heldout
+
+
+def count_steps(config, batches) -> int:
+  if config.train.max_steps > 0:
+    return config.train.max_steps
+  return batches.total_steps(config.train.num_epochs)
