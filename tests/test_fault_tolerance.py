@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
+from jaxcse.storage import checkpoints, description, loading, workdir as workdir_lib
 from jaxcse import encode, train
 from jaxcse.core import errors
 from tests import helpers
@@ -105,11 +105,10 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
     train.train_and_evaluate(config, fresh_workdir)
   assert not checkpoint_steps(fresh_workdir, workdir_lib.LATEST_DIR)
   # A checkpoint that does hold non-finite parameters (written by hand) is refused by every reader.
-  from jaxcse import models
 
   nan_dir = str(tmp_path / "nan")
   shutil.copytree(os.path.join(fresh_workdir, workdir_lib.MODEL_DIR), os.path.join(nan_dir, workdir_lib.MODEL_DIR))
-  spec = models.from_description(os.path.join(nan_dir, workdir_lib.MODEL_DIR))
+  spec = description.from_description(os.path.join(nan_dir, workdir_lib.MODEL_DIR))
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
   mngr = checkpoints.manager(os.path.join(nan_dir, workdir_lib.BEST_DIR))
   checkpoints.save(mngr, 1, meta={}, params=jax.tree.map(lambda x: np.full(x.shape, np.nan, x.dtype), abstract))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from jaxcse.inference import embedder as embedder_lib
-from jaxcse.storage import hub, loading, st_format
+from jaxcse.storage import description, hub, loading, st_format
 from jaxcse import models
 from jaxcse.models import poolers
 from jaxcse.data import tokenization
@@ -109,16 +109,16 @@ def test_embedder_matches_direct_apply_in_input_order(tiny_model_dir):
 
 def test_saved_description_restores_poolers(tiny_model_dir, tmp_path):
   spec, _ = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", mlp_only_train=True))
-  models.save_description(spec, str(tmp_path / "model"))
-  loaded = models.from_description(str(tmp_path / "model"))
+  description.save_description(spec, str(tmp_path / "model"))
+  loaded = description.from_description(str(tmp_path / "model"))
   assert loaded.pooling == spec.pooling and loaded.pooling.test_pooler == "cls_before_pooler"
-  models.save_description(
+  description.save_description(
     dataclasses.replace(spec, pooling=models.PoolerSpec("cls", test_pooler_override="avg")), str(tmp_path / "model2")
   )
-  assert models.from_description(str(tmp_path / "model2")).pooling.test_pooler == "avg"
+  assert description.from_description(str(tmp_path / "model2")).pooling.test_pooler == "avg"
   assert loaded.hf_config.hidden_size == 32
-  with pytest.raises(models.DescriptionError, match="not a jaxcse model description"):
-    models.from_description(tiny_model_dir)
+  with pytest.raises(description.DescriptionError, match="not a jaxcse model description"):
+    description.from_description(tiny_model_dir)
 
 
 def test_model_spec_is_immutable(tiny_model_dir):

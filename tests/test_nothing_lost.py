@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
-from jaxcse import encode, evaluate, export_hf, models, train
+from jaxcse.storage import checkpoints, description, loading, workdir as workdir_lib
+from jaxcse import encode, evaluate, export_hf, train
 from jaxcse.training import inputs as inputs_lib
 from jaxcse.core import files
 from tests import helpers
@@ -111,7 +111,7 @@ def test_a_changed_model_description_is_refused_by_the_trainer_and_nothing_is_se
   before = _everything(workdir)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   for _ in range(2):  # The second rerun deleted the intact best checkpoint: twice, still nothing moves.
-    with pytest.raises(models.DescriptionError, match=f"^{changed} does not match its sha256"):
+    with pytest.raises(description.DescriptionError, match=f"^{changed} does not match its sha256"):
       train.train_and_evaluate(config, workdir)
     assert _everything(workdir) == before and not os.path.exists(os.path.join(workdir, workdir_lib.SET_ASIDE_DIR))
 
@@ -153,17 +153,17 @@ def test_a_description_without_its_record_loads_unverified_and_resuming_records_
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   model_dir = os.path.join(workdir, workdir_lib.MODEL_DIR)
-  record = os.path.join(model_dir, models.DESCRIPTION_RECORD)
+  record = os.path.join(model_dir, description.DESCRIPTION_RECORD)
   # As an older jaxcse left it (tests/fixtures/legacy_workdir, too): no record, format_version 1, no inputs.json.
   os.remove(record)
   os.remove(os.path.join(workdir, workdir_lib.INPUTS_FILE))
-  info_path = os.path.join(model_dir, models.JAXCSE_MODEL_FILE)
+  info_path = os.path.join(model_dir, description.JAXCSE_MODEL_FILE)
   with open(info_path) as f:
     info = json.load(f)
   with open(info_path, "w") as f:
     json.dump({**info, "format_version": 1}, f, indent=2)
-  written = files.folder_digests(model_dir, record=models.DESCRIPTION_RECORD)
-  assert {"config.json", "tokenizer.json", models.JAXCSE_MODEL_FILE} <= set(written)
+  written = files.folder_digests(model_dir, record=description.DESCRIPTION_RECORD)
+  assert {"config.json", "tokenizer.json", description.JAXCSE_MODEL_FILE} <= set(written)
   assert loading.load_model(workdir).step == 9
   assert len(warnings_naming(caplog, "its files are read unverified")) == 1
   train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
@@ -175,7 +175,7 @@ def test_a_model_description_is_written_whole_or_not_at_all(reference, tmp_path,
   ref_dir, _ = reference
   spec = loading.load_model(ref_dir).spec
   folder = str(tmp_path / "model")
-  models.save_description(spec, folder)
+  description.save_description(spec, folder)
   before = {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)}
 
   def full_disk(self, *args, **kwargs):  # What the tokenizer's writer raises on a full disk: a plain Exception.
@@ -183,11 +183,11 @@ def test_a_model_description_is_written_whole_or_not_at_all(reference, tmp_path,
 
   monkeypatch.setattr(type(spec.tokenizer), "save_pretrained", full_disk)
   with pytest.raises(
-    models.DescriptionError,
+    description.DescriptionError,
     match=f"^{folder}: could not write the model description "
     r"\(Exception: No space left on device",
   ):
-    models.save_description(spec, folder)
+    description.save_description(spec, folder)
   assert {name: open(os.path.join(folder, name), "rb").read() for name in os.listdir(folder)} == before
   assert sorted(os.listdir(tmp_path)) == ["model"]  # No model.tmp or model.old left.
 
@@ -201,7 +201,7 @@ def test_a_full_disk_at_a_fresh_start_is_one_line(tiny_model_dir, small_data_dir
   monkeypatch.setattr(PreTrainedTokenizerBase, "save_pretrained", full_disk)
   workdir = str(tmp_path / "w")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
-  with pytest.raises(models.DescriptionError, match="could not write the model description") as raised:
+  with pytest.raises(description.DescriptionError, match="could not write the model description") as raised:
     train.train_and_evaluate(config, workdir)
   assert "\n" not in str(raised.value)
   # Nothing half-written: no description, no config.json (a rerun starts cleanly).

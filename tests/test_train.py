@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
+from jaxcse.storage import checkpoints, description, loading, workdir as workdir_lib
 from jaxcse import data as data_lib, evaluate, models, train
 from jaxcse.inference import embedder as embedder_lib
 from jaxcse.models import mlm
@@ -346,5 +346,5 @@ def test_auxiliary_mlm_heads(tiny_model_dir, small_data_dir, tmp_path, head):
   unused_rows = np.setdiff1d(np.arange(len(embeddings)), labels)[:100]
   assert (g_embed[unused_rows].max() > 0) == (head == "tied")  # Only a tied output layer touches unused words.
   # The description records the head, so a resumed run rebuilds the same one.
-  models.save_description(spec, str(tmp_path / "desc"))
-  assert models.from_description(str(tmp_path / "desc")).mlm.tied == (head == "tied")
+  description.save_description(spec, str(tmp_path / "desc"))
+  assert description.from_description(str(tmp_path / "desc")).mlm.tied == (head == "tied")

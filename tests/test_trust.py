@@ -15,7 +15,7 @@ import jax
 import numpy as np
 import pytest
 
-from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
+from jaxcse.storage import checkpoints, description, loading, workdir as workdir_lib
 from jaxcse import encode, export_hf, models, train
 from jaxcse.core import files
 from jaxcse.evaluation import sts_data, validation
@@ -161,7 +161,7 @@ def test_a_description_record_that_does_not_vouch_for_every_file_is_refused(refe
   ref_dir, _ = reference
   workdir = _copy(ref_dir, tmp_path)
   model_dir = os.path.join(workdir, workdir_lib.MODEL_DIR)
-  record_path = os.path.join(model_dir, models.DESCRIPTION_RECORD)
+  record_path = os.path.join(model_dir, description.DESCRIPTION_RECORD)
   record = _read_record(model_dir)
   # As the probe: a changed activation, which the record no longer vouches for.
   with open(os.path.join(model_dir, "config.json")) as f:
@@ -179,7 +179,7 @@ def test_a_description_record_that_does_not_vouch_for_every_file_is_refused(refe
     os.remove(record_path)
     expected = f"{record_path} is missing"
   before = _tree(workdir)
-  with pytest.raises(models.DescriptionError, match="^" + expected.replace("(", r"\(").replace(")", r"\)")):
+  with pytest.raises(description.DescriptionError, match="^" + expected.replace("(", r"\(").replace(")", r"\)")):
     loading.load_model(workdir)
   lines = tmp_path / "in.txt"
   lines.write_text("a sentence\n")
@@ -188,7 +188,7 @@ def test_a_description_record_that_does_not_vouch_for_every_file_is_refused(refe
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error: " + expected), err
   # The trainer refuses too, and writes no fresh record over the changed description (before: it did, when deleted).
-  with pytest.raises(models.DescriptionError, match="^" + expected.replace("(", r"\(").replace(")", r"\)")):
+  with pytest.raises(description.DescriptionError, match="^" + expected.replace("(", r"\(").replace(")", r"\)")):
     train.train_and_evaluate(config, workdir)
   assert _tree(workdir) == before
 

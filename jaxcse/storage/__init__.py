@@ -2,6 +2,7 @@
 
 workdir.py      a training workdir: its layout, lock, start point, resume checks, what a reader is served
 checkpoints.py  orbax checkpoints, verified, never half-written
+description.py  a model described apart from its weights (a workdir's model/), vouched for by its record
 loading.py      a model for inference from anything a user points at (workdir, checkpoint, folder, hub id)
 hub.py          where a model name points: a local folder, a package that ships it, the hub's cache
 st_format.py    the sentence-transformers folder format, with numpy only

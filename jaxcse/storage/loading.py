@@ -93,7 +93,7 @@ def load_model(
       prompts=prompts,
       truncate_dim=truncate_dim,
     )
-  spec = workdir.description()
+  spec = workdir.model_spec()
   directory, steps = workdir.checkpoint_choice(path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))

@@ -5,7 +5,7 @@ A workdir holds::
 
   config.json                 the resolved training config
   model/                      model description: HF config, tokenizer, jaxcse.json (poolers), sha256.json (their
-                              record, checked before anything reads them: ``models.check_description``); no weights
+                              record, checked before anything reads them: ``description.check_description``); no weights
   inputs.json                 the sha256 of the training corpus: a resume must read the same
   checkpoints/latest/<step>/  full train state (params, optimizer state) + progress metadata; the newest two
   checkpoints/best/<step>/    params of the best evaluation so far + its metrics; the newest two
@@ -37,7 +37,7 @@ import orbax.checkpoint as ocp
 from jaxcse import models
 from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
-from jaxcse.storage import checkpoints
+from jaxcse.storage import checkpoints, description
 
 log = logging.getLogger("jaxcse")
 
@@ -58,7 +58,7 @@ RUN_FILES = (CONFIG_FILE, INPUTS_FILE, METRICS_FILE, SUMMARY_FILE)
 # A jaxcse run's markers: the model description's jaxcse.json (a fresh start writes it before anything else) or a
 # checkpoint folder. A Hugging Face model folder or another program's output also has config.json (or model/,
 # metrics.jsonl, ...), never these.
-RUN_MARKERS = (os.path.join(MODEL_DIR, models.JAXCSE_MODEL_FILE), LATEST_DIR, BEST_DIR, SET_ASIDE_DIR)
+RUN_MARKERS = (os.path.join(MODEL_DIR, description.JAXCSE_MODEL_FILE), LATEST_DIR, BEST_DIR, SET_ASIDE_DIR)
 
 # Config fields that cannot change a run's result (its parameters, its evaluations, which checkpoint is best, what
 # its model description says): a run may be resumed with other values for them. Every other field must equal the
@@ -130,7 +130,7 @@ class Workdir:
     """The training workdir that ``path`` is, or lies inside; None if it is not one."""
     path = os.path.abspath(path)
     while True:
-      if os.path.isfile(os.path.join(path, MODEL_DIR, models.JAXCSE_MODEL_FILE)) or (
+      if os.path.isfile(os.path.join(path, MODEL_DIR, description.JAXCSE_MODEL_FILE)) or (
         os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isdir(os.path.join(path, "checkpoints"))
       ):
         return cls(path)
@@ -158,7 +158,7 @@ class Workdir:
     if taken:
       raise WorkdirError(
         f"{self.path} is not a jaxcse workdir (it has {', '.join(taken)}, but no "
-        f"{os.path.join(MODEL_DIR, models.JAXCSE_MODEL_FILE)} nor checkpoints), and a run "
+        f"{os.path.join(MODEL_DIR, description.JAXCSE_MODEL_FILE)} nor checkpoints), and a run "
         "would overwrite those files: jaxcse leaves this folder alone (--restart too); give --workdir "
         "a new or empty folder"
       )
@@ -266,14 +266,14 @@ class Workdir:
     """Refuses to resume on a training corpus whose files differ from those the run started with (``INPUTS_FILE``).
 
     Batches are drawn by step from the corpus, so a changed file silently makes a resumed run another run. The
-    record is written with the model description's own record (``models.DESCRIPTION_RECORD``): a workdir that has
+    record is written with the model description's own record (``description.DESCRIPTION_RECORD``): a workdir that has
     that one must have this one, and a record of ``null`` (a TFDS dataset's) must not stand for a corpus of files;
     either is refused, since the corpus can then not be checked. Only a workdir without both (an older jaxcse's)
     is not checked: the resumed run records the corpus it reads.
     """
     path = self.join(INPUTS_FILE)
     if not os.path.isfile(path):
-      if os.path.isfile(self.join(MODEL_DIR, models.DESCRIPTION_RECORD)):
+      if os.path.isfile(self.join(MODEL_DIR, description.DESCRIPTION_RECORD)):
         raise WorkdirError(
           f"{path} is missing: this run recorded the sha256 of its training corpus there, and without "
           "it a resume cannot check that it reads the same corpus; put the file back, or pass "
@@ -319,7 +319,7 @@ class Workdir:
 
     Each file whole or not at all (a full disk is one error naming it); config.json last.
     """
-    models.save_description(spec, self.join(MODEL_DIR))
+    description.save_description(spec, self.join(MODEL_DIR))
     self.record_corpus(corpus_digests)
     files.write_json(self.join(CONFIG_FILE), config.to_dict())
 
@@ -335,13 +335,15 @@ class Workdir:
   # ------------------------------------------------------------------------
   # Reading the run back.
 
-  def description(self, **kwargs: Any) -> models.ModelSpec:
-    """The spec of the run's model description (``models.from_description``, ``kwargs`` passed on), verified.
+  def model_spec(self, **kwargs: Any) -> models.ModelSpec:
+    """The spec of the run's model description (``description.from_description``, ``kwargs`` passed on), verified.
 
     A workdir with ``INPUTS_FILE`` was written by a jaxcse that records its description too: a missing record there
     is refused, never read unverified.
     """
-    return models.from_description(self.join(MODEL_DIR), expect_record=os.path.isfile(self.join(INPUTS_FILE)), **kwargs)
+    return description.from_description(
+      self.join(MODEL_DIR), expect_record=os.path.isfile(self.join(INPUTS_FILE)), **kwargs
+    )
 
   def prompts(self) -> dict[str, str]:
     """The prompts the run trained with (its config.json's data.query_prompt/document_prompt), by s-t's names."""

@@ -384,7 +384,7 @@ def complementary(
   else:
     workdir = Workdir.find(path)
     if workdir is not None:
-      frozen = workdir.description()
+      frozen = workdir.model_spec()
       if as_trained:
         frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
       built = Built(frozen, _abstract_params(frozen, 0), f"workdir {workdir.path}")

@@ -57,7 +57,7 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
   if start.holds_checkpoints:
     workdir.check_corpus(corpus_digests)
   if start.step is not None:  # start.start restores the checkpoint's params; the description has the same config.
-    described = workdir.description(
+    described = workdir.model_spec(
       dtype=models.DTYPES[config.model.dtype], gradient_checkpointing=config.model.gradient_checkpointing
     )
     spec, params = described, None

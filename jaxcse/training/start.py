@@ -18,7 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import data as data_lib, models
 from jaxcse.evaluation import validation
-from jaxcse.storage import checkpoints
+from jaxcse.storage import checkpoints, description
 from jaxcse.storage.workdir import INPUTS_FILE, MODEL_DIR, Workdir, WorkdirError
 from jaxcse.training import distributed, inputs as inputs_lib, train_step as step_lib
 
@@ -105,7 +105,7 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
   )
   log.info("resumed %s at step %d", workdir.path, step)
   if primary:  # An older jaxcse's description (no record): the checkpoint just restored fits it; vouch for it now.
-    models.record_description(workdir.join(MODEL_DIR))
+    description.record_description(workdir.join(MODEL_DIR))
   # An unreadable latest checkpoint may have made the resume point older.
   checkpoints.set_aside_after(
     best, step, f"was saved after the resume point, step {step}: the resumed run evaluates that step again"
