@@ -299,6 +299,20 @@ def matmul_peak_flops(n: int = 2048, repeats: int = 10, dtype: Any = jnp.float32
   return 2 * n**3 / best
 
 
+def torch_matmul_peak_flops(n: int = 2048, repeats: int = 10) -> float:
+  """``matmul_peak_flops`` of PyTorch's float32 matmul on the CPU, with its current thread count."""
+  import torch
+
+  a, b = torch.randn(n, n), torch.randn(n, n)
+  torch.matmul(a, b)
+  best = float("inf")
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    torch.matmul(a, b)
+    best = min(best, time.perf_counter() - t0)
+  return 2 * n**3 / best
+
+
 def device_peak(args, dtype_name: str) -> tuple[float, str]:
   """The peak MFU is measured against, and how to name it: the device's known dense bfloat16 peak, else measured.
 
@@ -309,6 +323,14 @@ def device_peak(args, dtype_name: str) -> tuple[float, str]:
   size = args.peak_size or (2048 if device.platform == "cpu" else 8192)
   measured = matmul_peak_flops(size, dtype=DTYPES[dtype_name])
   print(f"peak: {dtype_name} {size}x{size} jnp matmul {format_flops(measured)} (measured)")
+  if device.platform == "cpu" and dtype_name == "float32":
+    # The two sides' matmul kernels differ on a CPU (XLA's Eigen against PyTorch's oneDNN/MKL): their ratio bounds
+    # what the model's steps, mostly matmuls, can reach against each other.
+    theirs = torch_matmul_peak_flops(size)
+    print(
+      f"peak: float32 {size}x{size} torch matmul {format_flops(theirs)} (measured); jnp's is "
+      f"{measured / theirs:.2f}x torch's"
+    )
   known = known_peak(device.device_kind) if device.platform != "cpu" else None
   if known:
     return known[1], f"the {known[0]} dense bfloat16 peak {known[1] / 1e12:.0f} TFLOP/s"

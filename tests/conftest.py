@@ -111,3 +111,28 @@ def small_disk(tmp_path):
   yield mount
   for path in mounted:
     subprocess.run(["umount", path], capture_output=True)
+
+
+# The slowest tests (minutes each on one core), longest first: run first, so that with ``-n 2`` neither worker is
+# left with one of them at the end while the other waits (the suite's wall time is the busier worker's).
+SLOW_FIRST = (
+  "tests/test_docs_examples.py::test_every_example_runs",
+  "tests/test_train.py::test_two_devices_equal_one_device_for_every_method",
+  "tests/test_train.py::test_resume_after_kill_matches_uninterrupted_run",
+  "tests/test_train.py::test_smoke_train_save_evaluate",
+  "tests/test_ablation_switches.py::test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head",
+  "tests/test_ranking_losses.py::test_two_devices_equal_one_device",
+  "tests/test_multihost.py::test_two_processes_equal_one_process_and_resume",
+  "tests/test_ablation_switches.py::test_same_dropout_mask_gives_identical_views_and_the_two_pass_gradient",
+  "tests/test_nothing_lost.py::test_ctrl_c_at_any_moment_is_one_line_and_resumable",
+  "tests/test_notebooks.py::test_quickstart_notebook",
+  "tests/test_notebooks.py::test_tpu_notebook_on_four_devices_keeps_the_global_batch",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+  """Moves ``SLOW_FIRST``'s tests (every parametrization) to the front, in its order; the rest keep theirs."""
+  del config
+  rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+  order = {id(item): rank.get(item.nodeid.split("[")[0], len(rank)) for item in items}
+  items.sort(key=lambda item: order[id(item)])  # Stable: ties keep the collection order.
