@@ -14,7 +14,7 @@ _compat.without_transformers_torch_notice()
 def __getattr__(name):
   # `from jaxcse import Encoder` without importing JAX and orbax for every `import jaxcse`.
   if name == "Encoder":
-    from jaxcse.encode import Encoder
+    from jaxcse.inference.encoder import Encoder
 
     return Encoder
   raise AttributeError(f"module 'jaxcse' has no attribute {name!r}")

@@ -304,8 +304,7 @@ def _workdir_config(model: str) -> dict | None:
 
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
-  from jaxcse import encode as encode_lib
-  from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.inference import embedder as embedder_lib, encoder as encoder_lib
   from jaxcse.models import poolers
   from jaxcse.storage import loading
 
@@ -396,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
   truncate_dim = args.truncate_dim if args.truncate_dim is not None else loaded.truncate_dim
   if truncate_dim is not None:
-    encode_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
+    encoder_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
 
   def embedder(sentences):
     with Progress(len(sentences), unit="sent", desc="embedding") as bar:

@@ -459,8 +459,8 @@ def _embed(
   encoder, texts: list[str], prompt: str | None, what: str, progress: bool, batch_size: int | None
 ) -> np.ndarray:
   """Unit-length float32 embeddings of ``prompt + text`` for each text."""
-  from jaxcse.encode import Encoder
   from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.inference.encoder import Encoder
 
   if prompt:
     texts = [prompt + text for text in texts]
@@ -590,7 +590,7 @@ def mine_hard_negatives(
     root=root,
   )
   if isinstance(encoder, str):
-    from jaxcse.encode import Encoder
+    from jaxcse.inference.encoder import Encoder
 
     encoder = Encoder.load(encoder)
   return mine(
@@ -694,8 +694,8 @@ def has_list_columns(output_format: str, output_scores: bool) -> bool:
 @errors.cli
 def main(argv: Sequence[str] | None = None) -> int:
   from jaxcse.core import platforms
-  from jaxcse.encode import Encoder
   from jaxcse.inference import embedder as embedder_lib
+  from jaxcse.inference.encoder import Encoder
   from jaxcse.models import poolers
 
   parser = errors.ArgumentParser(prog=errors.command_name("jaxcse.mining"), description=__doc__.split("\n\n")[0])

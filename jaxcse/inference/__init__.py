@@ -1,5 +1,6 @@
-"""Inference: sentences to vectors with a model spec and params (the ``Encoder`` is ``jaxcse/encode.py``'s).
+"""Inference: sentences to vectors with a model spec and params.
 
+encoder.py     the user's ``Encoder`` (``from jaxcse import Encoder``): embeddings, similarities, exact search
 embedder.py    the jitted, length-bucketed forward pass
 mteb_model.py  an encoder as an MTEB 2 model
 """

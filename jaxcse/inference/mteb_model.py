@@ -1,6 +1,6 @@
 """A jaxcse encoder as an MTEB 2 model: ``mteb.evaluate(encoder.mteb(), tasks)``.
 
-``MtebEncoder`` wraps an ``encode.Encoder`` and implements MTEB's ``EncoderProtocol``
+``MtebEncoder`` wraps an ``inference.encoder.Encoder`` and implements MTEB's ``EncoderProtocol``
 (``mteb.models.models_protocols``): ``encode`` takes the data loaders MTEB builds (batches
 ``{"text": [...]}``) and returns float32 ``[n, dim]``; ``similarity`` and ``similarity_pairwise`` are
 cosine; ``mteb_model_meta`` is an ``mteb.models.model_meta.ModelMeta`` whose revision is the params'
@@ -8,7 +8,7 @@ fingerprint (``Encoder.fingerprint``), so results of different weights never sha
 
 MTEB is optional (``pip install mteb``): jaxcse's other modules never import this one, and this one
 imports mteb only where it builds the ModelMeta. The data loaders MTEB hands over are torch's; they are
-only iterated here, torch is never imported. This module does not import ``jaxcse.encode`` (whose
+only iterated here, torch is never imported. This module does not import ``inference.encoder`` (whose
 ``Encoder.mteb`` imports it): it takes the encoder it is given, and loads none itself.
 """
 
@@ -59,14 +59,14 @@ def _rows(x: Any) -> np.ndarray:
 
 
 class MtebEncoder:
-  """An ``encode.Encoder`` as MTEB 2's ``EncoderProtocol``: ``Encoder.mteb()`` or ``MtebEncoder(encoder)``.
+  """An ``Encoder`` as MTEB 2's ``EncoderProtocol``: ``Encoder.mteb()`` or ``MtebEncoder(encoder)``.
 
   The arguments follow the protocol's ``(model_name, revision, *, device)``, with the encoder in place of a name:
   this adapter loads no model itself (``Encoder.load`` does), so its ModelMeta has no loader and MTEB's command
   line cannot build one.
 
   Args:
-    model_name: the ``encode.Encoder``.
+    model_name: the ``Encoder``.
     revision: the ``Encoder.fingerprint`` it must have (None: not checked).
     device: ignored: JAX runs on its default device.
     name: the ModelMeta's name, ``organization/name`` (default ``default_name``).
@@ -87,8 +87,7 @@ class MtebEncoder:
     del device, kwargs  # Keywords MTEB may pass to a model's constructor; none applies to a loaded encoder.
     if not all(hasattr(model_name, a) for a in ("encode", "fingerprint", "params", "embedder", "spec")):
       raise TypeError(
-        f"MtebEncoder wraps a jaxcse encoder, not {model_name!r}: load it first, "
-        "jaxcse.encode.Encoder.load(path).mteb()"
+        f"MtebEncoder wraps a jaxcse encoder, not {model_name!r}: load it first, jaxcse.Encoder.load(path).mteb()"
       )
     self.encoder = model_name
     if revision is not None and revision != self.encoder.fingerprint:
