@@ -1,6 +1,6 @@
 """Writes the training sentences jaxcse's committed run of one seed saw, in its batch order, for the official code.
 
-jaxcse's trainer (``inputs_lib.make_batches``) reads the corpus with ``data.load_corpus`` (empty lines skipped) and batches
+jaxcse's trainer (``training.inputs.make_batches``) reads the corpus with ``data.load_corpus`` (empty lines skipped) and batches
 it with ``data.Batches`` (seed = the run's seed; epoch 0's order is ``np.random.default_rng([seed, 0])
 .permutation`` of the corpus, cut into batches of 64). The committed runs (``paper_ablations/runs/dropout/
 p0.1-lr1e-3-seed{1,2,3}``, jaxcse commit ffacdb9, whose data code equals this one's) trained 250 steps, so they saw
@@ -34,7 +34,7 @@ def main(seed: str, out_txt: str, out_npz: str, steps: str = "250") -> None:
   config.model.name = "jaxcse/bert-mini-wiki-uncased"
   config.data.train, config.data.max_seq_len = CORPUS, MAX_LEN
   config.train.batch_size, config.seed = BATCH, int(seed)
-  spec = configured.model(config).spec  # the trainer's tokenizer, as inputs_lib.read builds it
+  spec = configured.model(config).spec  # the trainer's tokenizer, as training.inputs.read builds it
   corpus = data_lib.load_corpus(CORPUS, skip_empty_lines=True)
   batches = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=MAX_LEN, seed=int(seed))
   texts = corpus.columns["sent0"]
