@@ -37,6 +37,7 @@ from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
 from jaxcse.data import tokenization
 from jaxcse.inference import embedder as embedder_lib
+from jaxcse.storage.checkpoints import placed
 from jaxcse.training import configuration, configured, distributed, objectives, train_step as step_lib
 
 
@@ -95,12 +96,9 @@ def train_step_program(
   jitted = step_lib.jit_train_step(
     config, model.spec, tx, complementary and complementary.spec, mesh, augment_mlm=augment_mlm and augment_mlm.spec
   )
-  # The arguments as the trainer places them: the state as start_lib.build makes it (step 0, the params, the
+  # The arguments as the trainer places them: the state as training.start.build makes it (step 0, the params, the
   # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
   replicated, batch_sharding = distributed.data_shardings(mesh)
-
-  def placed(tree, sharding):
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
   state = jax.eval_shape(
     lambda p: step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)), model.params
@@ -334,7 +332,7 @@ def compile_encoder(
   )
   params = embed.params_for_pooler(model.params)
   replicated, _ = distributed.data_shardings(distributed.make_mesh(devices))
-  params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), params)
+  params = placed(params, replicated)
   forward = embedder_lib.jit_embed(spec, pooler, attend_padding=attend_padding)
   buckets = sorted({tokenization.bucket(n, embed.max_seq_len) for n in range(1, embed.max_seq_len + 1)})
   if lengths:

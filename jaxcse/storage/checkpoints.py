@@ -362,10 +362,15 @@ def set_aside_after(mngr: ocp.CheckpointManager, step: int | None, reason: str) 
   return newer
 
 
+def placed(tree: Any, sharding: jax.sharding.Sharding) -> Any:
+  """``tree``'s shapes and dtypes as ``jax.ShapeDtypeStruct`` leaves placed by ``sharding``: what a restore fills in,
+  and what an ahead-of-time compile lowers for."""
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
 def abstract_params(spec: models.ModelSpec, sharding: jax.sharding.Sharding) -> Any:
   """Shapes, dtypes and placement of the params of ``spec``, without computing them."""
-  shapes = jax.eval_shape(lambda: models.init_params(spec, 0))
-  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), shapes)
+  return placed(jax.eval_shape(lambda: models.init_params(spec, 0)), sharding)
 
 
 def all_finite(tree: Any) -> bool:

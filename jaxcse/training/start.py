@@ -88,7 +88,7 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
     )
 
   abstract = jax.eval_shape(functools.partial(fresh_state, tx=tx), checkpoints.abstract_params(spec, replicated))
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated), abstract)
+  abstract = checkpoints.placed(abstract, replicated)
   try:  # Unreadable although its files match their record: set aside, fall back to an older one.
     step, restored = checkpoints.newest_good(
       latest,
