@@ -18,7 +18,7 @@ import pytest
 
 from jaxcse.storage import checkpoints, loading, workdir as workdir_lib
 from jaxcse.inference import embedder
-from jaxcse.training import run_log
+from jaxcse.training import run_log, start as start_lib
 from jaxcse import encode, evaluate, export_hf, train
 from jaxcse.core import files
 from tests import helpers
@@ -531,7 +531,7 @@ def test_a_run_that_stops_closes_its_checkpoint_managers(tiny_model_dir, small_d
   def fail(*args, **kwargs):
     raise train.WorkdirError("stopped after the managers were made")
 
-  monkeypatch.setattr(train, "_resume", fail)
+  monkeypatch.setattr(start_lib, "build", fail)
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
   with pytest.raises(train.WorkdirError, match="after the managers"):
     train.train_and_evaluate(config, str(tmp_path / "w"))
