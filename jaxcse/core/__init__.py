@@ -6,5 +6,6 @@ compat.py      library-version differences and private APIs, each behind one fun
 platforms.py   no accelerator here: jax's CPU only (runs before jax starts)
 progress.py    progress bars and lines
 interrupts.py  Ctrl-C acted on only at a long-running command's safe points
+registry.py    named entries of one kind (objectives, poolers, encoder families)
 provenance.py  versions, commit, device, data digests of a result
 """

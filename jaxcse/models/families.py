@@ -12,6 +12,7 @@ from typing import Any
 
 import flax.linen as nn
 
+from jaxcse.core.registry import Registry
 from jaxcse.models import bert, modernbert
 
 
@@ -62,28 +63,13 @@ class Family:
     return config.max_position_embeddings - offset
 
 
-_REGISTRY: dict[str, Family] = {}
-
-
-def register(family: Family) -> Family:
-  if family.model_type in _REGISTRY:
-    raise ValueError(f"model type {family.model_type!r} is already registered")
-  _REGISTRY[family.model_type] = family
-  return family
-
-
-def get(model_type: str) -> Family:
-  """The family of ``model_type``; a ValueError naming the supported ones otherwise."""
-  try:
-    return _REGISTRY[model_type]
-  except KeyError:
-    raise ValueError(
-      f"model type {model_type!r} is not supported by jaxcse; supported: {', '.join(sorted(_REGISTRY))}"
-    ) from None
-
-
-def names() -> tuple[str, ...]:
-  return tuple(sorted(_REGISTRY))
+_REGISTRY: Registry[Family] = Registry(
+  "model type",
+  lambda family: family.model_type,
+  "model type {name!r} is not supported by jaxcse; supported: {known}",
+  sort=True,
+)
+register, get, names = _REGISTRY.register, _REGISTRY.get, _REGISTRY.names
 
 
 _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")

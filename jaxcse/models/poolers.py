@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.numpy as jnp
 
+from jaxcse.core.registry import Registry
+
 
 def _masked_mean(h: jax.Array, mask: jax.Array) -> jax.Array:
   mask = mask[..., None].astype(h.dtype)
@@ -47,14 +49,10 @@ class Pooler:
   doc: str = ""
 
 
-_REGISTRY: dict[str, Pooler] = {}
-
-
-def register(pooler: Pooler) -> Pooler:
-  if pooler.name in _REGISTRY:
-    raise ValueError(f"pooler {pooler.name!r} is already registered")
-  _REGISTRY[pooler.name] = pooler
-  return pooler
+_REGISTRY: Registry[Pooler] = Registry(
+  "pooler", lambda pooler: pooler.name, "unknown pooler {name!r}; choose one of {known}"
+)
+register, names, get = _REGISTRY.register, _REGISTRY.names, _REGISTRY.get
 
 
 register(
@@ -113,21 +111,8 @@ register(
 )
 
 
-def names() -> tuple[str, ...]:
-  """Every registered pooler's name."""
-  return tuple(_REGISTRY)
-
-
 def exportable(name: str) -> bool:
   return get(name).exportable
-
-
-def get(name: str) -> Pooler:
-  """The pooler called ``name``; a ValueError listing the known ones otherwise."""
-  try:
-    return _REGISTRY[name]
-  except KeyError:
-    raise ValueError(f"unknown pooler {name!r}; choose one of {', '.join(_REGISTRY)}") from None
 
 
 def pool(

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from jaxcse import models
+from jaxcse.core.registry import Registry
 from jaxcse.training import losses, ranking_losses
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
@@ -133,19 +134,10 @@ class Objective:
       raise ValueError(f"objective {self.name!r}: give a sentence loss, or masked_lm=True, not both")
 
 
-_REGISTRY: dict[str, Objective] = {}
-
-
-def register(objective: Objective) -> Objective:
-  if objective.name in _REGISTRY:
-    raise ValueError(f"objective {objective.name!r} is already registered")
-  _REGISTRY[objective.name] = objective
-  return objective
-
-
-def unregister(name: str) -> None:
-  """Removes a registered objective (tests register toy ones)."""
-  _REGISTRY.pop(name, None)
+_REGISTRY: Registry[Objective] = Registry(
+  "objective", lambda objective: objective.name, "unknown method {name!r}; choose one of {known}"
+)
+register, unregister, names, get = _REGISTRY.register, _REGISTRY.unregister, _REGISTRY.names, _REGISTRY.get
 
 
 def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
@@ -153,18 +145,6 @@ def pooling_of(config: ml_collections.ConfigDict) -> models.PoolerSpec:
   return models.PoolerSpec(
     config.model.pooler, config.model.mlp_only_train, config.model.test_pooler or None, config.model.dev_pooler or None
   )
-
-
-def names() -> tuple[str, ...]:
-  return tuple(_REGISTRY)
-
-
-def get(name: str) -> Objective:
-  """The objective called ``name``; a ValueError listing the known ones otherwise."""
-  try:
-    return _REGISTRY[name]
-  except KeyError:
-    raise ValueError(f"unknown method {name!r}; choose one of {', '.join(_REGISTRY)}") from None
 
 
 def needs(config: ml_collections.ConfigDict) -> Needs:
