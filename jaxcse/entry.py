@@ -21,6 +21,7 @@ STARTING = "interrupted as the command started; nothing was written"
 
 def _entry(module: str, function: str) -> Callable[[], Any]:
   def run() -> Any:
+    interrupts.quiet_at_the_end()
     try:
       with interrupts.ExitAtOnce(STARTING):
         command = getattr(importlib.import_module(module), function)

@@ -24,6 +24,7 @@ from __future__ import annotations
 if __name__ == "__main__":  # python -m jaxcse.train: Ctrl-C while JAX and the rest import is one line too.
   from jaxcse.core import interrupts as _interrupts
 
+  _interrupts.quiet_at_the_end()
   _interrupts.ExitAtOnce("interrupted as the command started; nothing was written").install()
 
 import contextlib
@@ -374,17 +375,19 @@ def run() -> None:
   """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script).
 
   Ctrl-C is one line and exit status 130 at any moment: ``ExitAtOnce`` until the run starts and after it ends,
-  ``DeferredCtrlC`` during it (``train_and_evaluate``).
+  ``DeferredCtrlC`` during it (``train_and_evaluate``). ``ExitAtOnce`` stays installed as the process exits (it
+  always does: ``app.run`` ends in ``sys.exit``): JAX's and orbax's exit handlers take a second or more, and
+  Python's own handler raised inside them (a traceback from ``atexit``).
   """
-  with ExitAtOnce(NOTHING_WRITTEN) as at_once:
-    try:
-      from absl import app
+  at_once = ExitAtOnce(NOTHING_WRITTEN).install()
+  try:
+    from absl import app
 
-      cli.define_train_flags()
-      app.run(lambda argv: main(argv, at_once), flags_parser=cli.parse_flags)
-    except KeyboardInterrupt as e:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
-      print(str(e) or NOTHING_WRITTEN, file=sys.stderr)
-      sys.exit(errors.INTERRUPTED)
+    cli.define_train_flags()
+    app.run(lambda argv: main(argv, at_once), flags_parser=cli.parse_flags)
+  except KeyboardInterrupt as e:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
+    print(str(e) or NOTHING_WRITTEN, file=sys.stderr)
+    sys.exit(errors.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ neither of which raises from wherever the main thread happens to be:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -36,6 +37,22 @@ def stop_at_once(message: str) -> None:
   with contextlib.suppress(OSError):
     os.write(2, (message + "\n").encode())
   os._exit(INTERRUPTED)
+
+
+_QUIET_AT_THE_END = []
+
+
+def quiet_at_the_end() -> None:
+  """Ctrl-C ignored once the process's exit handlers (``atexit``) have run, so that it ends with its own status.
+
+  Call it before JAX and the other libraries register theirs: they run in reverse order, so this runs last. After
+  them Python's finalization sets SIGINT's default action again, and a Ctrl-C then (tearing down modules and JAX's
+  native objects takes a second or more) killed the process by the signal, with no line. Before them Ctrl-C is the
+  command's own handler's.
+  """
+  if not _QUIET_AT_THE_END:
+    _QUIET_AT_THE_END.append(True)
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
 
 def _ours(handler) -> bool:
@@ -117,3 +134,11 @@ class DeferredCtrlC(_Handler):
     """Raises ``KeyboardInterrupt`` if Ctrl-C was pressed: call it only where stopping leaves nothing half done."""
     if self.requested:
       raise KeyboardInterrupt
+
+  def restore(self) -> None:
+    """As ``_Handler.restore``; once Ctrl-C was pressed, an ``ExitAtOnce`` put back says ``again`` from then on: a
+    further Ctrl-C while the command stops is the second."""
+    previous = getattr(self._previous, "__self__", None) if self._installed else None
+    super().restore()
+    if self.requested and isinstance(previous, ExitAtOnce):
+      previous.message = self.again
