@@ -37,7 +37,7 @@ import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import data as data_lib
-from jaxcse.core import errors, files, platforms, provenance
+from jaxcse.core import errors, files, interrupts, platforms, provenance
 from jaxcse.core.interrupts import DeferredCtrlC, ExitAtOnce
 from jaxcse.core.progress import Progress
 from jaxcse.evaluation import validation
@@ -346,15 +346,14 @@ def _write_summary(config, run_dir: Workdir, summary: dict, start, inputs, start
 def main(argv: list[str], at_once: ExitAtOnce | None = None) -> None:
   """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``).
 
-  ``at_once``, the command's start-up Ctrl-C handler (``run``), is told what to say from here on, or put away
-  where Ctrl-C must be Python's own (``--prune_set_aside`` removes files: it stops between two).
+  ``at_once``, the command's start-up Ctrl-C handler (``run``), is told what to say from here on; Ctrl-C is
+  Python's own for ``--prune_set_aside`` (it removes files: a ``KeyboardInterrupt`` stops it between two).
   """
   del argv
   from absl import flags
 
   if flags.FLAGS.prune_set_aside:
-    if at_once:
-      at_once.restore()
+    interrupts.python_default()
     with cli.one_line_errors():
       print(Workdir(flags.FLAGS.workdir).prune_set_aside())
     return

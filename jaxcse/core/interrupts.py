@@ -60,6 +60,12 @@ def _ours(handler) -> bool:
   return handler is signal.default_int_handler or isinstance(getattr(handler, "__self__", None), _Handler)
 
 
+def python_default() -> None:
+  """Python's own handler back (Ctrl-C raises ``KeyboardInterrupt``) where one of this module's is installed."""
+  if threading.current_thread() is threading.main_thread() and _ours(signal.getsignal(signal.SIGINT)):
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class _Handler:
   """A SIGINT handler installed over Python's default one (or another of ours) in the main thread, restored after.
 
