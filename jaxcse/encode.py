@@ -197,17 +197,20 @@ def encode_file(
   elif os.path.exists(state_path):  # The progress of a partial output that is gone: nothing to resume.
     os.remove(state_path)
   os.makedirs(os.path.dirname(os.path.abspath(output_path)), exist_ok=True)  # As evaluate and export do.
-  out = np.lib.format.open_memmap(
-    partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim)
-  )
+  out = None
   try:
+    out = np.lib.format.open_memmap(
+      partial, mode="r+" if done else "w+", dtype=np.dtype(dtype), shape=(count, encoder.dim)
+    )
     _reserve(partial)
-  except OSError:
+  except OSError as e:
     del out
     if not done:  # Nothing of this job written yet: leave nothing behind.
       for path in (partial, state_path):
         if os.path.exists(path):
           os.remove(path)
+    if e.filename is None:  # numpy's own writes (the header, the map's last byte) name no file.
+      raise OSError(e.errno, e.strerror or str(e), partial) from None
     raise
   bar = Progress(count, initial=done, unit="sent", desc=f"encode {os.path.basename(input_path)}", enabled=progress)
   rows = read_rows(input_path, column)

@@ -1,9 +1,10 @@
 """The console scripts' entry points: Ctrl-C while a command starts is one line and exit status 130.
 
 A command's module imports JAX, flax, orbax and transformers (seconds on a loaded machine) before its own code
-runs; Ctrl-C then raised ``KeyboardInterrupt`` inside an import, and Python printed a traceback. Each entry point
-here imports its command's module inside the handling that turns Ctrl-C into one line (nothing was written yet),
-then runs the command, which handles Ctrl-C itself from there on.
+runs; Ctrl-C then raised ``KeyboardInterrupt`` inside an import, and Python printed a traceback, or inside JAX's
+garbage-collector callback, where Python drops it and the command ran on (``core.interrupts``). Each entry point
+here imports its command's module under ``interrupts.ExitAtOnce`` (one line, exit 130: nothing was written yet),
+then runs the command with Python's own handler back, which the command handles from there on.
 """
 
 from __future__ import annotations
@@ -13,16 +14,20 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-INTERRUPTED = 130  # errors.INTERRUPTED, without importing anything more while the command starts.
+from jaxcse.core import interrupts
+
+STARTING = "interrupted as the command started; nothing was written"
 
 
 def _entry(module: str, function: str) -> Callable[[], Any]:
   def run() -> Any:
+    interrupts.quiet_at_the_end()
     try:
-      command = getattr(importlib.import_module(module), function)
-    except KeyboardInterrupt:
-      print("interrupted as the command started; nothing was written", file=sys.stderr)
-      sys.exit(INTERRUPTED)
+      with interrupts.ExitAtOnce(STARTING):
+        command = getattr(importlib.import_module(module), function)
+    except KeyboardInterrupt:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
+      print(STARTING, file=sys.stderr)
+      sys.exit(interrupts.INTERRUPTED)
     return command()
 
   run.__name__ = run.__qualname__ = f"{module.rsplit('.', 1)[-1]}_{function}"

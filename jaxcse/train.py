@@ -21,6 +21,12 @@ Several hosts run the same command, one process each (or one per GPU), with
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # python -m jaxcse.train: Ctrl-C while JAX and the rest import is one line too.
+  from jaxcse.core import interrupts as _interrupts
+
+  _interrupts.quiet_at_the_end()
+  _interrupts.ExitAtOnce("interrupted as the command started; nothing was written").install()
+
 import contextlib
 import os
 import sys
@@ -31,8 +37,8 @@ import ml_collections
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import data as data_lib
-from jaxcse.core import errors, files, platforms, provenance
-from jaxcse.core.interrupts import DeferredCtrlC
+from jaxcse.core import errors, files, interrupts, platforms, provenance
+from jaxcse.core.interrupts import DeferredCtrlC, ExitAtOnce
 from jaxcse.core.progress import Progress
 from jaxcse.evaluation import validation
 from jaxcse.storage import checkpoints
@@ -60,6 +66,14 @@ from jaxcse.training.run_log import MetricsWriter, NonFiniteLossError, StepLog, 
 class Interrupted(KeyboardInterrupt):
   """Ctrl-C (SIGINT) while training; the message says at which step, and how to resume."""
 
+
+# A second Ctrl-C ends the process where it is, as SIGKILL would (``interrupts.stop_at_once``): a checkpoint being
+# written has no record yet and is set aside by the resume, which starts from the newest whole one.
+INTERRUPTED_AGAIN = "interrupted again: stopped at once; rerun the same command to resume from its newest checkpoint"
+# Before the run starts (flags, config file) nothing is written; once the command has its config, Ctrl-C outside
+# the run (an instant before it starts, or after it finished) leaves a workdir the same command resumes or finds done.
+NOTHING_WRITTEN = "interrupted before the run started; nothing was written"
+OUTSIDE_THE_RUN = "interrupted; rerun the same command to resume"
 
 # Ctrl-C saves the latest state where it stops, unless the newest latest checkpoint is younger than this: a save
 # takes about a second, and a resume then redoes at most this much work.
@@ -125,7 +139,8 @@ def train_and_evaluate(
   configuration.validate(config)
   inputs_lib.check_training_data(config, train_data)
   run_dir = Workdir(workdir)
-  with DeferredCtrlC() as ctrl_c:  # From here on, Ctrl-C stops the run only at a safe point (``DeferredCtrlC``).
+  # From here on, Ctrl-C stops the run only at a safe point (``DeferredCtrlC``); a second one at once.
+  with DeferredCtrlC(again=INTERRUPTED_AGAIN) as ctrl_c:
     primary = jax.process_index() == 0
     mesh = distributed.make_mesh()
     if config.train.batch_size % mesh.size:
@@ -328,12 +343,17 @@ def _write_summary(config, run_dir: Workdir, summary: dict, start, inputs, start
 # The command.
 
 
-def main(argv: list[str]) -> None:
-  """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``)."""
+def main(argv: list[str], at_once: ExitAtOnce | None = None) -> None:
+  """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``).
+
+  ``at_once``, the command's start-up Ctrl-C handler (``run``), is told what to say from here on; Ctrl-C is
+  Python's own for ``--prune_set_aside`` (it removes files: a ``KeyboardInterrupt`` stops it between two).
+  """
   del argv
   from absl import flags
 
   if flags.FLAGS.prune_set_aside:
+    interrupts.python_default()
     with cli.one_line_errors():
       print(Workdir(flags.FLAGS.workdir).prune_set_aside())
     return
@@ -342,21 +362,30 @@ def main(argv: list[str]) -> None:
     try:
       config, workdir, restart = cli.train_flags()
     except KeyboardInterrupt:
-      raise Interrupted("interrupted before the run started; nothing was written") from None
+      raise Interrupted(NOTHING_WRITTEN) from None
+    if at_once:
+      at_once.message = OUTSIDE_THE_RUN
     summary = train_and_evaluate(config, workdir, restart=restart)
   if jax.process_index() == 0:
     cli.print_train_summary(config, workdir, summary)
 
 
 def run() -> None:
-  """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script)."""
+  """``python -m jaxcse.train`` (and the ``jaxcse-train`` console script).
+
+  Ctrl-C is one line and exit status 130 at any moment: ``ExitAtOnce`` until the run starts and after it ends,
+  ``DeferredCtrlC`` during it (``train_and_evaluate``). ``ExitAtOnce`` stays installed as the process exits (it
+  always does: ``app.run`` ends in ``sys.exit``): JAX's and orbax's exit handlers take a second or more, and
+  Python's own handler raised inside them (a traceback from ``atexit``).
+  """
+  at_once = ExitAtOnce(NOTHING_WRITTEN).install()
   try:
     from absl import app
 
     cli.define_train_flags()
-    app.run(main, flags_parser=cli.parse_flags)
-  except KeyboardInterrupt as e:  # While the flags and the config file load (main handles its own).
-    print(str(e) or "interrupted before the run started; nothing was written", file=sys.stderr)
+    app.run(lambda argv: main(argv, at_once), flags_parser=cli.parse_flags)
+  except KeyboardInterrupt as e:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
+    print(str(e) or NOTHING_WRITTEN, file=sys.stderr)
     sys.exit(errors.INTERRUPTED)
 
 

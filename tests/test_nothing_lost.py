@@ -281,22 +281,45 @@ def test_restart_clears_everything_the_old_run_wrote(tmp_path):
 
 # The train command with Ctrl-C sent to itself at the point SIGINT_AT names, SIGINT_DELAY seconds after that point
 # is reached (from a timer thread, so that it lands inside what runs there: tracing, compiling, orbax's writes).
+# SIGINT_AGAIN, if set, sends a second Ctrl-C that many seconds after the first; SIGINT_IN_GC makes the last one
+# land inside a garbage-collector callback of the main thread (where jax's runs, and Python drops an exception).
 SIGINT_TRAIN = """
-import os, signal, sys, threading
+import gc, importlib, os, signal, sys, threading
 from jaxcse.storage import checkpoints
-from jaxcse import train
-from jaxcse.training import inputs as inputs_lib, start as start_lib, train_step as step_lib
+from jaxcse import entry, train
+from jaxcse.training import cli, inputs as inputs_lib, start as start_lib, train_step as step_lib
 from jaxcse.evaluation import validation
 
 # Python's Ctrl-C handler, even under a shell that started this test with SIGINT ignored (see INJECTED_TRAIN).
 signal.signal(signal.SIGINT, signal.default_int_handler)
 where, delay = os.environ["SIGINT_AT"], float(os.environ["SIGINT_DELAY"])
+again, in_gc = os.environ.get("SIGINT_AGAIN"), os.environ.get("SIGINT_IN_GC")
+armed = []
 
-def ctrl_c():
-  if delay:
-    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+def in_gc_callback(phase, info):  # The main thread's next collection sends it, and runs bytecodes in here.
+  if armed and phase == "start" and threading.current_thread() is threading.main_thread():
+    armed.clear()
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):
+      pass
+gc.callbacks.insert(0, in_gc_callback)
+
+def send(last):
+  if last and in_gc:
+    armed.append(1)
   else:
     os.kill(os.getpid(), signal.SIGINT)
+
+def ctrl_c():
+  if again:
+    threading.Timer(delay, send, (False,)).start()
+    threading.Timer(delay + float(again), send, (True,)).start()
+  elif delay:
+    threading.Timer(delay, send, (True,)).start()
+  else:
+    send(True)
+    if in_gc:
+      gc.collect()
 
 def first_call(fn, after=False):  # fn, sending Ctrl-C at its first call (as it starts, or once it returned).
   called = []
@@ -311,7 +334,11 @@ def first_call(fn, after=False):  # fn, sending Ctrl-C at its first call (as it 
     return out
   return wrapped
 
-if where == "read_inputs":  # Before anything is written.
+if where == "imports":  # While the console script imports the command (as a keypress would, after jax's import).
+  importlib.import_module = first_call(importlib.import_module)
+elif where == "flags":  # While the flags and the config file load.
+  cli.train_flags = first_call(cli.train_flags)
+elif where == "read_inputs":  # Before anything is written.
   inputs_lib.read = first_call(inputs_lib.read)
 elif where == "resume":  # While the workdir is put in order and the first state initialised (its first compile).
   start_lib.build = first_call(start_lib.build)
@@ -322,8 +349,16 @@ elif where == "evaluation":
   validation.Evaluator.__call__ = first_call(validation.Evaluator.__call__)
 elif where == "save":
   checkpoints.save = first_call(checkpoints.save)
+elif where == "exit":  # Stopped after the first step; Ctrl-C again while the exit handlers run (JAX's take seconds).
+  import atexit
+  atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), [None for _ in range(10000)]))
+  jit = step_lib.jit_train_step
+  step_lib.jit_train_step = lambda *a, **k: first_call(jit(*a, **k), after=True)
 sys.argv[0] = "jaxcse.train"
-train.run()
+if where == "imports":
+  entry.train()
+else:
+  train.run()
 """
 
 # Each point once; the first step (where the segfault was seen, in 2 of 4 tries) at 6 delays: a defect that shows
@@ -342,12 +377,12 @@ INTERRUPTED = (
 )
 
 
-def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where: str | None, delay: float):
+def _sigint_train(workdir: str, tiny_model_dir: str, small_data_dir: str, where: str | None, delay: float, **more: str):
   import subprocess
   import sys
 
   args = train_cli_args(workdir, tiny_model_dir, small_data_dir, **SCHEDULE)
-  env = {**os.environ, "SIGINT_AT": where or "", "SIGINT_DELAY": str(delay)}
+  env = {**os.environ, "SIGINT_AT": where or "", "SIGINT_DELAY": str(delay), **more}
   script = SIGINT_TRAIN if where else "import sys; from jaxcse import train; sys.argv[0] = 'jaxcse.train'; train.run()"
   return subprocess.run(
     [sys.executable, "-c", script, *args], cwd=helpers.REPO, capture_output=True, text=True, env=env, timeout=600
@@ -381,5 +416,41 @@ def test_ctrl_c_at_any_moment_is_one_line_and_resumable(reference, tiny_model_di
   assert not bad, "; ".join(f"{where} +{delay}s: {problem}" for (where, delay), problem in bad.items())
   # The same command resumes them (here, the one stopped during a save) to the uninterrupted run's parameters.
   save = str(tmp_path / f"w{SIGINT_POINTS.index(('save', 0.01))}")
+  assert _sigint_train(save, tiny_model_dir, small_data_dir, None, 0).returncode == 0
+  assert_same_params(saved_params(save), saved_params(ref_dir))
+
+
+# Where Ctrl-C lands in jax's garbage-collector callback (before the run: Python dropped it, and the run trained to
+# its end, rc 0), and twice (the second raised inside tracing or orbax's save: tracebacks, segfaults at exit).
+AGAIN = "interrupted again: stopped at once; rerun the same command to resume from its newest checkpoint"
+SIGINT_TWICE = [
+  ("imports", 0, {"SIGINT_IN_GC": "1"}, "interrupted as the command started; nothing was written"),
+  ("flags", 0, {"SIGINT_IN_GC": "1"}, "interrupted before the run started; nothing was written"),
+  ("first_step", 0.1, {"SIGINT_AGAIN": "0.3"}, AGAIN),
+  ("first_step", 0.1, {"SIGINT_AGAIN": "0.5", "SIGINT_IN_GC": "1"}, AGAIN),
+  ("save", 0.0, {"SIGINT_AGAIN": "0.02"}, AGAIN),
+  ("exit", 0, {}, AGAIN),
+]
+
+
+def test_ctrl_c_in_a_gc_callback_or_twice_is_one_line_and_resumable(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
+  import re
+
+  ref_dir, _ = reference
+  bad = {}
+  for i, (where, delay, more, line) in enumerate(SIGINT_TWICE):
+    workdir = str(tmp_path / f"w{i}")
+    run = _sigint_train(workdir, tiny_model_dir, small_data_dir, where, delay, **more)
+    said = lines_said(run.stderr)
+    first = [said[0]] if where == "exit" and said and re.fullmatch(INTERRUPTED, said[0]) else []
+    if run.returncode != 130 or said != [*first, line]:
+      bad[i] = (where, more, run.returncode, said[-3:])
+    elif where in ("imports", "flags") and os.path.exists(workdir):
+      bad[i] = (where, more, "the workdir was created")
+  assert not bad, bad
+  # Stopped at once during a save, as by SIGKILL: the same command resumes to the uninterrupted run's parameters.
+  save = str(tmp_path / f"w{[where for where, *_ in SIGINT_TWICE].index('save')}")
   assert _sigint_train(save, tiny_model_dir, small_data_dir, None, 0).returncode == 0
   assert_same_params(saved_params(save), saved_params(ref_dir))

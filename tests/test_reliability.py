@@ -305,7 +305,13 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   changed = helpers.tiny_config(
     tiny_model_dir,
     small_data_dir,
-    **{**SCHEDULE, "train.max_steps": 5, "train.learning_rate": 1e-4, "checkpoint.every": 100},
+    **{
+      **SCHEDULE,
+      "train.max_steps": 5,
+      "train.learning_rate": 1e-4,
+      "checkpoint.every": 100,
+      "eval.batch_size": 7,
+    },
   )
   made = []
   manager = checkpoints.manager
@@ -316,6 +322,8 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   assert not made  # Refused before orbax touched the workdir (it creates folders, removes temporary ones).
   message = str(info.value)
   assert "train.learning_rate (0.003 there, 0.0001 here)" in message and "train.max_steps (9 there, 5 here)" in message
+  # The evaluation's padded shapes follow its batch size, and with them the logged scores' last bits.
+  assert "eval.batch_size (32 there, 7 here)" in message
   assert "checkpoint.every" not in message and "--restart" in message and "\n" not in message
   # Refused before anything changed: the stale best checkpoint is still there, metrics.jsonl is as it was.
   assert {sub: checkpoint_steps(workdir, sub) for sub in before} == before
@@ -323,7 +331,7 @@ def test_a_resume_that_would_change_the_result_is_refused_before_anything_change
   assert not any("recomputes" in r.getMessage() or "evaluates that step" in r.getMessage() for r in caplog.records)
   # What cannot change the result may change: the same run finishes exactly as the uninterrupted one.
   harmless = helpers.tiny_config(
-    tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.log_every": 2, "eval.batch_size": 7, "checkpoint.every": 3}
+    tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.log_every": 2, "checkpoint.every": 3}
   )
   summary = train.train_and_evaluate(harmless, workdir)
   assert any(

@@ -63,9 +63,11 @@ RUN_MARKERS = (os.path.join(MODEL_DIR, description.JAXCSE_MODEL_FILE), LATEST_DI
 # Config fields that cannot change a run's result (its parameters, its evaluations, which checkpoint is best, what
 # its model description says): a run may be resumed with other values for them. Every other field must equal the
 # workdir's config.json. A prefix ending in "." covers a whole section.
+# eval.batch_size is not one: the evaluation's padded shapes follow it (a batch's longest sentence sets its length
+# bucket, its rows the kernels' blocking), which moves the logged scores by ~1e-7, enough to flip a near tie for
+# best; and DCLR's released evaluation attends the padding, so its scores depend on which sentences share a batch.
 RESUMABLE_CHANGES = (
   "train.log_every",  # How often metrics.jsonl gets a line.
-  "eval.batch_size",  # Sentences per forward pass of an evaluation: the same sentences and embeddings.
   "checkpoint.every",  # When the latest state is saved: a resumed run retraces the same steps.
   "log.",  # Logging only (log.tensorboard).
 )
