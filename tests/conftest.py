@@ -125,6 +125,7 @@ SLOW_FIRST = (
   "tests/test_multihost.py::test_two_processes_equal_one_process_and_resume",
   "tests/test_ablation_switches.py::test_same_dropout_mask_gives_identical_views_and_the_two_pass_gradient",
   "tests/test_nothing_lost.py::test_ctrl_c_at_any_moment_is_one_line_and_resumable",
+  "tests/test_nothing_lost.py::test_ctrl_c_in_a_gc_callback_or_twice_is_one_line_and_resumable",
   "tests/test_notebooks.py::test_quickstart_notebook",
   "tests/test_notebooks.py::test_tpu_notebook_on_four_devices_keeps_the_global_batch",
 )
