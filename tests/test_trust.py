@@ -654,3 +654,31 @@ def test_ctrl_c_while_the_flags_load_is_one_line(tmp_path):
   said = lines_said(run.stderr)
   assert run.returncode == 130 and said == ["interrupted before the run started; nothing was written"], said
   assert not os.path.exists(workdir)
+
+
+def test_a_batch_of_one_row_without_a_negative_is_refused_before_anything_is_written(
+  tiny_model_dir, small_data_dir, tmp_path
+):
+  from jaxcse import data as data_lib
+  from jaxcse.training import configuration, inputs
+
+  workdir = str(tmp_path / "w")
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{**SCHEDULE, "train.batch_size": 1})
+  # Before: trained to the end (exit 0) with the loss and gradient identically 0.
+  with pytest.raises(configuration.ConfigError, match="train.batch_size 1 leaves method simcse no negative"):
+    train.train_and_evaluate(config, workdir)
+  assert not os.path.exists(workdir)
+  # Triplets give a row a negative of its own: MNRL with one row is a loss; pairs alone are not.
+  path = str(tmp_path / "triplets.jsonl")
+  helpers.write_jsonl(path, helpers.small_triplets(small_data_dir, 8))
+  triplets = data_lib.load_corpus(path)
+  mnrl = helpers.tiny_config(tiny_model_dir, small_data_dir, "pairs", **{"train.batch_size": 1, "data.train": path})
+  inputs.check_one_row_batch(mnrl, triplets)
+  pairs_path = str(tmp_path / "pairs.jsonl")
+  helpers.write_jsonl(
+    pairs_path, [{"anchor": r["anchor"], "positive": r["positive"]} for r in helpers.small_triplets(small_data_dir, 8)]
+  )
+  with pytest.raises(configuration.ConfigError, match="leaves method mnrl no negative"):
+    inputs.check_one_row_batch(mnrl, data_lib.load_corpus(pairs_path))
+  dclr = helpers.tiny_config(tiny_model_dir, small_data_dir, "dclr", **{"train.batch_size": 1})
+  inputs.check_one_row_batch(dclr, data_lib.load_corpus(dclr.data.train, root=small_data_dir))

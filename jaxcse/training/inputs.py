@@ -158,7 +158,33 @@ def read_corpus(config: ml_collections.ConfigDict, train_data=None):
   )
   check_labels(config, corpus)
   check_columns(config, corpus)
+  check_one_row_batch(config, corpus)
   return corpus
+
+
+# Methods with a negative even in a batch of one row: DCLR's noise negatives; MLM pretraining compares nothing.
+_NEGATIVES_WITHOUT_OTHER_ROWS = ("dclr", "mlm")
+# Methods whose hard-negative columns (a third text column on) give a row negatives of its own.
+_HARD_NEGATIVE_COLUMNS = ("simcse", "mnrl", "gist")
+
+
+def check_one_row_batch(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses ``train.batch_size`` 1 where the method would have no negative at all.
+
+  The contrastive losses score an anchor against the other rows of its batch (and its own hard negatives, where the
+  method reads them and the data has them); CoSENT ranks the batch's pairs against each other, MixCSE mixes with
+  another row. With one row and nothing else, loss and gradient are 0 and the run would train nothing.
+  """
+  if config.train.batch_size > 1 or config.method in _NEGATIVES_WITHOUT_OTHER_ROWS:
+    return
+  columns = getattr(corpus, "text_columns", None) or tuple(corpus.columns)
+  if config.method in _HARD_NEGATIVE_COLUMNS and len(columns) >= 3:
+    return
+  raise configuration.ConfigError(
+    f"train.batch_size 1 leaves method {config.method} no negative to contrast with ({corpus.path}: "
+    f"{len(columns)} text column{'s' * (len(columns) != 1)}, no other row in the batch): its loss and gradient "
+    "would be 0; use a batch of 2 or more"
+  )
 
 
 def check_columns(config: ml_collections.ConfigDict, corpus) -> None:
