@@ -7,4 +7,5 @@ loading.py      a model for inference from anything a user points at (workdir, c
 hub.py          where a model name points: a local folder, a package that ships it, the hub's cache
 st_format.py    the sentence-transformers folder format, with numpy only
 model_card.py   the exported folder's README.md, as sentence-transformers writes one
+runs.py         training runs read back (metrics.jsonl, results JSONs) for figures and reports
 """
