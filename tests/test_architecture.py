@@ -255,6 +255,8 @@ LAYERS = (
     "training: the step",
     {
       "jaxcse.training.train_step",
+      "jaxcse.training.views",
+      "jaxcse.training.masked_lm",
       "jaxcse.training.objectives",
       "jaxcse.training.losses",
       "jaxcse.training.ranking_losses",

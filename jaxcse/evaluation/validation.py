@@ -74,15 +74,8 @@ class HeldoutMLM:
     )
     self.batches = [batches.batch(i)["input_ids"][:, 0] for i in range(batches.steps_per_epoch)]
     self.masks = [batches.batch(i)["attention_mask"][:, 0] for i in range(batches.steps_per_epoch)]
-    tok = spec.tokenizer
-    num_predictions = config.mlm.max_predictions or mlm.max_predictions(config.data.max_seq_len, config.mlm.probability)
-    masking = dict(
-      mask_token_id=tok.mask_token_id,
-      vocab_size=spec.hf_config.vocab_size,
-      special_ids=tuple(tok.all_special_ids),
-      probability=config.mlm.probability,
-      num_predictions=num_predictions,
-    )
+    masking = mlm.masking_settings(spec.tokenizer, spec.hf_config.vocab_size, config.mlm.probability)
+    masking["num_predictions"] = mlm.pretraining_predictions(config)
 
     def sums(params, ids, mask, key):
       masked, positions, labels, weights = mlm.mask_positions(key, ids, mask, **masking)

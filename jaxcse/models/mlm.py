@@ -49,6 +49,22 @@ def mask_tokens(
   return masked, jnp.where(chosen, ids, -100)
 
 
+def masking_settings(tokenizer, vocab_size: int, probability: float) -> dict:
+  """The keyword arguments ``mask_tokens`` and ``mask_positions`` take for a model's tokenizer and vocabulary."""
+  return dict(
+    mask_token_id=tokenizer.mask_token_id,
+    vocab_size=vocab_size,
+    special_ids=tuple(tokenizer.all_special_ids),
+    probability=probability,
+  )
+
+
+def pretraining_predictions(config) -> int:
+  """Predicted positions per row in masked-LM pretraining: ``config.mlm.max_predictions``, else BERT's share of
+  ``config.data.max_seq_len`` (``max_predictions``)."""
+  return config.mlm.max_predictions or max_predictions(config.data.max_seq_len, config.mlm.probability)
+
+
 def max_predictions(max_seq_len: int, probability: float) -> int:
   """Prediction slots per sequence for ``mask_positions``: enough for a full sequence (BERT: 20 at 128, 15%)."""
   return max(1, math.ceil(probability * max_seq_len))

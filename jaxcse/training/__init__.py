@@ -8,6 +8,8 @@ losses, devices.
   configured.py     the models a config asks for, built once: with weights (training) or as shapes (compiling)
   cli.py            the commands' flags, the shipped configs by name, ``--help``, one-line mistakes
   train_step.py     the pure step: embed the views, the objective's loss, gradients (plain or GradCache), update
+  views.py          a batch's views as encoder rows and their embeddings, in one forward pass
+  masked_lm.py      the step's masked-LM term (pretraining, or SimCSE's auxiliary loss): targets and sums
   objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
   losses.py         the papers' contrastive losses, pure functions on embeddings
   ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings

@@ -54,7 +54,7 @@ class Built:
 class SpecialTokens:
   """The part of a tokenizer that a train step reads: the ids BERT's masking needs.
 
-  Stands in for the tokenizer in an abstract ``ModelSpec`` (``train_step._token_term`` reads exactly these).
+  Stands in for the tokenizer in an abstract ``ModelSpec`` (``mlm.masking_settings`` reads exactly these).
   """
 
   mask_token_id: int | None

@@ -31,8 +31,9 @@ import ml_collections
 import optax
 
 from jaxcse import models
-from jaxcse.models import mlm
 from jaxcse.training import augment, distributed, gradcache, matryoshka as matryoshka_lib, objectives
+from jaxcse.training.masked_lm import MaskedLMTerm, MaskedPositions, MaskedViews, TokenSums
+from jaxcse.training.views import embed_views, flat_views  # noqa: F401  (train_step.embed_views)
 
 
 @flax.struct.dataclass
@@ -74,59 +75,6 @@ def make_optimizer(cfg: ml_collections.ConfigDict, total_steps: int) -> optax.Gr
   # A multi-GPU reference run clips the per-GPU mean, i.e. the full gradient / world (see configs/simcse_sup.py).
   scale = [optax.scale(1.0 / world)] if world > 1 else []
   return optax.chain(*scale, optax.clip_by_global_norm(cfg.max_grad_norm), adamw)
-
-
-def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.Array, int, int]:
-  """``[batch * views, len]`` ids and mask; a one-column (unsupervised) batch becomes two views if ``two_views``."""
-  ids, mask = batch["input_ids"], batch["attention_mask"]
-  if ids.shape[1] == 1 and two_views:
-    ids = jnp.repeat(ids, 2, axis=1)
-    mask = jnp.repeat(mask, 2, axis=1)
-  b, v, length = ids.shape
-  # Rows of one example stay adjacent, so the reshape keeps the batch sharding.
-  return ids.reshape(b * v, length), mask.reshape(b * v, length), b, v
-
-
-def embed_views(
-  module: models.PooledBackbone,
-  params,
-  batch: dict,
-  rng: jax.Array,
-  *,
-  train: bool = True,
-  same_dropout_mask: bool = False,
-  two_views: bool = True,
-) -> jax.Array:
-  """Embeds every sentence of the batch in one forward pass, with dropout when ``train``.
-
-  ``batch`` holds ``[batch, columns, len]`` arrays. A one-column batch
-  (unsupervised) is duplicated into two views (with ``two_views``, the default),
-  which get independent dropout masks because they are different rows of one
-  forward pass (SimCSE's formulation). Returns ``[batch, views, hidden]``.
-
-  ``same_dropout_mask`` (SimCSE's "fixed 0.1", one-column batches only): both
-  views get one dropout mask. Two passes of the same sentence with the same mask
-  compute the same vector, so the sentence is embedded once and the vector used
-  for both views: the same values, and the same gradient (the sum of both
-  views' contributions through the one computation), at half the cost.
-  """
-  if same_dropout_mask:
-    if batch["input_ids"].shape[1] != 1:
-      raise ValueError(
-        f"augment.same_dropout_mask needs one sentence per example (its views are copies of it); "
-        f"this batch has {batch['input_ids'].shape[1]} columns"
-      )
-    z = module.apply(
-      {"params": params},
-      batch["input_ids"][:, 0],
-      batch["attention_mask"][:, 0],
-      train=train,
-      rngs={"dropout": rng} if train else {},
-    )
-    return jnp.stack([z, z], axis=1)
-  ids, mask, b, v = flat_views(batch, two_views=two_views)
-  z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
-  return z.reshape(b, v, -1)
 
 
 class _Keys(NamedTuple):
@@ -184,36 +132,8 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
 
 
 # --------------------------------------------------------------------------
-# The step's loss. What it reads (``StepInputs``: ``Rows`` of the batch, their keys, the masked tokens), the masked-LM
-# term's parts (``MaskedLMTerm``), then ``StepLoss``: the objective, composed in one screen.
-
-
-class MaskedPositions(NamedTuple):
-  """Masked-LM pretraining's targets of some rows (``mlm.mask_positions``): predicted at the masked positions only."""
-
-  masked: jax.Array  # [rows, len] ids, the masked positions replaced.
-  mask: jax.Array  # [rows, len] attention mask.
-  positions: jax.Array  # [rows, predictions] the masked positions.
-  labels: jax.Array  # [rows, predictions] the original ids there.
-  weights: jax.Array  # [rows, predictions] 1 for a real prediction, 0 for padding.
-
-
-class MaskedViews(NamedTuple):
-  """SimCSE's auxiliary masked-LM targets of some rows (``mlm.mask_tokens``): every position of every view.
-
-  ``[rows, views, len]``, so that GradCache's chunks take whole examples.
-  """
-
-  masked: jax.Array  # Ids, the masked tokens replaced.
-  mask: jax.Array  # Attention mask.
-  labels: jax.Array  # The original id of a masked token, negative where nothing is predicted.
-
-
-class TokenSums(NamedTuple):
-  """The masked-LM term of some rows, summed over their predicted tokens (GradCache adds chunks' sums)."""
-
-  cross_entropy: jax.Array
-  correct: jax.Array  # Predictions equal to the label.
+# The step's loss. What it reads (``StepInputs``: ``Rows`` of the batch, their keys, the masked tokens; the masked-LM
+# term's parts are ``masked_lm``'s), then ``StepLoss``: the objective, composed in one screen.
 
 
 class SentenceTerm(NamedTuple):
@@ -221,67 +141,6 @@ class SentenceTerm(NamedTuple):
 
   loss: jax.Array
   metrics: dict
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskedLMTerm:
-  """The step's masked-LM term (``objectives.Needs.token_loss``): BERT's pretraining, or SimCSE's auxiliary loss.
-
-  Pretraining predicts at the masked positions only (output layer there only), weight 1; SimCSE's auxiliary loss
-  predicts at every position of every view, weight ``config.mlm.weight``. Either is the mean cross-entropy over
-  the whole batch's predicted tokens.
-  """
-
-  spec: models.ModelSpec
-  pretraining: bool  # Else auxiliary.
-  masking: dict  # mlm.mask_positions / mlm.mask_tokens's settings.
-  num_predictions: int | None  # Pretraining: predicted positions per row.
-  weight: float  # Of the mean token cross-entropy in the step's loss.
-
-  @classmethod
-  def from_config(
-    cls, config: ml_collections.ConfigDict, spec: models.ModelSpec, token_loss: str | None
-  ) -> MaskedLMTerm | None:
-    if token_loss is None:
-      return None
-    tok = spec.tokenizer
-    masking = dict(
-      mask_token_id=tok.mask_token_id,
-      vocab_size=spec.hf_config.vocab_size,
-      special_ids=tuple(tok.all_special_ids),
-      probability=config.mlm.probability,
-    )
-    if token_loss == "pretraining":
-      num_predictions = config.mlm.max_predictions or mlm.max_predictions(
-        config.data.max_seq_len, config.mlm.probability
-      )
-      return cls(spec, True, masking, num_predictions, 1.0)
-    return cls(spec, False, masking, None, config.mlm.weight)
-
-  def targets(self, batch: dict, key: jax.Array) -> tuple[MaskedPositions | MaskedViews, jax.Array]:
-    """The whole batch masked once (the same tokens whatever the chunking), and its number of predicted tokens
-    (at least 1)."""
-    if self.pretraining:
-      ids, mask, _, _ = flat_views(batch, two_views=False)
-      masked, positions, labels, weights = mlm.mask_positions(
-        key, ids, mask, num_predictions=self.num_predictions, **self.masking
-      )
-      return MaskedPositions(masked, mask, positions, labels, weights), jnp.maximum(weights.sum(), 1)
-    ids, mask, b, _ = flat_views(batch)
-    masked, labels = mlm.mask_tokens(key, ids, mask, **self.masking)
-    views = MaskedViews(*(x.reshape(b, -1, x.shape[-1]) for x in (masked, mask, labels)))
-    return views, jnp.maximum((labels >= 0).sum(), 1)
-
-  def sums(self, params, targets: MaskedPositions | MaskedViews, key: jax.Array) -> TokenSums:
-    """The term over ``targets``' rows, with dropout ``key``."""
-    if self.pretraining:
-      logits = models.mlm_logits_at(
-        self.spec, params, targets.masked, targets.mask, targets.positions, train=True, rng=key
-      )
-      return TokenSums(*mlm.cross_entropy_sums(logits, targets.labels, targets.weights))
-    masked, mask, labels = (x.reshape(-1, x.shape[-1]) for x in targets)
-    logits = models.mlm_logits(self.spec, params, masked, mask, train=True, rng=key)
-    return TokenSums(*mlm.cross_entropy_sums(logits, jnp.where(labels >= 0, labels, 0), labels >= 0))
 
 
 class Rows(NamedTuple):
