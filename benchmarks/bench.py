@@ -945,16 +945,18 @@ def bench_encode(args) -> str:
     theirs = run_st()
     peaks["sentence-transformers"] = st_peak()
     print(f"agreement: max |jaxcse - sentence-transformers| over unit embeddings {np.abs(ours - theirs).max():.2e}")
-  times = time_interleaved(sides, rounds=args.rounds, repeats=args.repeats)
+  cpu = {}
+  times = time_interleaved(sides, rounds=args.rounds, repeats=args.repeats, cpu=cpu)
   medians = {name: statistics.median(ts) for name, ts in times.items()}
   for name, t in medians.items():
     print(
-      f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])}), "
-      f"peak memory {format_bytes(peaks[name])}"
+      f"{name}: {len(sentences) / t:.1f} sentences/s ({t:.3f} s median of {len(times[name])}; CPU "
+      f"{statistics.median(cpu[name]):.3f} s), peak memory {format_bytes(peaks[name])}"
     )
   print(machine_line())
   if "sentence-transformers" not in medians:
     return f"encode: n/a ({setup.describe()})"
+  print(f"by CPU seconds: {statistics.median(cpu['sentence-transformers']) / statistics.median(cpu['jaxcse']):.2f}x")
   return ratio_line("encode", medians["sentence-transformers"], medians["jaxcse"])
 
 
