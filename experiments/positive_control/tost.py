@@ -1,0 +1,110 @@
+"""The positive control's comparisons re-read as equivalence tests (TOST) at a stated margin, with their power.
+
+The margin, M = 0.5 STS-avg points (x100), is fixed by what the claims are about, not by these data (README,
+"Re-read as equivalence tests"). Equivalence is shown when both one-sided tests reject at 5% (the 90% CI of the
+difference lies inside [-M, +M]); a comparison that shows neither equivalence nor a difference is "not decided".
+Power: the chance that TOST shows equivalence when the true difference is 0 and the spread is the one observed,
+by simulation. Welch's t for runs on different batches; paired by seed where both sides trained on the same batches
+(C1: the official code on jaxcse's sentences and batches).
+
+  python tost.py [--ablations ../paper_ablations] [--margin 0.5]
+"""
+
+import argparse
+import importlib.util
+import math
+import os
+import sys
+
+import numpy as np
+from scipy import stats
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _summarize():
+  spec = importlib.util.spec_from_file_location("positive_control_summarize", os.path.join(HERE, "summarize.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+def welch_tost(a: np.ndarray, b: np.ndarray, margin: float) -> dict:
+  """TOST of mean(a) - mean(b) within +-margin with Welch's standard error and degrees of freedom."""
+  va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+  se = math.sqrt(va + vb)
+  df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+  return _tost(a.mean() - b.mean(), se, df, margin)
+
+
+def paired_tost(diffs: np.ndarray, margin: float) -> dict:
+  return _tost(diffs.mean(), diffs.std(ddof=1) / math.sqrt(len(diffs)), len(diffs) - 1, margin)
+
+
+def _tost(d: float, se: float, df: float, margin: float) -> dict:
+  p_low = stats.t.sf((d + margin) / se, df)  # H0: d <= -margin
+  p_high = stats.t.cdf((d - margin) / se, df)  # H0: d >= +margin
+  half = stats.t.ppf(0.95, df) * se
+  p_diff = 2 * stats.t.sf(abs(d) / se, df)
+  if max(p_low, p_high) < 0.05:
+    verdict = "equivalent"
+  elif p_diff < 0.05:
+    verdict = "different (" + ("higher" if d > 0 else "lower") + ")"
+  else:
+    verdict = "not decided"
+  return {"d": d, "ci90": (d - half, d + half), "p_tost": max(p_low, p_high), "p_diff": p_diff, "verdict": verdict}
+
+
+def power(n_a: int, n_b: int, sd: float, margin: float, paired: bool, draws: int = 20000, seed: int = 0) -> float:
+  """P(TOST shows equivalence | true difference 0, both sides' SD ``sd``), by simulation."""
+  rng = np.random.default_rng(seed)
+  hits = 0
+  for _ in range(draws):
+    if paired:
+      hits += paired_tost(rng.normal(0, sd, n_a), margin)["verdict"] == "equivalent"
+    else:
+      hits += welch_tost(rng.normal(0, sd, n_a), rng.normal(0, sd, n_b), margin)["verdict"] == "equivalent"
+  return hits / draws
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--ablations", default=os.path.join(HERE, "..", "paper_ablations"))
+  parser.add_argument("--margin", type=float, default=0.5)
+  args = parser.parse_args()
+  summarize = _summarize()
+  jaxcse = summarize.jaxcse_runs(args.ablations)
+  runs = {impl: summarize.pytorch_runs(impl) for impl in ("official", "st", "official_jaxdata")}
+  comparisons = (
+    ("(a) official vs jaxcse", runs["official"], jaxcse, False),
+    ("(b) sentence-transformers vs jaxcse", runs["st"], jaxcse, False),
+    ("C1 (a') official on jaxcse's batches vs jaxcse", runs["official_jaxdata"], jaxcse, True),
+    ("C2 (a') vs (a)", runs["official_jaxdata"], runs["official"], False),
+  )
+  print(f"margin +-{args.margin} (x100), 5% each side; power at a true difference of 0 and the observed SD")
+  print("| comparison | metric | n | d | 90% CI | TOST p | difference p | verdict | power |")
+  print("|---|---|---|---|---|---|---|---|---|")
+  for name, other, base, paired in comparisons:
+    for key, label in summarize.METRICS:
+      if paired:
+        seeds = sorted(set(other) & set(base))
+        diffs = np.asarray([other[s][key] - base[s][key] for s in seeds], float)
+        r = paired_tost(diffs, args.margin)
+        sd, n = diffs.std(ddof=1), f"{len(seeds)} pairs"
+        pw = power(len(seeds), len(seeds), sd, args.margin, paired=True)
+      else:
+        a = np.asarray([other[s][key] for s in sorted(other)], float)
+        b = np.asarray([base[s][key] for s in sorted(base)], float)
+        r = welch_tost(a, b, args.margin)
+        sd = math.sqrt(((len(a) - 1) * a.var(ddof=1) + (len(b) - 1) * b.var(ddof=1)) / (len(a) + len(b) - 2))
+        n = f"{len(a)} vs {len(b)}"
+        pw = power(len(a), len(b), sd, args.margin, paired=False)
+      print(
+        f"| {name} | {label} | {n} | {r['d']:+.2f} | [{r['ci90'][0]:+.2f}, {r['ci90'][1]:+.2f}] | "
+        f"{r['p_tost']:.3f} | {r['p_diff']:.3f} | {r['verdict']} | {pw:.2f} (SD {sd:.2f}) |"
+      )
+
+
+if __name__ == "__main__":
+  main()
