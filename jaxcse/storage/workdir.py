@@ -102,8 +102,13 @@ def result_changes(config, saved: dict) -> tuple[list[str], list[str]]:
   ``changed``: fields on both sides, not in ``RESUMABLE_CHANGES``, whose values differ, as ``name (a there, b here)``.
   ``unknown``: fields on one side only (a newer or older jaxcse added or removed them), as names.
   """
-  here = flax.traverse_util.flatten_dict(config_as_saved(config), sep=".")
-  there = flax.traverse_util.flatten_dict(saved, sep=".")
+  return _changes(config_as_saved(config), saved)
+
+
+def _changes(here: dict, there: dict) -> tuple[list[str], list[str]]:
+  """``result_changes`` of two configs as config.json holds them."""
+  here = flax.traverse_util.flatten_dict(here, sep=".")
+  there = flax.traverse_util.flatten_dict(there, sep=".")
   changed, unknown = [], []
   for name in sorted(set(here) | set(there)):
     if name.startswith(RESUMABLE_CHANGES) or here.get(name) == there.get(name):
@@ -243,13 +248,14 @@ class Workdir:
         saved = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
       raise WorkdirError(f"{path}: unreadable ({e}); pass --restart to start the workdir over") from None
-    if not start.holds_checkpoints and saved != config_as_saved(config):
+    here = config_as_saved(config)
+    if not start.holds_checkpoints and saved != here:
       raise WorkdirError(
         f"{self.path} holds another run (its config.json differs from this config) and no checkpoint "
         "to resume: use another workdir, or pass --restart to start it over (deletes its "
         "checkpoints and metrics)"
       )
-    changed, unknown = result_changes(config, saved)
+    changed, unknown = _changes(here, saved)
     if changed:
       raise WorkdirError(
         f"{self.path} holds another run (its config.json differs in {', '.join(changed)}, which "
