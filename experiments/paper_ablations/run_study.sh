@@ -31,7 +31,18 @@ HORIZON_EVERY=${HORIZON_EVERY:-250}   # Its evaluations and checkpoints.
 # Its runs as ROW:SEED, in this order (whole seeds first, so that a stopped stage leaves complete pairs); two
 # processes may split the list between them (each run is skipped once its results exist).
 HORIZON_RUNS=${HORIZON_RUNS:-"none:1 crop10:1 crop30:1 none:2 crop10:2 crop30:2 none:3 crop10:3 crop30:3"}
-STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip horizon mask report"}
+# The faithful stage's runs as ROW:SEED (issue 50): the rows the conclusions rest on (None, crop 10%, word
+# deletion 10%) to 5 seeds first, then every other row of the dropout and augmentation tables at seeds 1-3. Seeds
+# 1-3 of None and crop 10% are the mask stage's runs (the same command, skipped). Two processes may split the list.
+FAITHFUL_RUNS=${FAITHFUL_RUNS:-"p0.1:4 crop10:4 word_deletion10:1 p0.1:5 crop10:5 word_deletion10:2 \
+word_deletion10:3 word_deletion10:4 word_deletion10:5 \
+p0.0:1 p0.01:1 p0.05:1 p0.15:1 p0.2:1 p0.5:1 fixed0.1:1 crop20:1 crop30:1 word_deletion20:1 word_deletion30:1 \
+delete_one_word:1 delete_one_word_no_dropout:1 mlm15:1 crop10_mlm15:1 \
+p0.0:2 p0.01:2 p0.05:2 p0.15:2 p0.2:2 p0.5:2 fixed0.1:2 crop20:2 crop30:2 word_deletion20:2 word_deletion30:2 \
+delete_one_word:2 delete_one_word_no_dropout:2 mlm15:2 crop10_mlm15:2 \
+p0.0:3 p0.01:3 p0.05:3 p0.15:3 p0.2:3 p0.5:3 fixed0.1:3 crop20:3 crop30:3 word_deletion20:3 word_deletion30:3 \
+delete_one_word:3 delete_one_word_no_dropout:3 mlm15:3 crop10_mlm15:3"}
+STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip horizon mask faithful report"}
 mkdir -p "$OUT/results" "$OUT/logs" "$OUT/runs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
@@ -54,6 +65,13 @@ method_config() {  # The method's config file and its own fields.
 
 # Flags placed after the common ones (so they override them) by the runs of one stage; empty elsewhere.
 after=()
+# The attention-dropout mask, placed after everything else. Every stage before issue 50 ran with jaxcse's old
+# default, one mask shared across the batch (flax's broadcast_dropout), and stays pinned to it so that its
+# committed results are what this script reproduces; the mask and faithful stages draw it per element, as
+# PyTorch's BERT (jaxcse's default since issue 50).
+SHARED_MASK=(--config.model.attention_dropout_per_element=False)
+PER_ELEMENT_MASK=(--config.model.attention_dropout_per_element=True)
+mask_flag=("${SHARED_MASK[@]}")
 
 # run GROUP NAME STEPS ARGS...: trains WORKDIRS/GROUP/NAME unless OUT/results/GROUP/NAME.json exists, copies its
 # metrics, summary and config to OUT/runs/GROUP/NAME and evaluates it on the STS tasks (+ alignment/uniformity).
@@ -66,7 +84,8 @@ run() {
   mkdir -p "$OUT/results/$group" "$OUT/logs/$group" "$OUT/runs/$group/$name"
   case " $* " in *" configs/dclr.py "*) complementary ;; esac
   wd=$W/$group/$name
-  python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" --config.train.max_steps="$steps" --workdir "$wd" \
+  python -m jaxcse.train "$@" "${common[@]}" "${after[@]}" "${mask_flag[@]}" --config.train.max_steps="$steps" \
+      --workdir "$wd" \
       2>&1 | tee -a "$OUT/logs/$group/train-$name.log"
   cp "$wd/metrics.jsonl" "$wd/summary.json" "$wd/config.json" "$OUT/runs/$group/$name/"
   python -m jaxcse.evaluate --model "$wd" --tasks sts,align_uniform --output "$f.partial" --overwrite \
@@ -84,7 +103,7 @@ complementary() {
   echo "DCLR's complementary model $COMPLEMENTARY is not on disk: training it again (lr_grid/simcse-lr3e-4-seed1)"
   mkdir -p "$(dirname "$COMPLEMENTARY")"
   python -m jaxcse.train $(method_config simcse) --config.train.learning_rate=3e-4 --config.seed=1 "${common[@]}" \
-      --config.train.max_steps="$STEPS" --workdir "$COMPLEMENTARY" 2>&1 | tee "$COMPLEMENTARY.log"
+      "${SHARED_MASK[@]}" --config.train.max_steps="$STEPS" --workdir "$COMPLEMENTARY" 2>&1 | tee "$COMPLEMENTARY.log"
   python - "$COMPLEMENTARY/metrics.jsonl" "$OUT/runs/lr_grid/simcse-lr3e-4-seed1/metrics.jsonl" <<'PY'
 import json, os, sys
 if not os.path.exists(sys.argv[2]):
@@ -250,8 +269,32 @@ for stage in $STAGES; do
     # mask drawn per element, as PyTorch's BERT draws it (jaxcse's BERT shares one mask across the batch by
     # default; experiments/positive_control's Dropout check). The rule was fixed before the first run: README,
     # "The attention-dropout mask".
+    mask_flag=("${PER_ELEMENT_MASK[@]}")
     ablate mask p0.1 simcse --config.model.attention_dropout_per_element=True
-    ablate mask crop10 simcse --config.model.attention_dropout_per_element=True --config.augment.crop=0.1 ;;
+    ablate mask crop10 simcse --config.model.attention_dropout_per_element=True --config.augment.crop=0.1
+    mask_flag=("${SHARED_MASK[@]}") ;;
+  faithful)
+    # Issue 50: the dropout and augmentation tables again with the per-element mask, jaxcse's default since then,
+    # as group mask/ (its None and crop 10% seeds 1-3 are the mask stage's runs): FAITHFUL_RUNS, in order.
+    mask_flag=("${PER_ELEMENT_MASK[@]}")
+    lr=$(best_lr simcse)
+    for spec in $FAITHFUL_RUNS; do
+      row=${spec%:*} seed=${spec#*:}
+      case $row in
+        p*) extra=(--config.model.dropout="${row#p}") ;;
+        fixed0.1) extra=(--config.augment.same_dropout_mask=True) ;;
+        crop10_mlm15) extra=(--config.augment.crop=0.1 --config.augment.mlm=0.15) ;;
+        crop*) extra=(--config.augment.crop="0.${row#crop}") ;;
+        word_deletion*) extra=(--config.augment.word_deletion="0.${row#word_deletion}") ;;
+        delete_one_word) extra=(--config.augment.delete_one_word=True) ;;
+        delete_one_word_no_dropout) extra=(--config.augment.delete_one_word=True --config.model.dropout=0.0) ;;
+        mlm15) extra=(--config.augment.mlm=0.15) ;;
+        *) echo "unknown faithful row $row" >&2; exit 2 ;;
+      esac
+      run mask "$row-lr$lr-seed$seed" "$ABLATION_STEPS" $(method_config simcse) --config.train.learning_rate="$lr" \
+          --config.seed="$seed" "${extra[@]}"
+    done
+    mask_flag=("${SHARED_MASK[@]}") ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;
   *) echo "unknown stage $stage" >&2; exit 2 ;;
