@@ -42,7 +42,13 @@ p0.0:2 p0.01:2 p0.05:2 p0.15:2 p0.2:2 p0.5:2 fixed0.1:2 crop20:2 crop30:2 word_d
 delete_one_word:2 delete_one_word_no_dropout:2 mlm15:2 crop10_mlm15:2 \
 p0.0:3 p0.01:3 p0.05:3 p0.15:3 p0.2:3 p0.5:3 fixed0.1:3 crop20:3 crop30:3 word_deletion20:3 word_deletion30:3 \
 delete_one_word:3 delete_one_word_no_dropout:3 mlm15:3 crop10_mlm15:3"}
-STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip horizon mask faithful report"}
+# The regime stages' runs as ROW:SEED (issue 50; README, "The regime, put to a test"), whole seeds first.
+REGIME_CROP_RUNS=${REGIME_CROP_RUNS:-"crop10_before:1 crop10_before:2 crop10_before:3"}
+REGIME_MINILM_RUNS=${REGIME_MINILM_RUNS:-"none:1 crop10:1 word_deletion10:1 none:2 crop10:2 word_deletion10:2 \
+none:3 crop10:3 word_deletion10:3"}
+MINILM=sentence-transformers/all-MiniLM-L6-v2
+MINILM_LR=3e-5                        # The paper's rate for unsupervised BERT-base (33x below this study's 1e-3).
+STAGES=${*:-"lr_grid main dropout augment mixcse dclr dynamics main_clip horizon mask faithful regime_crop regime_minilm report"}
 mkdir -p "$OUT/results" "$OUT/logs" "$OUT/runs"
 
 common=(--config.model.name="$MODEL" --config.data.train=corpora/wiki_offline.txt --config.train.batch_size=64
@@ -294,6 +300,39 @@ for stage in $STAGES; do
       run mask "$row-lr$lr-seed$seed" "$ABLATION_STEPS" $(method_config simcse) --config.train.learning_rate="$lr" \
           --config.seed="$seed" "${extra[@]}"
     done
+    mask_flag=("${SHARED_MASK[@]}") ;;
+  regime_crop)
+    # Issue 50 (a): crop 10% of the whole sentence, then truncation to 32 tokens (both views), against the tables'
+    # crop of the truncated rows (mask/crop10, the same seeds and batches). The rule: README, "The regime".
+    mask_flag=("${PER_ELEMENT_MASK[@]}")
+    lr=$(best_lr simcse)
+    for spec in $REGIME_CROP_RUNS; do
+      row=${spec%:*} seed=${spec#*:}
+      case $row in
+        crop10_before) extra=(--config.augment.crop=0.1 --config.augment.crop_before_truncation=128) ;;
+        *) echo "unknown regime_crop row $row" >&2; exit 2 ;;
+      esac
+      run regime_crop "$row-lr$lr-seed$seed" "$ABLATION_STEPS" $(method_config simcse) \
+          --config.train.learning_rate="$lr" --config.seed="$seed" "${extra[@]}"
+    done
+    mask_flag=("${SHARED_MASK[@]}") ;;
+  regime_minilm)
+    # Issue 50 (b): the augmentation rows on all-MiniLM-L6-v2 (30,522 WordPieces, well pretrained, but
+    # sentence-tuned) at the paper's rate, its own mean pooling. The rule: README, "The regime".
+    mask_flag=("${PER_ELEMENT_MASK[@]}")
+    after=(--config.model.name="$MINILM")
+    for spec in $REGIME_MINILM_RUNS; do
+      row=${spec%:*} seed=${spec#*:}
+      case $row in
+        none) extra=() ;;
+        crop10) extra=(--config.augment.crop=0.1) ;;
+        word_deletion10) extra=(--config.augment.word_deletion=0.1) ;;
+        *) echo "unknown regime_minilm row $row" >&2; exit 2 ;;
+      esac
+      run regime_minilm "$row-lr$MINILM_LR-seed$seed" "$ABLATION_STEPS" $(method_config simcse) \
+          --config.train.learning_rate="$MINILM_LR" --config.seed="$seed" "${extra[@]}"
+    done
+    after=()
     mask_flag=("${SHARED_MASK[@]}") ;;
   report)
     python experiments/paper_ablations/summarize.py --out "$OUT" ;;
