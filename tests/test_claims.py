@@ -3,9 +3,10 @@
 A claim is declared once, in CLAIMS: the document, a short phrase that occurs once in the checked text, how to
 compute the value from the committed files (the experiments' own scripts where they compute it), and its format.
 The document must quote exactly that formatted value at the first number after the phrase: a number changed in the
-document or in the files fails with the document, the phrase, the quoted and the computed value. Numbers quoted
-from outside the result files (the papers' tables, timings of a shared machine, settings) are declared the same
-way with `quoted`, their literal text and the reason, and every decimal number of the checked text must belong to
+document or in the files fails with the document, the phrase, the quoted and the computed value. The papers'
+numbers are the study's own reference rows (paper_ablations/summarize.py). Numbers quoted from outside the result
+files (settings, a benchmark's log, runs whose files are not committed) are declared the same way with `quoted`,
+their literal text and the reason, and every decimal number of the checked text must belong to
 a declaration, so that a new number cannot land unchecked. Verdicts in words (not decided, not equivalent) are
 checked against the statistic that gives them.
 
@@ -323,10 +324,6 @@ def best_raw_pooler() -> float:
   return max(_json(p)["summary"]["Avg"] for p in paths)
 
 
-def pretrained_config() -> dict:
-  return _json(os.path.join(helpers.REPO, "jaxcse", "pretrained", "bert-mini-wiki-uncased", "config.json"))
-
-
 def run_config(group: str = "dropout", name: str = "p0.1-lr1e-3-seed1") -> dict:
   return _json(os.path.join(ABLATIONS, "runs", group, name, "config.json"))
 
@@ -408,6 +405,17 @@ def quickstart_evals() -> dict[int, float]:
   return out
 
 
+def seeds_per_row(tables) -> str:
+  """The number of seeds every row of these ablation tables has (a mismatch shows as two numbers)."""
+  s = ablations()
+  counts = {len(s._row_runs(runs(), r.group, r.row)[0]) for name in tables for r in s.EXPERIMENTS[name].rows}
+  return " or ".join(map(str, sorted(counts)))
+
+
+def common_count(*counts: int) -> str:
+  return str(counts[0]) if len(set(counts)) == 1 else " and ".join(map(str, counts))
+
+
 def sci(value: float) -> str:
   """A learning rate as the documents write it: 1e-3, 3e-5."""
   mantissa, exponent = f"{value:.0e}".split("e")
@@ -484,6 +492,22 @@ def mean(xs) -> float:
   return float(np.mean(xs))
 
 
+def contrast_family(table: str, key: str = "sts_avg") -> list:
+  s = ablations()
+  return [c for c in s.paired_contrasts(table, s.EXPERIMENTS[table], runs(), key).values() if c.p_holm is not None]
+
+
+def dclr_weighting() -> str:
+  """Whether DCLR's instance weighting zeroed any weight in its main runs (the logged dclr/weight_zero_frac)."""
+  seen = []
+  for r in runs():
+    if r.row == "dclr" and r.group in ("lr_grid", "main") and r.lr == ablations().best_lrs(runs())["dclr"]:
+      with open(os.path.join(r.run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+        seen += [json.loads(line).get("dclr/weight_zero_frac") for line in f]
+  logged = [v for v in seen if v is not None]
+  return "never acts" if logged and not any(logged) else f"acts ({sum(v > 0 for v in logged)} logged steps)"
+
+
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness", "Avg")
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC", "Avg_transfer")
 ROW8 = " | ".join(["{:.2f}"] * 8)
@@ -494,7 +518,13 @@ CLAIMS = (
   claim(README, "all seven numbers within", senteval_max_difference, "{:.4f}"),
   claim(README, "README.md)); STS-B", lambda: minilm_summary()["STSBenchmark"]),
   claim(README, "yes, modestly: STS avg", best_raw_pooler),
-  claim(README, "(its best raw pooler) to", lambda: ablations().cell(main_comparison("simcse")), "{}"),
+  claim(
+    README,
+    "(its best raw pooler) to",
+    lambda: (ablations().cell(main_comparison("simcse")), len(main_comparison("simcse"))),
+    "{} ({} seeds",
+  ),
+  claim(README, "the same, 250 steps a row,", lambda: seeds_per_row(("dropout", "augment")), "{} seeds"),
   claim(
     README,
     "MixCSE ties SimCSE (",
@@ -533,8 +563,12 @@ CLAIMS = (
   claim(
     README,
     "STS avg above jaxcse (",
-    lambda: (mean([r["sts_avg"] for r in pytorch("official").values()]), mean(values("dropout", "p0.1"))),
-    "{:.2f} vs {:.2f}",
+    lambda: (
+      mean([r["sts_avg"] for r in pytorch("official").values()]),
+      mean(values("dropout", "p0.1")),
+      common_count(len(pytorch("official")), len(jaxcse_control())),
+    ),
+    "{:.2f} vs {:.2f}, {} seeds each",
   ),
   claim(README, "3 seeds each: different, p", lambda: compare("official")["welch_p"], "{:.3f}"),
   claim(
@@ -590,8 +624,13 @@ CLAIMS = (
   claim(README, "moves SimCSE by", lambda: mean(list(gains("mask", "p0.1", "dropout", "p0.1").values()))),
   # docs/results.md, the positive control.
   claim(RESULTS, "(250 steps of batch 64, lr", lambda: sci(run_config()["train"]["learning_rate"]), "{}"),
-  claim(RESULTS, "lines princeton-nlp/SimCSE's own `train.py` scores", lambda: control_cell("official"), "{}"),
-  claim(RESULTS, "and sentence-transformers' recipe", lambda: control_cell("st"), "{}"),
+  claim(
+    RESULTS,
+    "lines princeton-nlp/SimCSE's own `train.py` scores",
+    lambda: (control_cell("official"), len(pytorch("official"))),
+    "{} STS avg ({} seeds",
+  ),
+  claim(RESULTS, "and sentence-transformers' recipe", lambda: (control_cell("st"), len(pytorch("st"))), "{} ({} seeds"),
   claim(
     RESULTS,
     "(3 seeds), against jaxcse's",
@@ -888,13 +927,10 @@ CLAIMS = (
 )
 
 
-def contrast_family(table: str, key: str = "sts_avg") -> list:
-  s = ablations()
-  return [c for c in s.paired_contrasts(table, s.EXPERIMENTS[table], runs(), key).values() if c.p_holm is not None]
-
-
 VERDICTS = (
   Verdict(README, "**not decided**: on its own", lambda: c1_tost()["verdict"], "not decided"),
+  Verdict(README, "its instance weighting never acts here", dclr_weighting, "never acts"),
+  Verdict(RESULTS, "DCLR's instance weights never act", dclr_weighting, "never act"),
   Verdict(README, "3 seeds each: different", lambda: welch_tost("official")["verdict"], "different"),
   Verdict(RESULTS, "the official code is different", lambda: welch_tost("official")["verdict"], "different"),
   Verdict(RESULTS, "sentence-transformers not decided", lambda: welch_tost("st")["verdict"], "not decided"),
