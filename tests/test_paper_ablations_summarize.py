@@ -267,3 +267,57 @@ def test_the_horizon_and_mask_stages_apply_their_preregistered_rules(summarize, 
     == "the horizon (mean paired gain <= +0.5)"
   )
   assert summarize.horizon_verdict({1: 2.2, 2: 2.4, 3: 2.3}, {}, False) == "not the horizon (>= +2.0 in every seed)"
+
+
+def _runs(summarize, group: str, row: str, lr: str, scores: dict[int, float]) -> list:
+  return [summarize.Run(group, row, lr, seed, avg, 60.0, 60.0, 0.5, -3.0, None) for seed, avg in scores.items()]
+
+
+@pytest.mark.parametrize(
+  "before, verdict",
+  [
+    ({1: 53.0, 2: 52.5, 3: 52.0}, "the crop's semantics explain the reversal"),  # Gains +0, -0.5, -1: mean <= 0.
+    ({1: 54.0, 2: 54.1, 3: 53.5}, "not the crop's semantics"),  # Gains +1.0, +1.6, +1.5: all >= +1.0.
+    ({1: 54.0, 2: 53.0, 3: 53.5}, "in part"),  # Gains +1.0, +0.5, +1.5: mean > 0, one below +1.0.
+    ({1: 54.0, 2: 54.1}, "no decision: 2 of 3 seeds finished"),
+  ],
+)
+def test_the_crop_regime_test_reads_its_pre_registered_rule(summarize, before, verdict):
+  runs = (
+    _runs(summarize, "mask", "p0.1", "1e-3", {1: 53.0, 2: 52.5, 3: 52.0, 4: 53.1})
+    + _runs(summarize, "mask", "crop10", "1e-3", {1: 55.0, 2: 55.1, 3: 55.2})
+    + _runs(summarize, "regime_crop", "crop10_before", "1e-3", before)
+  )
+  text = "\n".join(summarize.regime_table(runs))
+  assert f"Verdict by the pre-registered rule: {verdict}" in text
+  assert "(a): crop before truncation" in text and "(b)" not in text
+
+
+@pytest.mark.parametrize(
+  "crop, deletion, verdict",
+  [
+    ({1: 88.0, 2: 88.0, 3: 88.0}, {1: 87.6, 2: 87.6, 3: 87.6}, "against the regime explanation"),  # All >= +0.5.
+    ({1: 86.0, 2: 86.0, 3: 86.0}, {1: 86.5, 2: 86.5, 3: 86.5}, "for the regime explanation"),  # All <= -0.5.
+    ({1: 88.0, 2: 88.0, 3: 88.0}, {1: 87.4, 2: 87.6, 3: 87.6}, "not decided"),  # One gain +0.4.
+    ({1: 88.0, 2: 88.0}, {1: 87.6, 2: 87.6, 3: 87.6}, "no decision: 2 of 3 paired seeds"),
+  ],
+)
+def test_the_minilm_regime_test_reads_its_pre_registered_rule(summarize, crop, deletion, verdict):
+  runs = (
+    _runs(summarize, "regime_minilm", "none", "3e-5", {1: 87.0, 2: 87.0, 3: 87.0})
+    + _runs(summarize, "regime_minilm", "crop10", "3e-5", crop)
+    + _runs(summarize, "regime_minilm", "word_deletion10", "3e-5", deletion)
+  )
+  text = "\n".join(summarize.regime_table(runs))
+  assert f"Verdict by the pre-registered rule: {verdict}" in text
+
+
+def test_the_mask_stage_reads_its_pre_registered_seeds_only(summarize):
+  runs = (
+    _runs(summarize, "mask", "p0.1", "1e-3", {1: 53.0, 2: 53.0, 3: 53.0, 4: 60.0, 5: 60.0})
+    + _runs(summarize, "mask", "crop10", "1e-3", {1: 55.5, 2: 55.5, 3: 55.5, 4: 50.0, 5: 50.0})
+    + _runs(summarize, "dropout", "p0.1", "1e-3", {1: 51.0, 2: 51.0, 3: 51.0})
+    + _runs(summarize, "augment", "crop10", "1e-3", {1: 54.0, 2: 54.0, 3: 54.0})
+  )
+  text = "\n".join(summarize.mask_table(runs, official_path="/nonexistent-{}"))
+  assert "+2.50, +2.50, +2.50" in text and "not the mask" in text  # Seeds 4-5 would have made it "in part".

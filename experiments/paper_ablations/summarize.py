@@ -46,7 +46,16 @@ from jaxcse import plot  # noqa: E402
 UNTRAINED = os.path.join(HERE, "..", "positive_control", "results", "untrained-encoder.json")
 MIN_TAU_ROWS = 5  # Kendall's tau over fewer rows orders too little to quote (its smallest p is 0.083 at 4 rows).
 # Each ablation table's baseline row (the method as published): the row the others change one thing of.
-BASELINES = {"dropout": "p0.1", "augment": "p0.1", "mixcse": "lam0.2", "dclr": "full"}
+BASELINES = {
+  "dropout": "p0.1",
+  "augment": "p0.1",
+  "mixcse": "lam0.2",
+  "dclr": "full",
+  "dropout_per_element": "p0.1",
+  "augment_per_element": "p0.1",
+}
+TOST_MARGIN = 0.5  # STS points: the equivalence margin of ../positive_control/tost.py.
+MASK_STAGE_SEEDS = (1, 2, 3)  # The mask stage's pre-registered seeds; the faithful stage adds more to its group.
 LAST_STEP = "-last"  # results/horizon/<run>-last.json: STS at the run's last step (the kept checkpoint: <run>.json).
 # The official SimCSE code trained on jaxcse's sentences in jaxcse's batch order (positive_control's data-subset
 # control): the reference for the mask stage's SimCSE row.
@@ -170,6 +179,16 @@ FIG2_RUNS = (
   ("fixed0.1", "fixed 0.1"),
   ("delete_one_word", "delete one word"),
 )
+
+
+# The dropout and augmentation tables again with the per-element attention-dropout mask (stage faithful, runs in
+# group mask): jaxcse's default since issue 50, PyTorch's draw.
+for _name in ("dropout", "augment"):
+  EXPERIMENTS[f"{_name}_per_element"] = dataclasses.replace(
+    EXPERIMENTS[_name],
+    title=EXPERIMENTS[_name].title + ", attention-dropout mask per element (jaxcse's default since issue 50)",
+    rows=tuple(dataclasses.replace(row, group="mask") for row in EXPERIMENTS[_name].rows),
+  )
 
 
 class StudyError(ValueError):
@@ -646,9 +665,13 @@ def mask_table(
   if not any(r.group == "mask" for r in runs):
     return []
   shared_none, shared_crop = _by_seed(runs, "dropout", "p0.1"), _by_seed(runs, "augment", "crop10")
-  mask_none, mask_crop = _by_seed(runs, "mask", "p0.1"), _by_seed(runs, "mask", "crop10")
+  mask_none, mask_crop = (
+    {s: v for s, v in _by_seed(runs, "mask", row).items() if s in MASK_STAGE_SEEDS} for row in ("p0.1", "crop10")
+  )
   lines = [
     "### The attention-dropout mask (`mask`: per element, as PyTorch; rule pre-registered in README.md)",
+    "",
+    f"Seeds {', '.join(map(str, MASK_STAGE_SEEDS))}, as pre-registered (the faithful tables above use every seed).",
     "",
     "| row | seeds | STS avg, per-element mask | STS avg, shared mask (committed) | paired d (per element - "
     "shared), per seed | STS-B dev, per-element mask |",
@@ -662,7 +685,7 @@ def mask_table(
     lines.append(
       f"| {label} | {len(mine)} | {cell(list(mine.values()))} | "
       f"{cell([theirs[s] for s in mine if s in theirs])} | {_per_seed(d)} | "
-      f"{cell(_values(_row_runs(runs, 'mask', row)[0], 'stsb_dev'))} |"
+      f"{cell([r.stsb_dev for r in _row_runs(runs, 'mask', row)[0] if r.seed in MASK_STAGE_SEEDS and r.stsb_dev is not None])} |"
     )
   if untrained is not None:
     lines.append(
@@ -705,6 +728,103 @@ def mask_table(
     + ".",
     "",
   ]
+  return lines
+
+
+def _tost_line(label: str, diffs: dict[int, float]) -> str:
+  """A paired difference with its t and its TOST at +-0.5 STS points (../positive_control/tost.py)."""
+  if len(diffs) < 2:
+    return f"{label}: {_per_seed(diffs)} (too few seeds for a test)."
+  import importlib.util
+
+  spec = importlib.util.spec_from_file_location("tost", os.path.join(HERE, "..", "positive_control", "tost.py"))
+  tost = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(tost)
+  values = np.array([diffs[s] for s in sorted(diffs)])
+  result = tost.paired_tost(values, TOST_MARGIN)
+  low, high = result["ci90"]
+  return (
+    f"{label}: {_per_seed(diffs)} (mean {values.mean():+.2f}, paired t p {result['p_diff']:.3f}; TOST at "
+    f"±{TOST_MARGIN}: 90% CI [{low:+.2f}, {high:+.2f}], p {result['p_tost']:.3f}, {result['verdict']})."
+  )
+
+
+def regime_table(runs: list[Run]) -> list[str]:
+  """Issue 50's regime tests (README: "The regime, put to a test"), by their pre-registered rules."""
+  lines = []
+  none = _by_seed(runs, "mask", "p0.1")
+  before = _by_seed(runs, "regime_crop", "crop10_before")
+  if before:
+    gains = _gains(before, none)
+    after = _by_seed(runs, "mask", "crop10")
+    values = list(gains.values())
+    if len(gains) < 3:
+      verdict = f"no decision: {len(gains)} of 3 seeds finished"
+    elif np.mean(values) <= 0:
+      verdict = "the crop's semantics explain the reversal (mean gain <= 0)"
+    elif all(v >= 1.0 for v in values):
+      verdict = "not the crop's semantics (gain >= +1.0 in every seed)"
+    else:
+      verdict = "in part (between the two)"
+    lines += [
+      "### The regime (a): crop before truncation (`regime_crop`; rule pre-registered in README.md)",
+      "",
+      "| row | seeds | STS avg | STS-B dev |",
+      "|---|---:|---:|---:|",
+    ]
+    for group, row, label in (
+      ("mask", "p0.1", "None (dropout 0.1)"),
+      ("mask", "crop10", "crop 10% of the truncated rows (the tables')"),
+      ("regime_crop", "crop10_before", "crop 10% of the whole sentence, then truncation"),
+    ):
+      row_runs = [r for r in _row_runs(runs, group, row)[0] if r.seed in before]
+      lines.append(
+        f"| {label} | {len(row_runs)} | {cell(_values(row_runs, 'sts_avg'))} | {cell(_values(row_runs, 'stsb_dev'))} |"
+      )
+    lines += [
+      "",
+      _tost_line("Gain of crop-before-truncation over None, per seed", gains),
+      _tost_line("Crop before minus crop after truncation, per seed", _gains(before, after)),
+      f"Verdict by the pre-registered rule: {verdict}.",
+      "",
+    ]
+  minilm = {row: _by_seed(runs, "regime_minilm", row) for row in ("none", "crop10", "word_deletion10")}
+  if any(minilm.values()):
+    g_crop, g_wd = _gains(minilm["crop10"], minilm["none"]), _gains(minilm["word_deletion10"], minilm["none"])
+    if min(len(g_crop), len(g_wd)) < 3:
+      verdict = f"no decision: {min(len(g_crop), len(g_wd))} of 3 paired seeds finished for both rows"
+    elif all(v >= 0.5 for v in [*g_crop.values(), *g_wd.values()]):
+      verdict = "against the regime explanation (both gains >= +0.5 in every seed)"
+    elif all(v <= -0.5 for v in [*g_crop.values(), *g_wd.values()]):
+      verdict = "for the regime explanation (both gains <= -0.5 in every seed)"
+    else:
+      verdict = "not decided"
+    untrained = os.path.join(HERE, "results", "regime_minilm", "untrained.json")
+    lines += [
+      "### The regime (b): all-MiniLM-L6-v2 at the paper's rate (`regime_minilm`; rule pre-registered in README.md)",
+      "",
+      "| row | seeds | STS avg | STS-B dev |",
+      "|---|---:|---:|---:|",
+    ]
+    for row, label in (
+      ("none", "None (dropout 0.1)"),
+      ("crop10", "crop 10%"),
+      ("word_deletion10", "word deletion 10%"),
+    ):
+      row_runs = _row_runs(runs, "regime_minilm", row)[0]
+      lines.append(
+        f"| {label} | {len(row_runs)} | {cell(_values(row_runs, 'sts_avg'))} | {cell(_values(row_runs, 'stsb_dev'))} |"
+      )
+    if os.path.exists(untrained):
+      u = untrained_scores(untrained)
+      lines.append(f"| untrained all-MiniLM-L6-v2 | – | {number(u['sts_avg'])} | {number(u['stsb_dev'])} |")
+    lines += [
+      "",
+      _tost_line("Crop 10% minus None, per seed", g_crop),
+      _tost_line("Word deletion 10% minus None, per seed", g_wd),
+      f"Verdict by the pre-registered rule: {verdict}.",
+      "",
+    ]
   return lines
 
 
@@ -848,8 +968,10 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   ]
   lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
+    if name.endswith("_per_element") and not any(r.group == "mask" for r in runs):
+      continue  # A study without the mask or faithful stages.
     lines += experiment_table(name, experiment, runs, untrained)
-  lines += horizon_table(out, runs, untrained) + mask_table(runs, untrained=untrained)
+  lines += horizon_table(out, runs, untrained) + mask_table(runs, untrained=untrained) + regime_table(runs)
   plots = os.path.join(out, "plots")
   os.makedirs(plots, exist_ok=True)
   written = [
