@@ -30,12 +30,17 @@ IMPLS = (
 METRICS = (("sts_avg", "STS avg (primary)"), ("stsb_dev", "STS-B dev (secondary)"))
 
 
-def jaxcse_runs(ablations: str) -> dict:
+def jaxcse_runs(ablations: str, row: tuple[str, str, str] | None = None, seeds=None) -> dict:
+  """jaxcse's runs of the study's ``row`` (group, row, lr; default ``JAXCSE_ROW``), by seed (all, or ``seeds``)."""
   spec = importlib.util.spec_from_file_location("ablation_summarize", os.path.join(ablations, "summarize.py"))
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module  # its dataclasses look their module up there
   spec.loader.exec_module(module)
-  runs = [r for r in module.load_runs(ablations) if (r.group, r.row, r.lr) == JAXCSE_ROW]
+  runs = [
+    r
+    for r in module.load_runs(ablations)
+    if (r.group, r.row, r.lr) == (row or JAXCSE_ROW) and (seeds is None or r.seed in seeds)
+  ]
   return {r.seed: {"sts_avg": r.sts_avg, "stsb_dev": r.stsb_dev, "step": None} for r in runs}
 
 

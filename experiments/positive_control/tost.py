@@ -81,6 +81,14 @@ def main() -> None:
     ("(b) sentence-transformers vs jaxcse", runs["st"], jaxcse, False),
     ("C1 (a') official on jaxcse's batches vs jaxcse", runs["official_jaxdata"], jaxcse, True),
     ("C2 (a') vs (a)", runs["official_jaxdata"], runs["official"], False),
+    # The mask stage's check (paper_ablations README): jaxcse with PyTorch's per-element attention-dropout mask,
+    # its pre-registered seeds 1-3, against the official code on the same batches (paired as C1).
+    (
+      "mask stage: (a') vs jaxcse with the per-element mask",
+      runs["official_jaxdata"],
+      summarize.jaxcse_runs(args.ablations, ("mask", "p0.1", "1e-3"), seeds=(1, 2, 3)),
+      True,
+    ),
   )
   print(f"margin +-{args.margin} (x100), 5% each side; power at a true difference of 0 and the observed SD")
   print("| comparison | metric | n | d | 90% CI | TOST p | difference p | verdict | power |")
