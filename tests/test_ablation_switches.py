@@ -242,6 +242,53 @@ def test_crop_before_truncation_changes_nothing_when_every_sentence_fits(tiny_mo
   assert runs[0][1] == runs[48][1]
 
 
+@pytest.mark.parametrize(
+  "config_name,overrides",
+  [("mixcse", {}), ("dclr", {}), ("base", {"train.grad_cache_chunk": 4}), ("base", {"mlm.enabled": True})],
+)
+def test_crop_before_truncation_works_with_the_methods_gradcache_and_the_mlm_term(
+  tiny_model_dir, small_data_dir, tmp_path, config_name, overrides
+):
+  """MixCSE, DCLR (its complementary model embeds the cut views), GradCache and the auxiliary MLM loss: two steps
+  with the switch, on sentences that fit, are the steps without it, bit for bit."""
+  from jaxcse.training import configured, inputs
+  from transformers import AutoTokenizer
+
+  tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+  with open(os.path.join(small_data_dir, "corpora", "small.txt"), encoding="utf-8") as f:
+    fitting = [line for line in f if len(tokenizer(line.strip())["input_ids"]) <= 16]
+  corpus = str(tmp_path / "short.txt")
+  with open(corpus, "w", encoding="utf-8") as f:
+    f.writelines(fitting)
+  results = []
+  for before in (0, 48):
+    config = helpers.tiny_config(
+      tiny_model_dir,
+      small_data_dir,
+      config_name,
+      **{"data.train": corpus, "augment.crop": 0.3, "augment.crop_before_truncation": before, **overrides},
+    )
+    configuration.validate(config)
+    built = configured.model(config)
+    complementary = configured.complementary(config, built.spec)
+    batches = inputs.make_batches(config, built.spec)[0]
+    tx = train_step.make_optimizer(config.train, 2)
+    step = jax.jit(train_step.make_train_step(config, built.spec, tx, complementary and complementary.spec))
+    state = train_step.TrainState(step=jnp.int32(0), params=built.params, opt_state=tx.init(built.params))
+    metrics = []
+    for s in range(2):
+      batch = batches.batch(s)
+      assert batch["input_ids"].shape[-1] == (before or 16)
+      state, m = step(state, batch, complementary and complementary.params)
+      metrics.append(jax.device_get(m))
+    results.append((flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/"), metrics))
+  helpers.assert_same_params(results[0][0], results[1][0])
+  for off, on in zip(results[0][1], results[1][1]):
+    assert off.keys() == on.keys()
+    for key in off:
+      np.testing.assert_array_equal(off[key], on[key], err_msg=key)
+
+
 def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(
   tiny_model_dir, tiny_mlm_dir, small_data_dir, tmp_path
 ):
