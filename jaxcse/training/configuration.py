@@ -262,7 +262,7 @@ def _check_augment(config: ml_collections.ConfigDict, objective: objectives.Obje
       )
     others = [name for name in active if name != "augment.crop"]
     if others:
-      # They would act on the cut rows or on the whole ones: neither is the paper's order; refused, not guessed.
+      # They could act on the whole rows or on the cut ones, an order the paper does not fix: refused, not guessed.
       raise ConfigError(
         f"augment.crop_before_truncation crops the whole sentence before it is cut; it cannot be combined with "
         f"{', '.join(others)} (set them to 0, or augment.crop_before_truncation=0)"
