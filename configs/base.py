@@ -114,6 +114,11 @@ def get_config() -> ml_collections.ConfigDict:
   # Discrete augmentations of the second view, on its WordPiece ids (a word = a piece and its ## pieces), applied in
   # this order; k of n words is round-half-up(k x n). Combine them freely (e.g. crop 0.1 + mlm 0.15).
   config.augment.crop = 0.0  # Keep a random contiguous span of (1 - crop) of the words ("crop k%"); 0 = off.
+  # N > 0: crop the whole sentence, not its first data.max_seq_len tokens: the training batches are tokenized to N
+  # tokens (N >= data.max_seq_len), the second view is cropped on them, then both views are cut to data.max_seq_len
+  # as the tokenizer cuts (the first view is then the one of 0). Needs augment.crop alone and a one-column text corpus.
+  # 0 = off: crop after truncation (jaxcse's and the official code's default).
+  config.augment.crop_before_truncation = 0
   config.augment.word_deletion = 0.0  # Delete this share of the words at random ("word deletion k%"); 0 = off.
   config.augment.delete_one_word = False  # Delete one word at random ("delete one word").
   config.augment.mlm = 0.0  # Replace this share of the words by samples of a frozen masked LM ("MLM k%"); 0 = off.

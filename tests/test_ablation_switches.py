@@ -158,6 +158,137 @@ def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_d
       assert all(float(jnp.abs(g).max()) == 0.0 for g in jax.tree.leaves(grads))
 
 
+def test_crop_before_truncation_crops_the_whole_sentence_then_cuts_both_views(tiny_model_dir, small_data_dir):
+  """With the switch the batches hold the sentences at N tokens; the step crops those with the step's augmentation
+  key, then cuts both views to data.max_seq_len: the first view is the batch tokenized at max_seq_len exactly."""
+  from jaxcse.training import inputs
+
+  with compat.enable_x64(True):
+    config = helpers.tiny_config(
+      tiny_model_dir,
+      small_data_dir,
+      "base",
+      **{"train.batch_size": BATCH, "augment.crop": 0.1, "augment.crop_before_truncation": 48},
+    )
+    configuration.validate(config)
+    spec, params = helpers.in_float64(
+      *models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls", True), dropout=0.0, seed=0)
+    )
+    batch = inputs.make_batches(config, spec)[0].batch(0)
+    assert batch["input_ids"].shape == (BATCH, 1, 48)
+    corpus = data_lib.load_corpus(config.data.train, root=small_data_dir)
+    short = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
+    assert (batch["attention_mask"].sum(axis=-1) > 16).sum() >= 3  # Rows that the switch crops differently.
+    tx = optax.sgd(1.0)
+    state = train_step.TrainState(step=jnp.int32(0), params=params, opt_state=tx.init(params))
+    metrics = train_step.make_train_step(config, spec, tx)(state, batch)[1]
+
+    pieces = augment.WordPieces.from_tokenizer(spec.tokenizer)
+    key = jax.random.fold_in(jax.random.fold_in(jax.random.key(config.seed), 0), train_step._AUGMENT_KEY_TAG)
+    crop = augment.SecondView(crop=0.1)
+    cropped = crop(key, jnp.asarray(batch["input_ids"][:, 0]), jnp.asarray(batch["attention_mask"][:, 0]), pieces)
+    cut = lambda i, m: augment.truncate(  # noqa: E731
+      jnp.asarray(i), jnp.asarray(m), 16, sep_id=spec.tokenizer.sep_token_id, pad_id=pieces.pad_id
+    )
+    first, second = cut(batch["input_ids"][:, 0], batch["attention_mask"][:, 0]), cut(*cropped)
+    np.testing.assert_array_equal(first[0], short["input_ids"][:, 0])  # The tokenizer's own rows at 16.
+    np.testing.assert_array_equal(first[1], short["attention_mask"][:, 0])
+    # Not the crop of the cut rows (what augment.crop alone trains on): the span is drawn over the whole sentence.
+    after = crop(key, jnp.asarray(short["input_ids"][:, 0]), jnp.asarray(short["attention_mask"][:, 0]), pieces)
+    assert not np.array_equal(second[0], after[0])
+    pairs = {"input_ids": jnp.stack([first[0], second[0]], 1), "attention_mask": jnp.stack([first[1], second[1]], 1)}
+    z = train_step.embed_views(spec.module_for("cls"), params, pairs, _keys(config)[0])
+    expected = objectives.get("simcse").loss(config, z, _keys(config)[1], None)[0]
+    np.testing.assert_allclose(float(metrics["loss"]), float(expected), rtol=1e-12)
+    with pytest.raises(
+      ValueError, match=r"needs one-column batches of 48 tokens \(\[batch, 1, 48\]\), not \[8, 1, 16\]"
+    ):
+      train_step.make_train_step(config, spec, tx)(state, short)
+
+
+def test_crop_before_truncation_changes_nothing_when_every_sentence_fits(tiny_model_dir, small_data_dir, tmp_path):
+  """On a corpus of sentences of at most data.max_seq_len tokens, a run with the switch is the run without it, bit
+  for bit: the same batches once cut, the same crop keys, so the same words kept."""
+  from transformers import AutoTokenizer
+
+  tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+  with open(os.path.join(small_data_dir, "corpora", "small.txt"), encoding="utf-8") as f:
+    fitting = [line for line in f if len(tokenizer(line.strip())["input_ids"]) <= 16]
+  assert len(fitting) >= 3 * BATCH
+  corpus = str(tmp_path / "short.txt")
+  with open(corpus, "w", encoding="utf-8") as f:
+    f.writelines(fitting)
+  runs = {}
+  for before in (0, 48):
+    config = helpers.tiny_config(
+      tiny_model_dir,
+      small_data_dir,
+      "base",
+      **{
+        "data.train": corpus,
+        "augment.crop": 0.3,
+        "augment.crop_before_truncation": before,
+        "train.max_steps": 3,
+        "eval.every": 3,
+        "checkpoint.every": 3,
+      },
+    )
+    workdir = str(tmp_path / f"before_{before}")
+    train.train_and_evaluate(config, workdir)
+    timings = ("steps_per_sec", "eval/seconds")
+    records = [{k: v for k, v in r.items() if k not in timings} for r in helpers.metrics_records(workdir)]
+    runs[before] = helpers.saved_params(workdir), records
+  helpers.assert_same_params(runs[0][0], runs[48][0])
+  assert runs[0][1] == runs[48][1]
+
+
+@pytest.mark.parametrize(
+  "config_name,overrides",
+  [("mixcse", {}), ("dclr", {}), ("base", {"train.grad_cache_chunk": 4}), ("base", {"mlm.enabled": True})],
+)
+def test_crop_before_truncation_works_with_the_methods_gradcache_and_the_mlm_term(
+  tiny_model_dir, small_data_dir, tmp_path, config_name, overrides
+):
+  """MixCSE, DCLR (its complementary model embeds the cut views), GradCache and the auxiliary MLM loss: two steps
+  with the switch, on sentences that fit, are the steps without it, bit for bit."""
+  from jaxcse.training import configured, inputs
+  from transformers import AutoTokenizer
+
+  tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+  with open(os.path.join(small_data_dir, "corpora", "small.txt"), encoding="utf-8") as f:
+    fitting = [line for line in f if len(tokenizer(line.strip())["input_ids"]) <= 16]
+  corpus = str(tmp_path / "short.txt")
+  with open(corpus, "w", encoding="utf-8") as f:
+    f.writelines(fitting)
+  results = []
+  for before in (0, 48):
+    config = helpers.tiny_config(
+      tiny_model_dir,
+      small_data_dir,
+      config_name,
+      **{"data.train": corpus, "augment.crop": 0.3, "augment.crop_before_truncation": before, **overrides},
+    )
+    configuration.validate(config)
+    built = configured.model(config)
+    complementary = configured.complementary(config, built.spec)
+    batches = inputs.make_batches(config, built.spec)[0]
+    tx = train_step.make_optimizer(config.train, 2)
+    step = jax.jit(train_step.make_train_step(config, built.spec, tx, complementary and complementary.spec))
+    state = train_step.TrainState(step=jnp.int32(0), params=built.params, opt_state=tx.init(built.params))
+    metrics = []
+    for s in range(2):
+      batch = batches.batch(s)
+      assert batch["input_ids"].shape[-1] == (before or 16)
+      state, m = step(state, batch, complementary and complementary.params)
+      metrics.append(jax.device_get(m))
+    results.append((flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/"), metrics))
+  helpers.assert_same_params(results[0][0], results[1][0])
+  for off, on in zip(results[0][1], results[1][1]):
+    assert off.keys() == on.keys()
+    for key in off:
+      np.testing.assert_array_equal(off[key], on[key], err_msg=key)
+
+
 def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(
   tiny_model_dir, tiny_mlm_dir, small_data_dir, tmp_path
 ):
@@ -193,6 +324,27 @@ def test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head(
     ({"dclr.ascent_steps": 0}, r"takes no ascent step; .* set dclr.noise_negatives=random"),
     ({"dclr.noise_times": 0.0}, r"0 noise negatives; for none, set dclr.noise_negatives=none"),
     ({"dclr.complementary_model": ""}, r"method dclr needs config.dclr.complementary_model"),
+    ({"augment.crop_before_truncation": 32}, r"augment.crop_before_truncation=32 needs augment.crop > 0"),
+    (
+      {"augment.crop": 0.1, "augment.crop_before_truncation": 8},
+      r"augment.crop_before_truncation=8 must be at least data.max_seq_len=16",
+    ),
+    (
+      {"augment.crop": 0.1, "augment.crop_before_truncation": -1},
+      r"augment.crop_before_truncation must be an integer >= 0, not -1",
+    ),
+    (
+      {"augment.crop": 0.1, "augment.mlm": 0.15, "augment.crop_before_truncation": 32},
+      r"crop_before_truncation crops the whole sentence before it is cut; it cannot be combined with augment.mlm",
+    ),
+    (
+      {"augment.crop": 0.1, "augment.crop_before_truncation": 129},
+      r"augment.crop_before_truncation=129 is longer than the 128 positions",
+    ),
+    (
+      {"augment.crop": 0.1, "augment.crop_before_truncation": 32, "data.train": "corpora/small_nli.csv"},
+      r"augment.crop_before_truncation=32 .* needs a one-column text corpus .* has 3 text columns",
+    ),
   ],
 )
 def test_switch_errors_are_caught_before_the_workdir_is_touched(

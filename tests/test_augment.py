@@ -242,3 +242,39 @@ def test_wordpieces_from_the_shipped_tokenizer_and_a_non_wordpiece_one():
   )
   with pytest.raises(ValueError, match="need a WordPiece vocabulary"):
     augment.WordPieces.from_tokenizer(word_level)
+
+
+def test_truncate_cuts_long_rows_to_their_first_tokens_then_sep():
+  ids, mask = augment.truncate(IDS, MASK_ROWS, 6, sep_id=SEP, pad_id=PAD)
+  # Row 0 (9 tokens) and row 2 (11) are cut: 5 tokens then [SEP], even mid-word; row 1 (3 tokens) fits.
+  np.testing.assert_array_equal(ids, [[2, 5, 10, 6, 7, 3], [2, 9, 3, 0, 0, 0], [2, 5, 6, 7, 8, 3]])
+  np.testing.assert_array_equal(mask, [[1] * 6, [1, 1, 1, 0, 0, 0], [1] * 6])
+  assert ids.dtype == IDS.dtype and mask.dtype == MASK_ROWS.dtype
+  same = augment.truncate(IDS, MASK_ROWS, 11, sep_id=SEP, pad_id=PAD)  # Every row fits: unchanged.
+  np.testing.assert_array_equal(same[0], IDS)
+  np.testing.assert_array_equal(same[1], MASK_ROWS)
+  exact = augment.truncate(IDS, MASK_ROWS, 9, sep_id=SEP, pad_id=PAD)  # Row 0 fills 9 exactly: kept whole.
+  np.testing.assert_array_equal(exact[0][0], IDS[0, :9])
+  with pytest.raises(ValueError, match="cannot be cut to 12"):
+    augment.truncate(IDS, MASK_ROWS, 12, sep_id=SEP, pad_id=PAD)
+
+
+def test_truncate_is_the_tokenizers_own_truncation(tokenizer):
+  """Sentences tokenized to 64 tokens, then cut to L, are the same sentences tokenized to L: ids and mask."""
+  from jaxcse.data import tokenization
+  from tests import helpers
+
+  root = helpers.shared_data_dir()
+  with open(f"{root}/corpora/wiki_offline.txt", encoding="utf-8") as f:
+    sentences = [line.strip() for _, line in zip(range(1500), f)]
+  with open(f"{root}/senteval/downstream/STS/STSBenchmark/sts-dev.csv", encoding="utf-8") as f:
+    sentences += [line.split("\t")[5] for _, line in zip(range(500), f)]
+  long_ids, long_mask = tokenization.tokenize_padded(tokenizer, sentences, 64)
+  cut = jax.jit(augment.truncate, static_argnums=2, static_argnames=("sep_id", "pad_id"))
+  for length in (3, 16, 32, 63, 64):
+    ids, mask = cut(long_ids, long_mask, length, sep_id=tokenizer.sep_token_id, pad_id=tokenizer.pad_token_id)
+    expected_ids, expected_mask = tokenization.tokenize_padded(tokenizer, sentences, length)
+    np.testing.assert_array_equal(ids, expected_ids, err_msg=f"length {length}")
+    np.testing.assert_array_equal(mask, expected_mask, err_msg=f"length {length}")
+    if length in (16, 32):  # Both kinds of row are there: cut ones, and ones that fit with padding.
+      assert 100 < int((long_mask.sum(axis=1) > length).sum()) < len(sentences) - 100

@@ -34,6 +34,8 @@ DRIFT_VARIANTS = {
   "pretrain_mlm": ("pretrain_mlm", {}),
   # The second view's discrete augmentations, with the frozen MLM of "MLM k%" (saved by the worker) as an input.
   "simcse+crop+augment_mlm": ("base", {"augment.crop": 0.1, "augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
+  # The crop on the whole sentence: batches of 48 tokens, cut to 16 in the step.
+  "simcse+crop_before_truncation": ("base", {"augment.crop": 0.1, "augment.crop_before_truncation": 48}),
 }
 
 

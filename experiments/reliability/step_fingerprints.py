@@ -43,6 +43,7 @@ VARIANTS = {
   "simcse_crop": ("base", {"augment.crop": 0.1}),
   "simcse_mlm_augment": ("base", {"augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
   "simcse_same_dropout": ("base", {"augment.same_dropout_mask": True}),
+  "simcse_crop_before_truncation": ("base", {"augment.crop": 0.1, "augment.crop_before_truncation": 48}),
 }
 COMMON = {"train.max_steps": 4, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2}
 TIMINGS = ("steps_per_sec", "eval/seconds")  # metrics.jsonl fields that measure time, not the run.

@@ -103,7 +103,7 @@ def train_step_program(
   state = jax.eval_shape(
     lambda p: step_lib.TrainState(step=jnp.zeros((), jnp.int32), params=p, opt_state=tx.init(p)), model.params
   )
-  shape = (batch_size, columns, config.data.max_seq_len)
+  shape = (batch_size, columns, configuration.tokenized_length(config))
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
   if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
     batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
@@ -289,7 +289,7 @@ def compile_train_step(
   report = analyse(facts, target, batch_size=program.batch_size, num_devices=len(devices))
   report["program"] = "train_step"
   report["model"] = program.model.source
-  report["batch_shape"] = [program.batch_size, program.columns, config.data.max_seq_len]
+  report["batch_shape"] = [program.batch_size, program.columns, configuration.tokenized_length(config)]
   if program.complementary is not None:
     report["complementary_model"] = program.complementary.source
   if program.augment_mlm is not None:

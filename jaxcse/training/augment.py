@@ -29,6 +29,10 @@ may be left unchanged by a small ``k``; deletions always leave at least one word
   [rows, len, vocab]`` (the step passes a frozen MLM).
 
 Punctuation marks are pieces of their own in BERT's vocabulary, so they count as words.
+
+``truncate`` cuts rows to a shorter length the way the tokenizer cuts a sentence (its first tokens, then [SEP]), so
+a crop can act on the whole sentence before the views are cut to the encoder's length
+(``augment.crop_before_truncation``).
 """
 
 from __future__ import annotations
@@ -143,6 +147,33 @@ def crop(
   first = jnp.minimum(jnp.floor(jax.random.uniform(key, num_words.shape) * starts).astype(jnp.int32), starts - 1)
   inside = (word >= first[:, None]) & (word < (first + keep_words)[:, None])
   return repack(ids, mask, ~content | inside, pad_id=pieces.pad_id)
+
+
+def truncate(ids: jax.Array, mask: jax.Array, length: int, *, sep_id: int, pad_id: int) -> tuple[jax.Array, jax.Array]:
+  """Cuts rows to ``length`` tokens as a tokenizer truncating to ``length`` would.
+
+  Args:
+    ids: ``[rows, n]`` token ids, ``n >= length``, each row ``[CLS] t1 ... tm [SEP]`` then padding (its real tokens
+      first: the mask a prefix of ones).
+    mask: ``[rows, n]`` attention mask.
+    length: the tokens kept, special tokens included (at least 2).
+    sep_id: the [SEP] id, the last token of a cut row.
+    pad_id: the id written at every position the mask leaves out.
+
+  Returns:
+    ``(ids, mask)``, ``[rows, length]``, same dtypes: a row of at most ``length`` real tokens unchanged (its padding
+    shortened); a longer row's first ``length - 1`` tokens then [SEP], mask all ones. For a sentence tokenized to
+    ``n`` tokens this is the sentence tokenized to ``length`` (BERT's ``truncation=True, max_length=length``).
+  """
+  if not 2 <= length <= ids.shape[1]:
+    raise ValueError(
+      f"truncate: rows of {ids.shape[1]} tokens cannot be cut to {length} (2 <= length <= {ids.shape[1]})"
+    )
+  cut = mask.sum(axis=1) > length
+  ids, mask = ids[:, :length], mask[:, :length]
+  last = jnp.arange(length)[None, :] == length - 1
+  ids = jnp.where(cut[:, None] & last, jnp.asarray(sep_id, ids.dtype), ids)
+  return jnp.where(mask != 0, ids, jnp.asarray(pad_id, ids.dtype)), mask
 
 
 def delete_words(

@@ -169,6 +169,7 @@ RANGES = {
   "dclr.noise_std": NON_NEGATIVE,
   "dclr.ascent_steps": Range(0, integer=True),
   "dclr.ascent_step_size": NON_NEGATIVE,
+  "augment.crop_before_truncation": Range(0, integer=True),  # 0 = off; else a token count (_check_augment).
 }
 
 
@@ -199,12 +200,18 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
 
 def check_model(config: ml_collections.ConfigDict, spec: models.ModelSpec) -> None:
   """The checks that need the model's config (``configured.model`` calls it once the spec is built, before a run
-  writes anything): ``data.max_seq_len`` within the model's position embeddings, ``matryoshka.dims`` within its
-  embedding width."""
+  writes anything): ``data.max_seq_len`` and ``augment.crop_before_truncation`` within the model's position
+  embeddings (the tokenizer's own limit), ``matryoshka.dims`` within its embedding width."""
   if config.data.max_seq_len > spec.max_positions:
     raise ConfigError(
       f"data.max_seq_len={config.data.max_seq_len} is longer than the {spec.max_positions} positions "
       f"{spec.source or config.model.name} embeds; set data.max_seq_len <= {spec.max_positions}"
+    )
+  before = config.augment.get("crop_before_truncation", 0)
+  if before > spec.max_positions:
+    raise ConfigError(
+      f"augment.crop_before_truncation={before} is longer than the {spec.max_positions} positions "
+      f"{spec.source or config.model.name} embeds; set it <= {spec.max_positions}"
     )
   nested = matryoshka.Matryoshka.from_config(config)
   if nested is not None:
@@ -244,3 +251,25 @@ def _check_augment(config: ml_collections.ConfigDict, objective: objectives.Obje
     raise ConfigError(
       "augment.mlm needs a masked LM to sample replacements: set augment.mlm_model (model.name is empty)"
     )
+  before = augment.get("crop_before_truncation", 0)  # .get: an older workdir's config.json has none.
+  if before:
+    if not augment.crop:
+      raise ConfigError(f"augment.crop_before_truncation={before} needs augment.crop > 0 (the crop it moves)")
+    if before < config.data.max_seq_len:
+      raise ConfigError(
+        f"augment.crop_before_truncation={before} must be at least data.max_seq_len={config.data.max_seq_len} "
+        "(the sentence is tokenized to it, then cut to data.max_seq_len)"
+      )
+    others = [name for name in active if name != "augment.crop"]
+    if others:
+      # They could act on the whole rows or on the cut ones, an order the paper does not fix: refused, not guessed.
+      raise ConfigError(
+        f"augment.crop_before_truncation crops the whole sentence before it is cut; it cannot be combined with "
+        f"{', '.join(others)} (set them to 0, or augment.crop_before_truncation=0)"
+      )
+
+
+def tokenized_length(config: ml_collections.ConfigDict) -> int:
+  """The length the training sentences are tokenized to (the batches' last axis): ``augment.crop_before_truncation``
+  when it is set, else ``data.max_seq_len``. The step cuts the views to ``data.max_seq_len`` either way."""
+  return config.augment.get("crop_before_truncation", 0) or config.data.max_seq_len

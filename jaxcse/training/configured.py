@@ -60,6 +60,7 @@ class SpecialTokens:
   mask_token_id: int | None
   pad_token_id: int | None
   all_special_ids: tuple[int, ...]
+  sep_token_id: int | None = None  # The last token of a cut sentence (augment.crop_before_truncation's cut).
   # The vocabulary (token -> id) when the tokenizer's files were found: the discrete augmentations of
   # ``config.augment`` build a constant of the step from it (``augment.WordPieces``). None for a published shape.
   vocab: dict[str, int] | None = dataclasses.field(default=None, compare=False, hash=False, repr=False)
@@ -67,7 +68,11 @@ class SpecialTokens:
   @classmethod
   def of(cls, tokenizer) -> "SpecialTokens":
     return cls(
-      tokenizer.mask_token_id, tokenizer.pad_token_id, tuple(tokenizer.all_special_ids), dict(tokenizer.get_vocab())
+      tokenizer.mask_token_id,
+      tokenizer.pad_token_id,
+      tuple(tokenizer.all_special_ids),
+      tokenizer.sep_token_id,
+      dict(tokenizer.get_vocab()),
     )
 
   def get_vocab(self) -> dict[str, int]:
@@ -149,11 +154,13 @@ _MODERNBERT_BASE = dict(
 )
 # Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
 # RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
-_BERT_UNCASED_IDS = SpecialTokens(mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103))
-_ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264))
+_BERT_UNCASED_IDS = SpecialTokens(
+  mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103), sep_token_id=102
+)
+_ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264), sep_token_id=2)
 # ModernBERT: [UNK] 50280, [CLS] 50281, [SEP] 50282, [PAD] 50283, [MASK] 50284.
 _MODERNBERT_IDS = SpecialTokens(
-  mask_token_id=50284, pad_token_id=50283, all_special_ids=(50281, 50282, 50280, 50283, 50284)
+  mask_token_id=50284, pad_token_id=50283, all_special_ids=(50281, 50282, 50280, 50283, 50284), sep_token_id=50282
 )
 PUBLISHED_SHAPES = {
   "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),

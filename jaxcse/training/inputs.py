@@ -159,7 +159,21 @@ def read_corpus(config: ml_collections.ConfigDict, train_data=None):
   check_labels(config, corpus)
   check_columns(config, corpus)
   check_one_row_batch(config, corpus)
+  check_crop_before_truncation(config, corpus)
   return corpus
+
+
+def check_crop_before_truncation(config: ml_collections.ConfigDict, corpus) -> None:
+  """Refuses ``augment.crop_before_truncation`` on anything but one text column (one sentence per example, as
+  unsupervised SimCSE's corpus): the step crops a copy of that sentence as the second view; pair data has none."""
+  before = config.augment.get("crop_before_truncation", 0)
+  columns = getattr(corpus, "text_columns", None) or tuple(corpus.columns)
+  if before and len(columns) != 1:
+    raise configuration.ConfigError(
+      f"augment.crop_before_truncation={before} crops a copy of each sentence before it is cut: it needs a "
+      f"one-column text corpus (one sentence per example); {corpus.path} has {len(columns)} text columns"
+      f" ({', '.join(columns)})"
+    )
 
 
 # Methods with a negative even in a batch of one row: DCLR's noise negatives; MLM pretraining compares nothing.
@@ -220,7 +234,11 @@ def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
 
 
 def make_batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corpus=None):
-  """``(train batches, held-out corpus or None)`` for the configured corpus (``corpus``, if read already)."""
+  """``(train batches, held-out corpus or None)`` for the configured corpus (``corpus``, if read already).
+
+  The batches' sentences are tokenized to ``configuration.tokenized_length`` (``augment.crop_before_truncation``
+  when set: the step cuts them to ``data.max_seq_len``); the held-out corpus is evaluated at ``data.max_seq_len``.
+  """
   if corpus is None:
     corpus = read_corpus(config)
   heldout = None
@@ -240,7 +258,7 @@ def make_batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corp
       corpus,
       spec.tokenizer,
       batch_size=config.train.batch_size,
-      max_seq_len=config.data.max_seq_len,
+      max_seq_len=configuration.tokenized_length(config),
       seed=config.seed,
       no_duplicates=config.data.no_duplicates,
       query_prompt=config.data.get("query_prompt", ""),

@@ -101,25 +101,48 @@ def _second_view(config, spec: models.ModelSpec, augment_mlm: models.ModelSpec |
   that the step would otherwise embed twice: the batch gets that column, transformed
   (``augment.SecondView``, fixed shapes). Everything the step computes from the batch (the views, DCLR's
   complementary model, the MLM term) then sees the transformed view.
+
+  With ``augment.crop_before_truncation`` = N the batch is one column of N-token rows: the crop acts on them, then
+  both views are cut to ``data.max_seq_len`` (``augment.truncate``), so the batch leaves as ``[batch, 2,
+  max_seq_len]``, its first view the sentence as tokenized to ``max_seq_len``.
   """
   settings = config.augment
   view = augment.SecondView(
     crop=settings.crop, word_deletion=settings.word_deletion, delete_one_word=settings.delete_one_word, mlm=settings.mlm
   )
+  before = settings.get("crop_before_truncation", 0)  # .get: an older workdir's config.json has none.
+  if before and not view.crop:
+    raise ValueError(f"augment.crop_before_truncation={before} needs augment.crop > 0")
   if not view.active:
     return None
   if view.mlm and augment_mlm is None:
     raise ValueError("augment.mlm needs its masked-LM model (make_train_step's augment_mlm)")
   pieces = augment.WordPieces.from_tokenizer(spec.tokenizer)
+  length, sep_id = config.data.max_seq_len, spec.tokenizer.sep_token_id
+
+  def cut(ids, mask):
+    return augment.truncate(ids, mask, length, sep_id=sep_id, pad_id=pieces.pad_id)
 
   def apply(batch, key, mlm_params):
     ids, mask = batch["input_ids"], batch["attention_mask"]
     second = 0 if ids.shape[1] == 1 else 1
+    if before and ids.shape[1:] != (1, before):
+      raise ValueError(
+        f"augment.crop_before_truncation={before} needs one-column batches of {before} tokens "
+        f"([batch, 1, {before}]), not {list(ids.shape)}"
+      )
 
     def logits_fn(masked_ids, attention_mask):  # The frozen MLM, deterministic (no dropout).
       return jax.lax.stop_gradient(models.mlm_logits(augment_mlm, mlm_params, masked_ids, attention_mask, train=False))
 
     new_ids, new_mask = view(key, ids[:, second], mask[:, second], pieces, logits_fn if view.mlm else None)
+    if before:  # Both views cut as the tokenizer cuts: the first is then the sentence tokenized to `length`.
+      (first_ids, first_mask), (new_ids, new_mask) = cut(ids[:, 0], mask[:, 0]), cut(new_ids, new_mask)
+      return {
+        **batch,
+        "input_ids": jnp.stack([first_ids, new_ids], axis=1),
+        "attention_mask": jnp.stack([first_mask, new_mask], axis=1),
+      }
     if second == 0:  # [sentence, its transformed copy]; the batch's other arrays (labels) as they are.
       return {
         **batch,
