@@ -44,7 +44,15 @@ VARIANTS = {
   "simcse_mlm_augment": ("base", {"augment.mlm": 0.15, "augment.mlm_model": "TINY_MLM"}),
   "simcse_same_dropout": ("base", {"augment.same_dropout_mask": True}),
 }
-COMMON = {"train.max_steps": 4, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2}
+# The shared attention-dropout mask (the default before it became per element): fingerprints taken before and
+# after that change compare.
+COMMON = {
+  "train.max_steps": 4,
+  "train.log_every": 1,
+  "eval.every": 2,
+  "checkpoint.every": 2,
+  "model.attention_dropout_per_element": False,
+}
 TIMINGS = ("steps_per_sec", "eval/seconds")  # metrics.jsonl fields that measure time, not the run.
 
 

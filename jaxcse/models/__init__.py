@@ -264,7 +264,7 @@ def quiet_transformers():
 
 
 def _mlm_head(
-  hf_config, dtype, *, pretrained: bool, tied: bool = True, attention_dropout_per_element: bool = False
+  hf_config, dtype, *, pretrained: bool, tied: bool = True, attention_dropout_per_element: bool = True
 ) -> MLMHead:
   family = families.get(hf_config.model_type)
   module = family.masked_lm(
@@ -333,14 +333,15 @@ def build_spec(
   mlm_pretrained: bool = False,
   source: str = "",
   revision: str | None = None,
-  attention_dropout_per_element: bool = False,
+  attention_dropout_per_element: bool = True,
 ) -> ModelSpec:
   """The spec of an encoder of ``hf_config`` (any of ``families``): real params come from ``load_pretrained`` or
   ``init_params``, their shapes from ``jax.eval_shape(lambda: init_params(spec, seed))``.
 
   ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
-  ``attention_dropout_per_element``: draw the attention-dropout mask per element, as PyTorch, where the family
-  would share it across the batch (BERT's modules; ``families.Family.shares_attention_dropout``).
+  ``attention_dropout_per_element``: draw the attention-dropout mask per element, as PyTorch (the default); False
+  shares one mask across the batch and heads where the family can (BERT's modules, as transformers' Flax BERT;
+  ``families.Family.shares_attention_dropout``): how jaxcse trained before, kept to reproduce those runs.
   """
   if with_mlm_head and mlm_head not in MLM_HEADS:
     raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
@@ -402,7 +403,7 @@ def load_pretrained(
   with_mlm_head: bool = False,
   mlm_head: str = "tied",
   revision: str | None = None,
-  attention_dropout_per_element: bool = False,
+  attention_dropout_per_element: bool = True,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 

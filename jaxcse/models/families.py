@@ -34,9 +34,9 @@ class Family:
       unless the masked-LM head is asked for.
     position_offset: position ids start after this many reserved rows of the position table (RoBERTa's
       ``pad_token_id + 1``): the longest input is ``max_position_embeddings`` minus it.
-    shares_attention_dropout: its modules share one attention-dropout mask across the batch unless built with
-      ``shared_attention_dropout=False`` (BERT's, as transformers' Flax BERT); False: they always draw one per
-      element, as PyTorch (ModernBERT's).
+    shares_attention_dropout: its modules can share one attention-dropout mask across the batch when built with
+      ``shared_attention_dropout=True`` (BERT's, as transformers' Flax BERT did; off by default); False: they
+      always draw one per element, as PyTorch (ModernBERT's).
   """
 
   model_type: str
