@@ -186,6 +186,15 @@ class ModelSpec:
   def hidden_size(self) -> int:
     return self.hf_config.hidden_size
 
+  def with_attention_dropout(self, per_element: bool) -> "ModelSpec":
+    """The same model drawing its attention-dropout mask per element (PyTorch's) or, False, shared across the batch
+    where its family can (``families.Family.shares_attention_dropout``); the same params."""
+    options = self.family.attention_dropout_options(per_element)
+    if not options:
+      return self
+    mlm = None if self.mlm is None else dataclasses.replace(self.mlm, module=self.mlm.module.clone(**options))
+    return dataclasses.replace(self, backbone=self.backbone.clone(**options), mlm=mlm)
+
   def with_dtype(self, dtype: Any) -> "ModelSpec":
     """The same model computing in ``dtype`` (params keep their own dtype; Flax casts them per op)."""
     mlm = None if self.mlm is None else dataclasses.replace(self.mlm, module=self.mlm.module.clone(dtype=dtype))
