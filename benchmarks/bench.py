@@ -429,15 +429,18 @@ def jaxcse_train_step(
   dtype=jnp.float32,
   grad_cache_chunk: int = 0,
   gradient_checkpointing: bool = False,
+  attention_dropout_per_element: bool = True,
 ) -> Side:
-  """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``
-  as given); params and optimizer state float32 whatever ``dtype`` computes in."""
+  """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``,
+  ``model.attention_dropout_per_element`` as given); params and optimizer state float32 whatever ``dtype`` computes
+  in."""
   spec = models.build_spec(
     shape.bert_config(),
     None,
     models.PoolerSpec("cls", mlp_only_train=True),
     dtype=dtype,
     gradient_checkpointing=gradient_checkpointing,
+    attention_dropout_per_element=attention_dropout_per_element,
   )
   params = models.init_params(spec, seed=0)
   config = simcse_config(steps)
@@ -605,6 +608,10 @@ def bench_train(args) -> str:
     profile_train_step(shape, ids, mask, args.repeats, DTYPES[dtype_name])
   steps = args.warmup + args.rounds * args.repeats
   builders = {"jaxcse": lambda: jaxcse_train_step(shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name])}
+  if args.shared_mask_side:  # The old default's attention dropout, timed in the same rounds: the mask's cost.
+    builders["jaxcse shared mask"] = lambda: jaxcse_train_step(
+      shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name], attention_dropout_per_element=False
+    )
   builders.update(
     torch_builders(
       args,
@@ -623,6 +630,16 @@ def bench_train(args) -> str:
   for side in sides.values():
     side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
+  if "jaxcse shared mask" in medians:
+    by_cpu = (
+      f", by CPU seconds {statistics.median(cpu['jaxcse']) / statistics.median(cpu['jaxcse shared mask']):.3f}x"
+      if cpu.get("jaxcse") and cpu.get("jaxcse shared mask")
+      else ""
+    )
+    print(
+      "per-element attention dropout (the default) against the shared mask: "
+      f"{medians['jaxcse'] / medians['jaxcse shared mask']:.3f}x the time per step{by_cpu}"
+    )
   return final_line(f"train_{args.shape}", medians, setup, cpu)
 
 
@@ -1031,6 +1048,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
+  p.add_argument(
+    "--shared_mask_side",
+    action="store_true",
+    help="also time jaxcse's step with one attention-dropout mask shared across the batch "
+    "(model.attention_dropout_per_element=False), interleaved with the others: the per-element mask's cost",
+  )
   p.add_argument(
     "--find_max_batch",
     action="store_true",

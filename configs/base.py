@@ -38,11 +38,13 @@ def get_config() -> ml_collections.ConfigDict:
   config.model.test_pooler = ""  # Saved test-time pooler if not the dev-evaluation one ("" = the same).
   config.model.dev_pooler = ""  # Pooler of the evaluations during training if not SimCSE's choice ("" = that).
   config.model.dropout = 0.1  # Hidden and attention dropout; the source of SimCSE's positive pairs.
-  # BERT, RoBERTa, XLM-R: False shares each layer's attention-dropout mask across the batch and the heads (flax's
-  # broadcast_dropout, as transformers' Flax BERT did; every jaxcse run so far), so both views of a sentence get the
-  # same attention mask and differ only in hidden dropout; True draws it per element, as PyTorch (the official
-  # code). ModernBERT always draws per element. experiments/positive_control: what it changes.
-  config.model.attention_dropout_per_element = False
+  # True draws the attention-dropout mask per element, as PyTorch's BERT (the official code). False (BERT, RoBERTa,
+  # XLM-R) shares each layer's mask across the batch and the heads (flax's broadcast_dropout, as transformers' Flax
+  # BERT did), so both views of a sentence get the same attention mask and differ only in hidden dropout: how
+  # jaxcse trained before this default (a workdir whose config.json lacks the field was trained so), kept to
+  # reproduce those runs; it costs unsupervised SimCSE about 1.6 STS points (docs/differences.md). ModernBERT
+  # always draws per element.
+  config.model.attention_dropout_per_element = True
   config.model.dtype = "float32"  # Computation dtype; params stay float32. bfloat16 on GPU/TPU.
   config.model.gradient_checkpointing = False  # Recompute layers in the backward pass to save memory.
 

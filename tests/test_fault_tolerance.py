@@ -53,6 +53,45 @@ def test_resume_never_serves_a_stale_best_checkpoint(reference, tiny_model_dir, 
   assert_same_params(saved_params(workdir), saved_params(ref_dir))
 
 
+def test_a_workdir_from_before_the_per_element_mask_resumes_with_its_own_shared_mask_bit_for_bit(
+  reference, tiny_model_dir, small_data_dir, tmp_path
+):
+  """A config.json without ``model.attention_dropout_per_element`` was written by a jaxcse whose BERT shared its
+  attention-dropout mask across the batch: the default config (per element) is refused with the flag that resumes
+  it, and that flag resumes it exactly as the run it began would have gone on."""
+  shared = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, **{**SCHEDULE, "model.attention_dropout_per_element": False}
+  )
+  ref_dir = str(tmp_path / "uninterrupted")
+  ref_summary = train.train_and_evaluate(shared, ref_dir)
+  # The two masks train different models here, so an equality below tells which one a run used.
+  with pytest.raises(AssertionError):
+    assert_same_params(saved_params(ref_dir), saved_params(reference[0]))
+
+  workdir = str(tmp_path / "older")
+  train_interrupted(shared, workdir, 5)  # Killed after the latest checkpoint at step 4.
+  assert checkpoint_steps(workdir, workdir_lib.LATEST_DIR) == [4]
+  config_path = os.path.join(workdir, "config.json")
+  saved = json.load(open(config_path))
+  del saved["model"]["attention_dropout_per_element"]  # As a jaxcse from before the field wrote it.
+  with open(config_path, "w") as f:
+    json.dump(saved, f)
+
+  default = helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE)
+  assert default.model.attention_dropout_per_element
+  with pytest.raises(
+    train.WorkdirError,
+    match=r"attention_dropout_per_element \(False there, True here\).*\(--config\.model\.attention_dropout_per_element=False\)",
+  ):
+    train.train_and_evaluate(default, workdir)
+  assert checkpoint_steps(workdir, workdir_lib.LATEST_DIR) == [4]  # The refusal wrote nothing.
+
+  summary = train.train_and_evaluate(shared, workdir)
+  assert {**summary, "workdir": None} == {**ref_summary, "workdir": None}
+  assert_same_params(saved_params(workdir), saved_params(ref_dir))
+  assert_same_params(saved_params(workdir, "best"), saved_params(ref_dir, "best"))
+
+
 def test_a_fresh_start_on_another_runs_workdir_is_refused_unless_restarted(tiny_model_dir, small_data_dir, tmp_path):
   workdir = str(tmp_path / "w")
   # Killed before any latest checkpoint: only best ones exist.

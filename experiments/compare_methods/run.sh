@@ -8,7 +8,8 @@ seeds=${*:-"1 2 3"}
 out=experiments/compare_methods
 common=(--config.model.name=sentence-transformers/all-MiniLM-L6-v2 --config.data.train=corpora/wiki_offline.txt
         --config.train.batch_size=64 --config.train.max_steps="$steps" --config.eval.every=1000000
-        --config.eval.at_end=True --config.checkpoint.every="$steps")
+        --config.eval.at_end=True --config.checkpoint.every="$steps"
+        --config.model.attention_dropout_per_element=False)  # jaxcse's default when these runs were made
 for seed in $seeds; do
   for method in simcse mixcse dclr; do
     wd=workdirs/compare/$method-seed$seed

@@ -9,7 +9,8 @@ run() {
   name=$1; shift
   python -m jaxcse.train --config configs/pretrain_mlm.py --workdir "$W/$name" --config.train.batch_size=32 \
       --config.train.max_steps=500 --config.train.warmup_steps=50 --config.eval.every=100 --config.train.log_every=20 \
-      --config.checkpoint.every=500 --config.eval.batch_size=64 "$@"
+      --config.checkpoint.every=500 --config.eval.batch_size=64 \
+      --config.model.attention_dropout_per_element=False "$@"  # jaxcse's default when these runs were made
   mkdir -p "experiments/from_raw_plm/choices/$name"
   cp "$W/$name/metrics.jsonl" "$W/$name/summary.json" "$W/$name/config.json" "experiments/from_raw_plm/choices/$name/"
 }

@@ -38,6 +38,7 @@ def train(arm: str, seed: int, workdir: str) -> None:
     "--workdir",
     workdir,
     f"--config.seed={seed}",
+    "--config.model.attention_dropout_per_element=False",  # jaxcse's default when these runs were made.
     *ARMS[arm],
   ]
   subprocess.run(command, check=True, cwd=REPO)

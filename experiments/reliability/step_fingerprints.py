@@ -45,7 +45,15 @@ VARIANTS = {
   "simcse_same_dropout": ("base", {"augment.same_dropout_mask": True}),
   "simcse_crop_before_truncation": ("base", {"augment.crop": 0.1, "augment.crop_before_truncation": 48}),
 }
-COMMON = {"train.max_steps": 4, "train.log_every": 1, "eval.every": 2, "checkpoint.every": 2}
+# The shared attention-dropout mask (the default before it became per element): fingerprints taken before and
+# after that change compare.
+COMMON = {
+  "train.max_steps": 4,
+  "train.log_every": 1,
+  "eval.every": 2,
+  "checkpoint.every": 2,
+  "model.attention_dropout_per_element": False,
+}
 TIMINGS = ("steps_per_sec", "eval/seconds")  # metrics.jsonl fields that measure time, not the run.
 
 

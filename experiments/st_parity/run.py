@@ -30,6 +30,7 @@ BATCH, EPOCHS, LR, MAX_LEN = 32, 4, 2e-5, 64
 # The pre-registered hyperparameters as jaxcse's config fields (configs/pairs.py sets the loss, mean pooling,
 # no_duplicates); evaluation during training off, one checkpoint at the end, a metrics line every step (timing).
 JAXCSE_FLAGS = (
+  "--config.model.attention_dropout_per_element=False",  # jaxcse's default when these runs were made.
   f"--config.train.batch_size={BATCH}",
   f"--config.train.num_epochs={EPOCHS}",
   "--config.train.max_steps=-1",

@@ -186,6 +186,15 @@ class ModelSpec:
   def hidden_size(self) -> int:
     return self.hf_config.hidden_size
 
+  def with_attention_dropout(self, per_element: bool) -> "ModelSpec":
+    """The same model drawing its attention-dropout mask per element (PyTorch's) or, False, shared across the batch
+    where its family can (``families.Family.shares_attention_dropout``); the same params."""
+    options = self.family.attention_dropout_options(per_element)
+    if not options:
+      return self
+    mlm = None if self.mlm is None else dataclasses.replace(self.mlm, module=self.mlm.module.clone(**options))
+    return dataclasses.replace(self, backbone=self.backbone.clone(**options), mlm=mlm)
+
   def with_dtype(self, dtype: Any) -> "ModelSpec":
     """The same model computing in ``dtype`` (params keep their own dtype; Flax casts them per op)."""
     mlm = None if self.mlm is None else dataclasses.replace(self.mlm, module=self.mlm.module.clone(dtype=dtype))
@@ -264,7 +273,7 @@ def quiet_transformers():
 
 
 def _mlm_head(
-  hf_config, dtype, *, pretrained: bool, tied: bool = True, attention_dropout_per_element: bool = False
+  hf_config, dtype, *, pretrained: bool, tied: bool = True, attention_dropout_per_element: bool = True
 ) -> MLMHead:
   family = families.get(hf_config.model_type)
   module = family.masked_lm(
@@ -333,14 +342,15 @@ def build_spec(
   mlm_pretrained: bool = False,
   source: str = "",
   revision: str | None = None,
-  attention_dropout_per_element: bool = False,
+  attention_dropout_per_element: bool = True,
 ) -> ModelSpec:
   """The spec of an encoder of ``hf_config`` (any of ``families``): real params come from ``load_pretrained`` or
   ``init_params``, their shapes from ``jax.eval_shape(lambda: init_params(spec, seed))``.
 
   ``mlm_head`` as ``load_pretrained``'s: ``tied``, or ``untied_*`` (an output matrix of its own).
-  ``attention_dropout_per_element``: draw the attention-dropout mask per element, as PyTorch, where the family
-  would share it across the batch (BERT's modules; ``families.Family.shares_attention_dropout``).
+  ``attention_dropout_per_element``: draw the attention-dropout mask per element, as PyTorch (the default); False
+  shares one mask across the batch and heads where the family can (BERT's modules, as transformers' Flax BERT;
+  ``families.Family.shares_attention_dropout``): how jaxcse trained before, kept to reproduce those runs.
   """
   if with_mlm_head and mlm_head not in MLM_HEADS:
     raise ValueError(f"unknown mlm head {mlm_head!r}; choose one of {', '.join(MLM_HEADS)}")
@@ -402,7 +412,7 @@ def load_pretrained(
   with_mlm_head: bool = False,
   mlm_head: str = "tied",
   revision: str | None = None,
-  attention_dropout_per_element: bool = False,
+  attention_dropout_per_element: bool = True,
 ) -> tuple[ModelSpec, dict]:
   """Loads a Hugging Face model folder or hub id: ``(spec, params)``.
 

@@ -111,9 +111,9 @@ class BertSelfAttention(nn.Module):
 
   config: Any
   dtype: Any = jnp.float32
-  # One attention-dropout mask per layer for the whole batch and every head (flax's broadcast_dropout, as
-  # transformers' Flax BERT drew it), or, False, one per element as PyTorch's BERT draws it.
-  shared_attention_dropout: bool = True
+  # False: one attention-dropout mask per element, as PyTorch's BERT draws it; True: one per layer for the whole
+  # batch and every head (flax's broadcast_dropout, as transformers' Flax BERT drew it; jaxcse's old default).
+  shared_attention_dropout: bool = False
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
@@ -176,7 +176,7 @@ class BertResidual(nn.Module):
 class BertAttention(nn.Module):
   config: Any
   dtype: Any = jnp.float32
-  shared_attention_dropout: bool = True
+  shared_attention_dropout: bool = False
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
@@ -201,7 +201,7 @@ class BertIntermediate(nn.Module):
 class BertLayer(nn.Module):
   config: Any
   dtype: Any = jnp.float32
-  shared_attention_dropout: bool = True
+  shared_attention_dropout: bool = False
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool):
@@ -218,7 +218,7 @@ class BertLayers(nn.Module):
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
-  shared_attention_dropout: bool = True
+  shared_attention_dropout: bool = False
 
   def setup(self):
     # Rematerialised layers keep their activations out of memory; `deterministic` (argument 3, self counted) is a
@@ -242,7 +242,7 @@ class BertEncoder(nn.Module):
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
-  shared_attention_dropout: bool = True
+  shared_attention_dropout: bool = False
 
   @nn.compact
   def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
@@ -271,16 +271,17 @@ class BertModel(nn.Module):
     dtype: the computation dtype; parameters stay float32.
     gradient_checkpointing: rematerialise each layer in the backward pass.
     add_pooling_layer: build the NSP pooler (``pooler_output``); masked-LM models have none.
-    shared_attention_dropout: one attention-dropout mask per layer for the whole batch and every head (flax's
-      ``broadcast_dropout``, as transformers' Flax BERT drew it, and every jaxcse run before
-      ``model.attention_dropout_per_element``); False: one per element, as PyTorch's BERT draws it.
+    shared_attention_dropout: False (the default): one attention-dropout mask per element, as PyTorch's BERT draws
+      it; True: one per layer for the whole batch and every head (flax's ``broadcast_dropout``, as transformers'
+      Flax BERT drew it), which every jaxcse run trained with before ``model.attention_dropout_per_element``
+      became True by default.
   """
 
   config: Any
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
   add_pooling_layer: bool = True
-  shared_attention_dropout: bool = True
+  shared_attention_dropout: bool = False
 
   @nn.compact
   def __call__(
@@ -382,7 +383,7 @@ class BertForMaskedLM(nn.Module):
   dtype: Any = jnp.float32
   gradient_checkpointing: bool = False
   tied: bool = True
-  shared_attention_dropout: bool = True  # As BertModel's.
+  shared_attention_dropout: bool = False  # As BertModel's.
   backbone_prefix: ClassVar[str] = "bert"
   head_name: ClassVar[str] = "cls"
   head: ClassVar[type[nn.Module]] = BertOnlyMLMHead

@@ -16,7 +16,7 @@ from jaxcse.core.registry import Registry
 from jaxcse.models import bert, modernbert
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Family:
   """One encoder architecture.
 
@@ -34,9 +34,9 @@ class Family:
       unless the masked-LM head is asked for.
     position_offset: position ids start after this many reserved rows of the position table (RoBERTa's
       ``pad_token_id + 1``): the longest input is ``max_position_embeddings`` minus it.
-    shares_attention_dropout: its modules share one attention-dropout mask across the batch unless built with
-      ``shared_attention_dropout=False`` (BERT's, as transformers' Flax BERT); False: they always draw one per
-      element, as PyTorch (ModernBERT's).
+    shares_attention_dropout: its modules can share one attention-dropout mask across the batch when built with
+      ``shared_attention_dropout=True`` (BERT's, as transformers' Flax BERT did; off by default); False: they
+      always draw one per element, as PyTorch (ModernBERT's).
   """
 
   model_type: str
@@ -76,41 +76,41 @@ _BERT_DROPOUT = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 _BERT_HEADS = ("cls.", "lm_head.", "classifier.", "qa_outputs.")
 register(
   Family(
-    "bert",
-    bert.BertModel,
-    bert.BertForMaskedLM,
-    "BertModel",
-    "BertForMaskedLM",
-    True,
-    _BERT_DROPOUT,
-    _BERT_HEADS,
+    model_type="bert",
+    backbone=bert.BertModel,
+    masked_lm=bert.BertForMaskedLM,
+    architecture="BertModel",
+    masked_lm_architecture="BertForMaskedLM",
+    has_pooler=True,
+    dropout_fields=_BERT_DROPOUT,
+    heads=_BERT_HEADS,
     shares_attention_dropout=True,
   )
 )
 for _type, _name in (("roberta", "Roberta"), ("xlm-roberta", "XLMRoberta")):
   register(
     Family(
-      _type,
-      bert.BertModel,
-      bert.RobertaForMaskedLM,
-      f"{_name}Model",
-      f"{_name}ForMaskedLM",
-      True,
-      _BERT_DROPOUT,
-      _BERT_HEADS,
+      model_type=_type,
+      backbone=bert.BertModel,
+      masked_lm=bert.RobertaForMaskedLM,
+      architecture=f"{_name}Model",
+      masked_lm_architecture=f"{_name}ForMaskedLM",
+      has_pooler=True,
+      dropout_fields=_BERT_DROPOUT,
+      heads=_BERT_HEADS,
       position_offset=lambda config: config.pad_token_id + 1,
       shares_attention_dropout=True,
     )
   )
 register(
   Family(
-    "modernbert",
-    modernbert.ModernBertModel,
-    modernbert.ModernBertForMaskedLM,
-    "ModernBertModel",
-    "ModernBertForMaskedLM",
-    False,
-    ("embedding_dropout", "attention_dropout", "mlp_dropout"),
-    ("head.", "decoder.", "classifier."),
+    model_type="modernbert",
+    backbone=modernbert.ModernBertModel,
+    masked_lm=modernbert.ModernBertForMaskedLM,
+    architecture="ModernBertModel",
+    masked_lm_architecture="ModernBertForMaskedLM",
+    has_pooler=False,
+    dropout_fields=("embedding_dropout", "attention_dropout", "mlp_dropout"),
+    heads=("head.", "decoder.", "classifier."),
   )
 )

@@ -32,9 +32,17 @@ class DescriptionError(JaxcseError, ValueError):
 
 
 def from_description(
-  folder: str, *, dtype: Any = jnp.float32, gradient_checkpointing: bool = False, expect_record: bool = False
+  folder: str,
+  *,
+  dtype: Any = jnp.float32,
+  gradient_checkpointing: bool = False,
+  attention_dropout_per_element: bool = True,
+  expect_record: bool = False,
 ) -> ModelSpec:
-  """Builds a ``ModelSpec`` from a folder written by ``save_description``, verified first (``check_description``)."""
+  """Builds a ``ModelSpec`` from a folder written by ``save_description``, verified first (``check_description``).
+
+  ``dtype``, ``gradient_checkpointing`` and ``attention_dropout_per_element`` (``build_spec``'s) are how the model
+  computes, not what it is: the description does not hold them, a resumed run passes its config's."""
   from transformers import AutoConfig, AutoTokenizer
 
   info_path = os.path.join(folder, JAXCSE_MODEL_FILE)
@@ -63,6 +71,7 @@ def from_description(
       pooling,
       dtype=dtype,
       gradient_checkpointing=gradient_checkpointing,
+      attention_dropout_per_element=attention_dropout_per_element,
       with_mlm_head=bool(head),
       mlm_head="tied" if info.get("mlm_head_tied", True) else "untied_fresh",
       mlm_pretrained=head == "pretrained",

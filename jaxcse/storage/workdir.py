@@ -73,6 +73,16 @@ RESUMABLE_CHANGES = (
 )
 
 
+# Config fields whose default changed, with the value every config.json written before they existed meant: a
+# workdir whose config.json lacks one was trained with that value, so it is compared as if it held it (resumed
+# with it, bit for bit, or refused with the flag that resumes it), never continued with the new default.
+FORMER_DEFAULTS = {
+  # One attention-dropout mask shared across the batch (flax's broadcast_dropout): jaxcse's BERT before the
+  # field existed; the default is now per element, as PyTorch.
+  "model.attention_dropout_per_element": False,
+}
+
+
 class WorkdirError(JaxcseError, RuntimeError):
   """The workdir cannot be used as asked (another process trains in it, or it holds another run)."""
 
@@ -105,10 +115,32 @@ def result_changes(config, saved: dict) -> tuple[list[str], list[str]]:
   return _changes(config_as_saved(config), saved)
 
 
+def with_former_defaults(saved: dict) -> dict:
+  """A saved config (config.json) with each ``FORMER_DEFAULTS`` field it lacks set to the value it was trained with."""
+  flat = flax.traverse_util.flatten_dict(saved, sep=".")
+  missing = {name: value for name, value in FORMER_DEFAULTS.items() if name not in flat}
+  return flax.traverse_util.unflatten_dict({**flat, **missing}, sep=".") if missing else saved
+
+
+def resume_flags(here: dict, there: dict) -> list[str]:
+  """The ``--config.NAME=VALUE`` flags that give ``here`` the workdir's (``there``) values of its changed fields
+  that a flag can write (numbers, booleans, words); ``result_changes``' ``changed``, as flags."""
+  here = flax.traverse_util.flatten_dict(here, sep=".")
+  there = flax.traverse_util.flatten_dict(with_former_defaults(there), sep=".")
+  flags = []
+  for name in sorted(set(here) & set(there)):
+    value = there[name]
+    if name.startswith(RESUMABLE_CHANGES) or here[name] == value:
+      continue
+    if isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and " " not in value):
+      flags.append(f"--config.{name}={value}")
+  return flags
+
+
 def _changes(here: dict, there: dict) -> tuple[list[str], list[str]]:
   """``result_changes`` of two configs as config.json holds them."""
   here = flax.traverse_util.flatten_dict(here, sep=".")
-  there = flax.traverse_util.flatten_dict(there, sep=".")
+  there = flax.traverse_util.flatten_dict(with_former_defaults(there), sep=".")
   changed, unknown = [], []
   for name in sorted(set(here) | set(there)):
     if name.startswith(RESUMABLE_CHANGES) or here.get(name) == there.get(name):
@@ -249,7 +281,7 @@ class Workdir:
     except (OSError, json.JSONDecodeError) as e:
       raise WorkdirError(f"{path}: unreadable ({e}); pass --restart to start the workdir over") from None
     here = config_as_saved(config)
-    if not start.holds_checkpoints and saved != here:
+    if not start.holds_checkpoints and with_former_defaults(saved) != here:
       raise WorkdirError(
         f"{self.path} holds another run (its config.json differs from this config) and no checkpoint "
         "to resume: use another workdir, or pass --restart to start it over (deletes its "
@@ -257,10 +289,11 @@ class Workdir:
       )
     changed, unknown = _changes(here, saved)
     if changed:
+      flags = " ".join(resume_flags(here, saved))
       raise WorkdirError(
         f"{self.path} holds another run (its config.json differs in {', '.join(changed)}, which "
-        "change the result): rerun with its values to resume it, or pass --restart to start it over "
-        "(deletes its checkpoints and metrics)"
+        f"change the result): rerun with its values to resume it{f' ({flags})' if flags else ''}, "
+        "or pass --restart to start it over (deletes its checkpoints and metrics)"
       )
     if unknown:
       log.warning(

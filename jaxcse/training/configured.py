@@ -400,6 +400,11 @@ def complementary(
       pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
       frozen = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
       built = Built(frozen, _abstract_params(frozen, 0), shape.source)
+  # Its dropout, where on (DCLR as released), draws the mask the run's model draws: before the per-element default,
+  # both shared it, and a run pinned to the shared mask must stay the run it was.
+  built = dataclasses.replace(
+    built, spec=built.spec.with_attention_dropout(config.model.attention_dropout_per_element)
+  )
   if spec is not None:
     check_complementary(config, spec, built.spec)
   return built

@@ -58,7 +58,9 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
     workdir.check_corpus(corpus_digests)
   if start.step is not None:  # start.start restores the checkpoint's params; the description has the same config.
     described = workdir.model_spec(
-      dtype=models.DTYPES[config.model.dtype], gradient_checkpointing=config.model.gradient_checkpointing
+      dtype=models.DTYPES[config.model.dtype],
+      gradient_checkpointing=config.model.gradient_checkpointing,
+      attention_dropout_per_element=config.model.attention_dropout_per_element,  # How it trains: not described.
     )
     spec, params = described, None
   else:
