@@ -98,7 +98,8 @@ def main(jaxcse_npz: str, official_npz: str, encoder: str, op: str, fraction: st
       if ok:
         removed[want] += 1
       else:
-        problems.append(f"batch {k} row {r}: {n} words, jaxcse's {op} removes {want}; the official view fits {sorted(got) or 'no count'}")
+        fits = sorted(got) or "no count"
+        problems.append(f"batch {k} row {r}: {n} words, jaxcse's {op} removes {want}; the official view fits {fits}")
   checked = sum(removed.values())
   print(
     f"{op} {fraction}: {checked} second views of {steps} batches equal their first view less jaxcse's number of "

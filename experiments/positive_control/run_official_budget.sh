@@ -53,8 +53,8 @@ for spec in $RUNS; do
   "$VENV/bin/python" "$HERE/check_official_batches.py" "$JNPZ" "$W/official-batches.npz" "$views" > "$check" 2>&1 \
     || { cat "$check"; exit 1; }
   if [ -n "$op" ]; then
-    PYTHONPATH="$JAXCSE_CODE" "$JAXCSE_VENV/bin/python" "$HERE/check_second_views.py" "$JNPZ" "$W/official-batches.npz" \
-      "$ENCODER" "$op" 0.1 >> "$check" 2>&1 || { cat "$check"; exit 1; }
+    PYTHONPATH="$JAXCSE_CODE" "$JAXCSE_VENV/bin/python" "$HERE/check_second_views.py" "$JNPZ" \
+      "$W/official-batches.npz" "$ENCODER" "$op" 0.1 >> "$check" 2>&1 || { cat "$check"; exit 1; }
   fi
   for step in "$HALF" "$STEPS"; do
     [ -f "$W/eval-step$step.json" ] && continue
