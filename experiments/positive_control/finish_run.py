@@ -4,8 +4,9 @@ The two checkpoints were scored by jaxcse.evaluate (WORKDIR/eval-step{125,250}.j
 ``official``: the official code's own choice (its SentEval STS-B dev during training; trainer_state.json's
 best_model_checkpoint), ``st``: jaxcse's scorer's STS-B dev Spearman. The results file is the selected
 checkpoint's jaxcse.evaluate output plus a ``positive_control`` block recording the selection and both steps.
+STEPS (optional, comma-separated, default 125,250): the two checkpoints, for a smoke run of a few steps.
 
-  python finish_run.py IMPL SEED WORKDIR RESULTS_DIR TRAIN_SECONDS
+  python finish_run.py IMPL SEED WORKDIR RESULTS_DIR TRAIN_SECONDS [STEPS]
 """
 
 import json
@@ -15,15 +16,16 @@ import sys
 STEPS = (125, 250)
 
 
-def main(impl: str, seed: str, workdir: str, results: str, train_seconds: str) -> None:
-  evals = {s: json.load(open(os.path.join(workdir, f"eval-step{s}.json"))) for s in STEPS}
-  dev = {s: evals[s]["tasks"]["STSBenchmark"]["dev"]["spearman"] for s in STEPS}
+def main(impl: str, seed: str, workdir: str, results: str, train_seconds: str, steps: str = "") -> None:
+  checkpoints = tuple(int(s) for s in steps.split(",")) if steps else STEPS
+  evals = {s: json.load(open(os.path.join(workdir, f"eval-step{s}.json"))) for s in checkpoints}
+  dev = {s: evals[s]["tasks"]["STSBenchmark"]["dev"]["spearman"] for s in checkpoints}
   block = {
     "implementation": impl,
     "seed": int(seed),
     "train_wall_seconds": float(train_seconds),
-    "jaxcse_stsb_dev": {str(s): dev[s] for s in STEPS},
-    "sts_avg": {str(s): evals[s]["summary"]["Avg"] for s in STEPS},
+    "jaxcse_stsb_dev": {str(s): dev[s] for s in checkpoints},
+    "sts_avg": {str(s): evals[s]["summary"]["Avg"] for s in checkpoints},
   }
   if impl == "official":
     state = json.load(open(os.path.join(workdir, "train", "trainer_state.json")))
@@ -33,10 +35,10 @@ def main(impl: str, seed: str, workdir: str, results: str, train_seconds: str) -
     block["official_stsb_dev"] = {
       str(r["step"]): r["eval_stsb_spearman"] for r in state["log_history"] if "eval_stsb_spearman" in r
     }
-    jaxcse_choice = max(STEPS, key=lambda s: dev[s])
+    jaxcse_choice = max(checkpoints, key=lambda s: dev[s])
     block["jaxcse_scorer_would_select"] = jaxcse_choice
   else:
-    selected = max(STEPS, key=lambda s: dev[s])
+    selected = max(checkpoints, key=lambda s: dev[s])
     block["selected_by"] = "jaxcse scorer's STS-B dev"
   block["selected_step"] = selected
   out = dict(evals[selected])

@@ -89,6 +89,16 @@ def main() -> None:
       summarize.jaxcse_runs(args.ablations, ("mask", "p0.1", "1e-3"), seeds=(1, 2, 3)),
       True,
     ),
+  ) + tuple(
+    # The official code at the tables' budget (README; issue 50 item 3), paired by seed with the study's faithful
+    # runs of the same row; printed once at least 2 seeds of a row have both sides.
+    (
+      f"budget {row}: official vs jaxcse (per-element mask), same batches",
+      summarize.pytorch_runs(f"official_budget-{row}"),
+      summarize.jaxcse_runs(args.ablations, ("mask", jaxcse_row, "1e-3")),
+      True,
+    )
+    for row, jaxcse_row in (("none", "p0.1"), ("crop10", "crop10"), ("word_deletion10", "word_deletion10"))
   )
   print(f"margin +-{args.margin} (x100), 5% each side; power at a true difference of 0 and the observed SD")
   print("| comparison | metric | n | d | 90% CI | TOST p | difference p | verdict | power |")
@@ -97,6 +107,8 @@ def main() -> None:
     for key, label in summarize.METRICS:
       if paired:
         seeds = sorted(set(other) & set(base))
+        if len(seeds) < 2:
+          continue
         diffs = np.asarray([other[s][key] - base[s][key] for s in seeds], float)
         r = paired_tost(diffs, args.margin)
         sd, n = diffs.std(ddof=1), f"{len(seeds)} pairs"
