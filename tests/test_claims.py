@@ -1034,3 +1034,20 @@ def test_a_number_changed_by_one_digit_fails(c):
   start, end, _, _ = quoted_span(text, c.doc, c)
   with pytest.raises(AssertionError, match="the files give"):
     check(_one_digit_changed(text, start, end), c)
+
+
+def test_the_readme_quickstart_prints_what_its_committed_run_printed():
+  """The two lines README's quickstart shows are experiments/quickstart's train.log, as the run printed them."""
+  with open(os.path.join(helpers.REPO, README), encoding="utf-8") as f:
+    readme = f.read()
+  with open(os.path.join(helpers.REPO, "experiments", "quickstart", "train.log"), encoding="utf-8") as f:
+    printed = [
+      line.rstrip("\n") for line in f if line.startswith(("STS-B dev Spearman before training:", "best stsb_dev"))
+    ]
+  evals = quickstart_evals()
+  best = max(evals, key=evals.get)
+  assert printed == [
+    f"STS-B dev Spearman before training: {evals[0]:.2f}",
+    f"best stsb_dev x100: {evals[best]:.2f} at step {best}",
+  ]
+  assert "```text\n" + "\n".join(printed) + "\n```" in readme
