@@ -273,3 +273,9 @@ def tokenized_length(config: ml_collections.ConfigDict) -> int:
   """The length the training sentences are tokenized to (the batches' last axis): ``augment.crop_before_truncation``
   when it is set, else ``data.max_seq_len``. The step cuts the views to ``data.max_seq_len`` either way."""
   return config.augment.get("crop_before_truncation", 0) or config.data.max_seq_len
+
+
+def attention_dropout_per_element(config: ml_collections.ConfigDict) -> bool:
+  """``model.attention_dropout_per_element``; a config.json written before the field existed has none, and its run
+  shared the mask across the batch (``storage.workdir.FORMER_DEFAULTS``): False, so that it resumes as it trained."""
+  return bool(config.model.get("attention_dropout_per_element", False))

@@ -330,7 +330,7 @@ def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
     gradient_checkpointing=config.model.gradient_checkpointing,
     with_mlm_head=with_mlm,
     mlm_head=mlm_head,
-    attention_dropout_per_element=config.model.attention_dropout_per_element,
+    attention_dropout_per_element=configuration.attention_dropout_per_element(config),
   )
   if config.model.init == "random":
     tokenizer = _tokenizer(config.model.tokenizer)
@@ -403,7 +403,7 @@ def complementary(
   # Its dropout, where on (DCLR as released), draws the mask the run's model draws: before the per-element default,
   # both shared it, and a run pinned to the shared mask must stay the run it was.
   built = dataclasses.replace(
-    built, spec=built.spec.with_attention_dropout(config.model.attention_dropout_per_element)
+    built, spec=built.spec.with_attention_dropout(configuration.attention_dropout_per_element(config))
   )
   if spec is not None:
     check_complementary(config, spec, built.spec)

@@ -60,7 +60,7 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
     described = workdir.model_spec(
       dtype=models.DTYPES[config.model.dtype],
       gradient_checkpointing=config.model.gradient_checkpointing,
-      attention_dropout_per_element=config.model.attention_dropout_per_element,  # How it trains: not described.
+      attention_dropout_per_element=configuration.attention_dropout_per_element(config),  # How it trains.
     )
     spec, params = described, None
   else:
