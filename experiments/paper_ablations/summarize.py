@@ -57,6 +57,7 @@ BASELINES = {
 TOST_MARGIN = 0.5  # STS points: the equivalence margin of ../positive_control/tost.py.
 MASK_STAGE_SEEDS = (1, 2, 3)  # The mask stage's pre-registered seeds; the faithful stage adds more to its group.
 LAST_STEP = "-last"  # results/horizon/<run>-last.json: STS at the run's last step (the kept checkpoint: <run>.json).
+UNTRAINED_NAME = "untrained"  # results/<group>/untrained.json: a stage's starting encoder, not a run (regime_minilm).
 # The official SimCSE code trained on jaxcse's sentences in jaxcse's batch order (positive_control's data-subset
 # control): the reference for the mask stage's SimCSE row.
 OFFICIAL_ON_JAXCSE_BATCHES = os.path.join(HERE, "..", "positive_control", "results", "official_jaxdata-seed{}.json")
@@ -236,7 +237,7 @@ def load_runs(out: str) -> list[Run]:
   for path in sorted(glob.glob(os.path.join(out, "results", "*", "*.json"))):
     group, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)[: -len(".json")]
     match = RUN_NAME.match(name)
-    if name.endswith(LAST_STEP):  # The horizon stage's STS at the last step: read by horizon_table.
+    if name.endswith(LAST_STEP) or name == UNTRAINED_NAME:  # Read by horizon_table and regime_table.
       continue
     if match is None:
       print(f"note: {path}: not named <row>-lr<lr>-seed<seed>; left out", file=sys.stderr)
@@ -799,7 +800,7 @@ def regime_table(runs: list[Run]) -> list[str]:
       verdict = "for the regime explanation (both gains <= -0.5 in every seed)"
     else:
       verdict = "not decided"
-    untrained = os.path.join(HERE, "results", "regime_minilm", "untrained.json")
+    untrained = os.path.join(HERE, "results", "regime_minilm", f"{UNTRAINED_NAME}.json")
     lines += [
       "### The regime (b): all-MiniLM-L6-v2 at the paper's rate (`regime_minilm`; rule pre-registered in README.md)",
       "",
