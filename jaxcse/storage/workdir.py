@@ -122,33 +122,40 @@ def with_former_defaults(saved: dict) -> dict:
   return flax.traverse_util.unflatten_dict({**flat, **missing}, sep=".") if missing else saved
 
 
+def _differences(here: dict, there: dict) -> dict[str, tuple]:
+  """Every field (dotted name) whose value differs and changes the result: ``(there's, here's)``, a side missing
+  as ``_MISSING``. ``there`` is a config.json, read with ``FORMER_DEFAULTS`` for fields it lacks."""
+  here = flax.traverse_util.flatten_dict(here, sep=".")
+  there = flax.traverse_util.flatten_dict(with_former_defaults(there), sep=".")
+  return {
+    name: (there.get(name, _MISSING), here.get(name, _MISSING))
+    for name in sorted(set(here) | set(there))
+    if not name.startswith(RESUMABLE_CHANGES) and here.get(name, _MISSING) != there.get(name, _MISSING)
+  }
+
+
+_MISSING = object()
+
+
 def resume_flags(here: dict, there: dict) -> list[str]:
   """The ``--config.NAME=VALUE`` flags that give ``here`` the workdir's (``there``) values of its changed fields
   that a flag can write (numbers, booleans, words); ``result_changes``' ``changed``, as flags."""
-  here = flax.traverse_util.flatten_dict(here, sep=".")
-  there = flax.traverse_util.flatten_dict(with_former_defaults(there), sep=".")
   flags = []
-  for name in sorted(set(here) & set(there)):
-    value = there[name]
-    if name.startswith(RESUMABLE_CHANGES) or here[name] == value:
-      continue
-    if isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and " " not in value):
+  for name, (value, mine) in _differences(here, there).items():
+    writable = isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and " " not in value)
+    if mine is not _MISSING and writable:
       flags.append(f"--config.{name}={value}")
   return flags
 
 
 def _changes(here: dict, there: dict) -> tuple[list[str], list[str]]:
   """``result_changes`` of two configs as config.json holds them."""
-  here = flax.traverse_util.flatten_dict(here, sep=".")
-  there = flax.traverse_util.flatten_dict(with_former_defaults(there), sep=".")
   changed, unknown = [], []
-  for name in sorted(set(here) | set(there)):
-    if name.startswith(RESUMABLE_CHANGES) or here.get(name) == there.get(name):
-      continue
-    if name in here and name in there:
-      changed.append(f"{name} ({there[name]!r} there, {here[name]!r} here)")
-    else:
+  for name, (theirs, mine) in _differences(here, there).items():
+    if theirs is _MISSING or mine is _MISSING:
       unknown.append(name)
+    else:
+      changed.append(f"{name} ({theirs!r} there, {mine!r} here)")
   return changed, unknown
 
 
