@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxcse.training import augment, configuration, losses, objectives, train_step
+from jaxcse.training import augment, configuration, dclr_losses, objectives, train_step
 from jaxcse.core import compat
 from jaxcse import data as data_lib, models, train
 from jaxcse.storage import loading
@@ -393,12 +393,12 @@ def _full_formula(config, z, rng, weights, noise="ascent"):
   d = config.dclr
   noise_vectors = None
   if noise != "none":
-    noise_vectors = losses.dclr_initial_noise(rng, int(6 * d.noise_times), 5, sigma=d.noise_std, dtype=z.dtype)
+    noise_vectors = dclr_losses.dclr_initial_noise(rng, int(6 * d.noise_times), 5, sigma=d.noise_std, dtype=z.dtype)
     if noise == "ascent":
-      noise_vectors = losses.dclr_noise_negatives(
+      noise_vectors = dclr_losses.dclr_noise_negatives(
         z[:, 0], z[:, 1], noise_vectors, temperature=1.0, steps=d.ascent_steps, step_size=d.ascent_step_size
       )
-  return losses.dclr_loss(z[:, 0], z[:, 1], noise_vectors, weights, temperature=1.0, form=d.loss_form)
+  return dclr_losses.dclr_loss(z[:, 0], z[:, 1], noise_vectors, weights, temperature=1.0, form=d.loss_form)
 
 
 @pytest.mark.parametrize(
@@ -421,8 +421,8 @@ def test_dclr_variants_equal_their_formulas(weighting, noise):
     rng = jax.random.key(7)
     loss, extra = objectives.get("dclr").loss(config, z, rng, complementary if weighting == "complementary" else None)
     weights = {
-      "complementary": losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=0.9),
-      "self": losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9),
+      "complementary": dclr_losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=0.9),
+      "self": dclr_losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9),
       "none": None,
     }[weighting]
     np.testing.assert_allclose(float(loss), float(_full_formula(config, z, rng, weights, noise)), rtol=1e-13)
@@ -457,9 +457,9 @@ def test_dclr_self_weights_carry_no_gradient():
     z, _ = _toy_views()
     config = _dclr_config(instance_weighting="self", noise_negatives="none", loss_form="infonce")
     rng = jax.random.key(7)
-    fixed = losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9)
+    fixed = dclr_losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9)
     got = jax.grad(lambda v: objectives.get("dclr").loss(config, v, rng, None)[0])(z)
-    expected = jax.grad(lambda v: losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0, form="infonce"))(z)
+    expected = jax.grad(lambda v: dclr_losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0, form="infonce"))(z)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 

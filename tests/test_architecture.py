@@ -259,6 +259,7 @@ LAYERS = (
       "jaxcse.training.masked_lm",
       "jaxcse.training.objectives",
       "jaxcse.training.losses",
+      "jaxcse.training.dclr_losses",
       "jaxcse.training.ranking_losses",
       "jaxcse.training.matryoshka",
       "jaxcse.training.gradcache",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from jax import test_util
 
+import jaxcse.training.dclr_losses
 import jaxcse.training.losses
 from jaxcse.core import compat
 from jaxcse.training.losses import cosine_similarity_matrix, simcse_loss
@@ -100,8 +101,9 @@ def test_cosine_similarity_matrix_rectangular():
   np.testing.assert_allclose(got, _np_cosine(a, b), rtol=1e-5, atol=1e-6)
 
 
-def test_doctest():
-  result = doctest.testmod(jaxcse.training.losses)
+@pytest.mark.parametrize("module", [jaxcse.training.losses, jaxcse.training.dclr_losses], ids=lambda m: m.__name__)
+def test_doctest(module):
+  result = doctest.testmod(module)
   assert result.attempted >= 1
   assert result.failed == 0
 

@@ -1,4 +1,4 @@
-"""Tests for the MixCSE and DCLR losses in jaxcse.training.losses.
+"""Tests for the MixCSE and DCLR losses in jaxcse.training.losses and jaxcse.training.dclr_losses.
 
 Golden values come from independent float64 numpy implementations written from the formulas (row by row,
 not vectorised like the JAX code), plus small cases worked out by hand; then gradients, compilation, and the
@@ -17,17 +17,10 @@ import numpy as np
 import pytest
 from jax import test_util
 
-import jaxcse.training.losses
 from jaxcse.core import compat
-from jaxcse.training.losses import (
-  cosine_similarity_matrix,
-  dclr_initial_noise,
-  dclr_instance_weights,
-  dclr_loss,
-  dclr_noise_negatives,
-  mixcse_loss,
-  simcse_loss,
-)
+from jaxcse.training import dclr_losses, losses
+from jaxcse.training.dclr_losses import dclr_initial_noise, dclr_instance_weights, dclr_loss, dclr_noise_negatives
+from jaxcse.training.losses import cosine_similarity_matrix, mixcse_loss, simcse_loss
 from tests.helpers import random_normal
 
 # Compiled once per shape and option set; eager dispatch is far slower. test_*_jit_matches_eager check that
@@ -216,10 +209,14 @@ def np_dclr_loss(z1, z2, noise, weights, *, temperature, form) -> float:
 
 def test_doctests_of_new_functions():
   runner = doctest.DocTestRunner()
-  for name in ("mixcse_loss", "dclr_initial_noise", "dclr_noise_negatives", "dclr_instance_weights", "dclr_loss"):
-    (test,) = doctest.DocTestFinder().find(
-      getattr(jaxcse.training.losses, name), name, globs=vars(jaxcse.training.losses).copy()
-    )
+  for module, name in (
+    (losses, "mixcse_loss"),
+    (dclr_losses, "dclr_initial_noise"),
+    (dclr_losses, "dclr_noise_negatives"),
+    (dclr_losses, "dclr_instance_weights"),
+    (dclr_losses, "dclr_loss"),
+  ):
+    (test,) = doctest.DocTestFinder().find(getattr(module, name), name, globs=vars(module).copy())
     assert test.examples, f"{name} has no doctest example"
     runner.run(test)
   result = runner.summarize(verbose=False)

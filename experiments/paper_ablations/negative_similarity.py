@@ -27,7 +27,7 @@ QUANTILES = (0.5, 0.9, 0.99, 0.999, 0.9999)
 
 def in_batch_negative_cosines(embeddings: np.ndarray, batch_size: int) -> np.ndarray:
   """Cosines of every ordered pair (i, j), i != j, inside each consecutive batch of ``[n, dim]`` embeddings."""
-  # The cosine DCLR's instance weights compare with phi (losses.dclr_instance_weights), float32 as in training.
+  # The cosine DCLR's instance weights compare with phi (dclr_losses.dclr_instance_weights), float32 as in training.
   off_diagonal = ~np.eye(batch_size, dtype=bool)
   cosines = [
     np.asarray(losses.cosine_similarity_matrix(block, block))[off_diagonal]

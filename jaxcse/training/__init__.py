@@ -11,7 +11,8 @@ losses, devices.
   views.py          a batch's views as encoder rows and their embeddings, in one forward pass
   masked_lm.py      the step's masked-LM term (pretraining, or SimCSE's auxiliary loss): targets and sums
   objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
-  losses.py         the papers' contrastive losses, pure functions on embeddings
+  losses.py         SimCSE's and MixCSE's contrastive losses (and the cosines all share), pure functions on embeddings
+  dclr_losses.py    DCLR's noise negatives (an ascent written with jax.grad), instance weights and loss
   ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
   matryoshka.py     any method's loss over nested prefixes of the embeddings (Matryoshka), summed with weights
   gradcache.py      chunked value-and-grad over a whole batch's embeddings

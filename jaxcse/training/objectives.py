@@ -27,7 +27,7 @@ import ml_collections
 
 from jaxcse import models
 from jaxcse.core.registry import Registry
-from jaxcse.training import losses, ranking_losses
+from jaxcse.training import dclr_losses, losses, ranking_losses
 
 # (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
 # objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.
@@ -220,19 +220,19 @@ def _dclr(config, z, rng, complementary):
   noise = None
   if d.noise_negatives != "none":
     num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
-    noise = losses.dclr_initial_noise(
+    noise = dclr_losses.dclr_initial_noise(
       rng, num_noise, z1.shape[-1], sigma=d.noise_std, dtype=jnp.promote_types(z1.dtype, jnp.float32)
     )
     if d.noise_negatives == "ascent":
-      noise = losses.dclr_noise_negatives(
+      noise = dclr_losses.dclr_noise_negatives(
         z1, z2, noise, temperature=temperature, steps=d.ascent_steps, step_size=d.ascent_step_size
       )
   weights = None
   if _dclr_weighting(config) == "complementary":
-    weights = losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
+    weights = dclr_losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
   elif _dclr_weighting(config) == "self":
-    weights = losses.dclr_instance_weights(jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2), phi=d.phi)
-  loss = losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
+    weights = dclr_losses.dclr_instance_weights(jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2), phi=d.phi)
+  loss = dclr_losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
   return loss, {"dclr/weight_zero_frac": 0.0 if weights is None else 1.0 - weights.mean()}
 
 

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcse.training.losses import _unit_rows, cosine_similarity_matrix
+from jaxcse.training.losses import cosine_similarity_matrix, unit_rows
 
 # s-t's names. query_to_doc holds the positive pair, so every direction set includes it.
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
@@ -389,7 +389,7 @@ def cosent_loss(z1: jax.Array, z2: jax.Array, labels: jax.Array, *, scale: float
   if labels.shape != z1.shape[:1]:
     raise ValueError(f"labels must be [{z1.shape[0]}] (one score per pair); got {labels.shape}")
   # The cosines of losses.cosine_similarity_matrix's diagonal (norms clamped at 1e-8), without the [batch, batch].
-  scores = scale * jnp.sum(_unit_rows(z1) * _unit_rows(z2), axis=-1)
+  scores = scale * jnp.sum(unit_rows(z1) * unit_rows(z2), axis=-1)
   lower = labels[:, None] < labels[None, :]  # [i, j]: pair i is gold-scored below pair j.
   differences = jnp.where(lower, scores[:, None] - scores[None, :], -jnp.inf).reshape(-1)
   return jax.nn.logsumexp(jnp.concatenate([jnp.zeros((1,), differences.dtype), differences]))
