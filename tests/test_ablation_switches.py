@@ -24,6 +24,12 @@ from tests import helpers
 BATCH = 8
 
 
+def _method_loss(method: str, config, z, rng, complementary):
+  """The method's loss as the step calls it: on the settings it reads from ``config``."""
+  objective = objectives.get(method)
+  return objective.loss(objective.settings(config), z, rng, complementary)
+
+
 def _batch(spec, config, data_dir, columns=1):
   corpus = data_lib.load_corpus(config.data.train, root=data_dir)
   batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=0).batch(0)
@@ -80,7 +86,7 @@ def test_same_dropout_mask_gives_identical_views_and_the_two_pass_gradient(tiny_
     def two_passes(p):  # The paper's definition: the sentence encoded twice with one mask (the same key).
       z1 = module.apply({"params": p}, ids, mask, train=True, rngs={"dropout": k_dropout})
       z2 = module.apply({"params": p}, ids, mask, train=True, rngs={"dropout": k_dropout})
-      return objectives.get("simcse").loss(config, jnp.stack([z1, z2], axis=1), k_method, None)[0]
+      return _method_loss("simcse", config, jnp.stack([z1, z2], axis=1), k_method, None)[0]
 
     reference = flax.traverse_util.flatten_dict(jax.grad(two_passes)(params), sep="/")
     for key, value in reference.items():
@@ -148,7 +154,7 @@ def test_the_step_trains_on_the_augmented_second_view(tiny_model_dir, tiny_mlm_d
       "attention_mask": jnp.stack([batch["attention_mask"][:, 0], mask], 1),
     }
     z = train_step.embed_views(spec.module_for("cls"), params, pairs, _keys(config)[0])
-    expected = objectives.get("simcse").loss(config, z, _keys(config)[1], None)[0]
+    expected = _method_loss("simcse", config, z, _keys(config)[1], None)[0]
     np.testing.assert_allclose(float(metrics["loss"]), float(expected), rtol=1e-12)
     # ... so that, with dropout 0, the views differ (identical views give cosine 1 to ~1e-15 in float64; this
     # random tiny BERT maps different sentences to nearly parallel vectors, so the margin is small).
@@ -198,7 +204,7 @@ def test_crop_before_truncation_crops_the_whole_sentence_then_cuts_both_views(ti
     assert not np.array_equal(second[0], after[0])
     pairs = {"input_ids": jnp.stack([first[0], second[0]], 1), "attention_mask": jnp.stack([first[1], second[1]], 1)}
     z = train_step.embed_views(spec.module_for("cls"), params, pairs, _keys(config)[0])
-    expected = objectives.get("simcse").loss(config, z, _keys(config)[1], None)[0]
+    expected = _method_loss("simcse", config, z, _keys(config)[1], None)[0]
     np.testing.assert_allclose(float(metrics["loss"]), float(expected), rtol=1e-12)
     with pytest.raises(
       ValueError, match=r"needs one-column batches of 48 tokens \(\[batch, 1, 48\]\), not \[8, 1, 16\]"
@@ -419,7 +425,7 @@ def test_dclr_variants_equal_their_formulas(weighting, noise):
     config = _dclr_config(instance_weighting=weighting, noise_negatives=noise)
     objectives.get("dclr").check_config(config)
     rng = jax.random.key(7)
-    loss, extra = objectives.get("dclr").loss(config, z, rng, complementary if weighting == "complementary" else None)
+    loss, extra = _method_loss("dclr", config, z, rng, complementary if weighting == "complementary" else None)
     weights = {
       "complementary": dclr_losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=0.9),
       "self": dclr_losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9),
@@ -447,7 +453,7 @@ def test_dclr_variants_differ_from_the_full_method():
       ("complementary", "random"),
     ]:
       config = _dclr_config(instance_weighting=weighting, noise_negatives=noise)
-      values[weighting, noise] = float(objectives.get("dclr").loss(config, z, rng, complementary)[0])
+      values[weighting, noise] = float(_method_loss("dclr", config, z, rng, complementary)[0])
     assert len(set(values.values())) == len(values)
 
 
@@ -458,8 +464,10 @@ def test_dclr_self_weights_carry_no_gradient():
     config = _dclr_config(instance_weighting="self", noise_negatives="none", loss_form="infonce")
     rng = jax.random.key(7)
     fixed = dclr_losses.dclr_instance_weights(z[:, 0], z[:, 1], phi=0.9)
-    got = jax.grad(lambda v: objectives.get("dclr").loss(config, v, rng, None)[0])(z)
-    expected = jax.grad(lambda v: dclr_losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0, form="infonce"))(z)
+    got = jax.grad(lambda v: _method_loss("dclr", config, v, rng, None)[0])(z)
+    expected = jax.grad(
+      lambda v: dclr_losses.dclr_loss(v[:, 0], v[:, 1], None, fixed, temperature=1.0, form="infonce")
+    )(z)
     np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
 
 

@@ -18,10 +18,17 @@ PACKAGE = os.path.join(helpers.REPO, "jaxcse")
 
 def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_dir, fresh_workdir):
   # A toy objective: pull the two dropout views of each sentence together (L2), no negatives.
-  def l2(config, z, rng, complementary):
-    return jnp.mean(jnp.sum((z[:, 0] - z[:, 1]) ** 2, axis=-1)), {"l2/mean_norm": jnp.mean(jnp.linalg.norm(z, axis=-1))}
+  # Its loss gets the settings it declares, never the config.
+  def l2(settings, z, rng, complementary):
+    assert dict(settings) == {"weight": 0.5}, settings
+    squared = jnp.sum((z[:, 0] - z[:, 1]) ** 2, axis=-1)
+    return settings["weight"] * jnp.mean(squared), {"l2/mean_norm": jnp.mean(jnp.linalg.norm(z, axis=-1))}
 
-  objectives.register(objectives.Objective("toy_l2", loss=l2, doc="test only"))
+  objectives.register(
+    objectives.Objective(
+      "toy_l2", loss=l2, settings=lambda config: {"weight": config.loss.temperature * 10}, doc="test only"
+    )
+  )
   try:
     config = helpers.tiny_config(
       tiny_model_dir, small_data_dir, **{"method": "toy_l2", "train.max_steps": 2, "train.log_every": 1}

@@ -406,7 +406,7 @@ def complementary(
     built, spec=built.spec.with_attention_dropout(configuration.attention_dropout_per_element(config))
   )
   if spec is not None:
-    check_complementary(config, spec, built.spec)
+    check_complementary(config, needs, spec, built.spec)
   return built
 
 
@@ -418,7 +418,9 @@ def _vocabulary(spec: models.ModelSpec) -> dict[str, int] | None:
   return dict(tokenizer.get_vocab())
 
 
-def check_complementary(config: ml_collections.ConfigDict, spec: models.ModelSpec, frozen: models.ModelSpec) -> None:
+def check_complementary(
+  config: ml_collections.ConfigDict, needs: objectives.Needs, spec: models.ModelSpec, frozen: models.ModelSpec
+) -> None:
   """Raises ``ConfigError`` unless the frozen model can embed the trained model's token ids as its own text.
 
   It gets the batch's ids as they are (no retokenizing), so it needs the same vocabulary (where a vocabulary is

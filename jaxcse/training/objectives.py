@@ -5,7 +5,8 @@ method names. Adding a method is one ``register(Objective(...))`` call:
 
     register(Objective(
         name="l2",
-        loss=lambda config, z, rng, complementary: (jnp.mean((z[:, 0] - z[:, 1]) ** 2), {}),
+        loss=lambda settings, z, rng, complementary: (settings["weight"] * jnp.mean((z[:, 0] - z[:, 1]) ** 2), {}),
+        settings=lambda config: {"weight": config.l2.weight},  # The fields it reads, resolved once per run.
     ))
 
 An objective with a ``loss`` trains sentence embeddings: the step embeds
@@ -18,7 +19,7 @@ sentence loss: it is BERT's masked-LM pretraining on token sequences.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -29,12 +30,15 @@ from jaxcse import models
 from jaxcse.core.registry import Registry
 from jaxcse.training import dclr_losses, losses, ranking_losses
 
-# (config, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
+# The fields of the config an objective's loss and scores read, by name: its ``settings(config)``, resolved once when
+# the step is built, so that a loss never sees the whole config.
+Settings = Mapping[str, Any]
+# (settings, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
 # objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.
-SentenceLoss = Callable[[ml_collections.ConfigDict, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
+SentenceLoss = Callable[[Settings, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
 
 
-def contrastive_scores(config: ml_collections.ConfigDict, z: jax.Array, rng: jax.Array) -> dict[str, jax.Array]:
+def contrastive_scores(settings: Settings, z: jax.Array, rng: jax.Array) -> dict[str, jax.Array]:
   """Mean cosines of the step's own embeddings (the MixCSE paper's Fig. 4a dynamics), without gradient.
 
   * ``pos_score``: ``cos(z1[i], z2[i])`` averaged over ``i``, the two views of one sentence;
@@ -43,7 +47,7 @@ def contrastive_scores(config: ml_collections.ConfigDict, z: jax.Array, rng: jax
 
   The paper plots these divided by the temperature; we log the cosines.
   """
-  del config, rng
+  del settings, rng
   z = jax.lax.stop_gradient(z)
   sim = losses.cosine_similarity_matrix(z[:, 0], z[:, 1])  # [batch, batch]
   batch = sim.shape[0]
@@ -107,6 +111,8 @@ class Objective:
     name: the ``config.method`` that selects it.
     loss: its loss on the embeddings of the global batch (``SentenceLoss``);
       None for token-level pretraining (``masked_lm``).
+    settings: the config fields its ``loss`` and ``scores`` read, as a mapping (``Settings``): they get this, not
+      the config.
     masked_lm: the objective is BERT's masked-LM loss on token sequences
       (weight 1, output layer only at the masked positions), not a sentence loss.
     scores: extra metrics from the step's own embeddings, no gradient.
@@ -121,8 +127,9 @@ class Objective:
 
   name: str
   loss: SentenceLoss | None = None
+  settings: Callable[[ml_collections.ConfigDict], Settings] = lambda config: {}
   masked_lm: bool = False
-  scores: Callable[[ml_collections.ConfigDict, jax.Array, jax.Array], dict] | None = contrastive_scores
+  scores: Callable[[Settings, jax.Array, jax.Array], dict] | None = contrastive_scores
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
   labels: bool = False
@@ -163,36 +170,38 @@ def needs(config: ml_collections.ConfigDict) -> Needs:
 # The methods.
 
 
-def _simcse(config, z, rng, complementary):
+def _simcse_settings(config) -> Settings:
+  return {"temperature": config.loss.temperature, "hard_negative_weight": config.loss.hard_negative_weight}
+
+
+def _simcse(settings, z, rng, complementary):
   del rng, complementary
   hard = z[:, 2] if z.shape[1] > 2 else None  # Supervised: a third column of hard negatives.
-  return losses.simcse_loss(
-    z[:, 0], z[:, 1], hard, temperature=config.loss.temperature, hard_negative_weight=config.loss.hard_negative_weight
-  ), {}
+  return losses.simcse_loss(z[:, 0], z[:, 1], hard, **settings), {}
 
 
-def _mixcse(config, z, rng, complementary):
+def _mixcse_settings(config) -> Settings:
+  m = config.mixcse
+  return {
+    "temperature": config.loss.temperature,
+    "mix_lambda": m.mix_lambda,
+    "neighbour": m.neighbour,
+    "symmetric": m.symmetric,
+    "stop_gradient": m.stop_gradient,
+  }
+
+
+def _mixcse(settings, z, rng, complementary):
   del complementary
-  m = config.mixcse
-  return losses.mixcse_loss(
-    z[:, 0],
-    z[:, 1],
-    temperature=config.loss.temperature,
-    mix_lambda=m.mix_lambda,
-    neighbour=m.neighbour,
-    symmetric=m.symmetric,
-    stop_gradient=m.stop_gradient,
-    rng=rng,
-  ), {}
+  return losses.mixcse_loss(z[:, 0], z[:, 1], **settings, rng=rng), {}
 
 
-def _mixcse_scores(config, z, rng):
+def _mixcse_scores(settings, z, rng):
   """``contrastive_scores`` and ``mix_score``: each anchor against its own mixed negative (drawn with the loss's rng)."""
-  scores = contrastive_scores(config, z, rng)
+  scores = contrastive_scores(settings, z, rng)
   z = jax.lax.stop_gradient(z)
-  m = config.mixcse
   scores["mix_score"] = losses.mixcse_mix_scores(
-    z[:, 0], z[:, 1], mix_lambda=m.mix_lambda, neighbour=m.neighbour, rng=rng
+    z[:, 0], z[:, 1], mix_lambda=settings["mix_lambda"], neighbour=settings["neighbour"], rng=rng
   ).mean()
   return scores
 
@@ -202,11 +211,23 @@ DCLR_INSTANCE_WEIGHTING = ("complementary", "self", "none")
 DCLR_NOISE_NEGATIVES = ("ascent", "random", "none")
 
 
-def _dclr_weighting(config) -> str:
-  return config.dclr.instance_weighting
+_DCLR_FIELDS = (
+  "noise_negatives",
+  "noise_times",
+  "noise_std",
+  "ascent_steps",
+  "ascent_step_size",
+  "instance_weighting",
+  "phi",
+  "loss_form",
+)
 
 
-def _dclr(config, z, rng, complementary):
+def _dclr_settings(config) -> Settings:
+  return {"temperature": config.loss.temperature, **{field: config.dclr[field] for field in _DCLR_FIELDS}}
+
+
+def _dclr(settings, z, rng, complementary):
   """DCLR's loss; ``dclr.noise_negatives`` and ``dclr.instance_weighting`` select the paper's ablations.
 
   Noise: ``ascent`` (N(0, noise_std^2), then ``ascent_steps`` normalised gradient-ascent steps), ``random`` (the
@@ -214,25 +235,30 @@ def _dclr(config, z, rng, complementary):
   complementary model's cosines), ``self`` (the model's own embeddings of this step, under stop-gradient: "self
   instance weighting"), ``none`` (all ones).
   """
-  d = config.dclr
   z1, z2 = z[:, 0], z[:, 1]
-  temperature = config.loss.temperature
+  temperature, noise_negatives, weighting = (
+    settings["temperature"],
+    settings["noise_negatives"],
+    settings["instance_weighting"],
+  )
   noise = None
-  if d.noise_negatives != "none":
-    num_noise = int(z1.shape[0] * d.noise_times)  # int() as the official code.
+  if noise_negatives != "none":
+    num_noise = int(z1.shape[0] * settings["noise_times"])  # int() as the official code.
     noise = dclr_losses.dclr_initial_noise(
-      rng, num_noise, z1.shape[-1], sigma=d.noise_std, dtype=jnp.promote_types(z1.dtype, jnp.float32)
+      rng, num_noise, z1.shape[-1], sigma=settings["noise_std"], dtype=jnp.promote_types(z1.dtype, jnp.float32)
     )
-    if d.noise_negatives == "ascent":
+    if noise_negatives == "ascent":
       noise = dclr_losses.dclr_noise_negatives(
-        z1, z2, noise, temperature=temperature, steps=d.ascent_steps, step_size=d.ascent_step_size
+        z1, z2, noise, temperature=temperature, steps=settings["ascent_steps"], step_size=settings["ascent_step_size"]
       )
   weights = None
-  if _dclr_weighting(config) == "complementary":
-    weights = dclr_losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=d.phi)
-  elif _dclr_weighting(config) == "self":
-    weights = dclr_losses.dclr_instance_weights(jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2), phi=d.phi)
-  loss = dclr_losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=d.loss_form)
+  if weighting == "complementary":
+    weights = dclr_losses.dclr_instance_weights(complementary[:, 0], complementary[:, 1], phi=settings["phi"])
+  elif weighting == "self":
+    weights = dclr_losses.dclr_instance_weights(
+      jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2), phi=settings["phi"]
+    )
+  loss = dclr_losses.dclr_loss(z1, z2, noise, weights, temperature=temperature, form=settings["loss_form"])
   return loss, {"dclr/weight_zero_frac": 0.0 if weights is None else 1.0 - weights.mean()}
 
 
@@ -247,7 +273,7 @@ def _dclr_encoder(config) -> EncoderNeeds:
   released = bool(config.dclr.as_released)
   return EncoderNeeds(
     attend_padding=released,
-    complementary=_dclr_weighting(config) == "complementary",
+    complementary=config.dclr.instance_weighting == "complementary",
     complementary_dropout=bool(config.dclr.complementary_dropout) or released,
     complementary_model=config.dclr.complementary_model,
     complementary_field="dclr.complementary_model",
@@ -266,7 +292,7 @@ DCLR_RELEASED_POOLING = {
 
 def _check_dclr(config):
   d = config.dclr
-  weighting, noise = _dclr_weighting(config), d.noise_negatives
+  weighting, noise = config.dclr.instance_weighting, d.noise_negatives
   if d.as_released and (
     differ := [f"model.{k}={config.model[k]!r}" for k, v in DCLR_RELEASED_POOLING.items() if config.model[k] != v]
   ):
@@ -323,10 +349,10 @@ def _mnrl_settings(config) -> dict:
   )
 
 
-def _mnrl(config, z, rng, complementary):
+def _mnrl(settings, z, rng, complementary):
   """sentence-transformers 6's MultipleNegativesRankingLoss: columns anchor, positive, hard negatives 1..k."""
   del rng, complementary
-  return ranking_losses.mnrl_loss(z, **_mnrl_settings(config)), {}
+  return ranking_losses.mnrl_loss(z, **settings), {}
 
 
 def _check_mnrl(config):
@@ -338,14 +364,14 @@ def _check_mnrl(config):
   ranking_losses.check_mnrl_settings(**_mnrl_settings(config), prefix="mnrl.")
 
 
-def _cosent(config, z, rng, complementary, *, labels):
+def _cosent(settings, z, rng, complementary, *, labels):
   """sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs and their gold scores."""
   del rng, complementary
   if z.shape[1] != 2:
     raise ValueError(
       f"method cosent scores pairs: a batch of 2 sentence columns and a score per row, not {z.shape[1]} columns"
     )
-  return ranking_losses.cosent_loss(z[:, 0], z[:, 1], labels, scale=config.cosent.scale), {}
+  return ranking_losses.cosent_loss(z[:, 0], z[:, 1], labels, **settings), {}
 
 
 def _check_cosent(config):
@@ -367,7 +393,7 @@ def _gist_settings(config) -> dict:
   )
 
 
-def _gist(config, z, rng, complementary):
+def _gist(settings, z, rng, complementary):
   """sentence-transformers 6's GISTEmbedLoss: columns anchor, positive, hard negatives 1..k; ``complementary`` the
   guide's embeddings of the batch's columns (``[batch, columns, guide_dim]``)."""
   del rng
@@ -376,7 +402,6 @@ def _gist(config, z, rng, complementary):
       f"method gist trains on pairs (anchor, positive, hard negatives): this batch has {complementary.shape[1]} "
       "text column (jaxcse-compile: pass --columns 2 or more)"
     )
-  settings = _gist_settings(config)
   left_out = ranking_losses.gist_left_out_share(complementary, **settings)
   return ranking_losses.gist_loss(z, complementary, **settings), {"gist/left_out_frac": left_out}
 
@@ -412,6 +437,7 @@ register(
   Objective(
     "simcse",
     loss=_simcse,
+    settings=_simcse_settings,
     doc="SimCSE: InfoNCE over in-batch negatives (+ hard negatives from a sent0,sent1,hard_neg csv)",
   )
 )
@@ -419,6 +445,7 @@ register(
   Objective(
     "mixcse",
     loss=_mixcse,
+    settings=_mixcse_settings,
     scores=_mixcse_scores,
     check_config=_check_mixcse,
     doc="MixCSE: SimCSE + mixed hard negatives under stop-gradient",
@@ -428,6 +455,7 @@ register(
   Objective(
     "dclr",
     loss=_dclr,
+    settings=_dclr_settings,
     check_config=_check_dclr,
     encoder=_dclr_encoder,
     doc="DCLR: noise negatives by gradient ascent + instance weights from a complementary model",
@@ -437,6 +465,7 @@ register(
   Objective(
     "mnrl",
     loss=_mnrl,
+    settings=_mnrl_settings,
     check_config=_check_mnrl,
     doc="sentence-transformers' MultipleNegativesRankingLoss: anchor, positive, k >= 0 hard negatives",
   )
@@ -445,6 +474,7 @@ register(
   Objective(
     "cosent",
     loss=_cosent,
+    settings=lambda config: {"scale": config.cosent.scale},
     check_config=_check_cosent,
     labels=True,
     doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score",
@@ -454,6 +484,7 @@ register(
   Objective(
     "gist",
     loss=_gist,
+    settings=_gist_settings,
     check_config=_check_gist,
     encoder=_gist_encoder,
     min_columns=2,

@@ -207,22 +207,28 @@ class StepLoss:
   ``sentence`` on the whole batch's embeddings, ``total`` once. Built once from the config (``from_config``); pure.
   """
 
-  config: ml_collections.ConfigDict
   objective: objectives.Objective
+  settings: objectives.Settings  # What the objective's loss and scores read (``Objective.settings``).
   needs: objectives.Needs
+  same_dropout_mask: bool  # config.augment.same_dropout_mask: both views of a sentence share one dropout mask.
   module: models.PooledBackbone  # The trained model, with the run's pooler and the method's padding.
   tokens: MaskedLMTerm | None
   # The method's loss over nested prefixes of the embeddings (config.matryoshka), or None: over the whole.
   matryoshka: matryoshka_lib.Matryoshka | None = None
 
   @classmethod
-  def from_config(cls, config: ml_collections.ConfigDict, spec: models.ModelSpec) -> StepLoss:
-    needs = objectives.needs(config)
+  def from_config(
+    cls, config: ml_collections.ConfigDict, spec: models.ModelSpec, needs: objectives.Needs | None = None
+  ) -> StepLoss:
+    """``needs``: ``objectives.needs(config)`` when the caller has it already."""
+    needs = needs or objectives.needs(config)
+    objective = objectives.get(config.method)
     module = spec.module_for(spec.pooling.pooler, attend_padding=needs.attend_padding)
     return cls(
-      config,
-      objectives.get(config.method),
+      objective,
+      objective.settings(config),
       needs,
+      bool(config.augment.same_dropout_mask),
       module,
       MaskedLMTerm.from_config(config, spec, needs.token_loss),
       matryoshka_lib.Matryoshka.from_config(config) if needs.sentence_loss else None,
@@ -246,9 +252,7 @@ class StepLoss:
 
   def embed(self, params, rows: Rows) -> jax.Array:
     """``[rows, views, hidden]`` embeddings of ``rows``, with dropout."""
-    return embed_views(
-      self.module, params, rows.batch, rows.dropout_key, same_dropout_mask=bool(self.config.augment.same_dropout_mask)
-    )
+    return embed_views(self.module, params, rows.batch, rows.dropout_key, same_dropout_mask=self.same_dropout_mask)
 
   def sentence(
     self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None, labels: jax.Array | None = None
@@ -268,13 +272,13 @@ class StepLoss:
     keywords = {"labels": labels.astype(z.dtype)} if self.objective.labels else {}
 
     def method_loss(embeddings: jax.Array) -> tuple[jax.Array, dict]:
-      return self.objective.loss(self.config, embeddings, method_key, complementary, **keywords)
+      return self.objective.loss(self.settings, embeddings, method_key, complementary, **keywords)
 
     if self.matryoshka is None:
       loss, extra = method_loss(z)
     else:  # Its own draw of dims: the method's key stays the one it gets without Matryoshka.
       loss, extra = self.matryoshka.loss(method_loss, z, jax.random.fold_in(method_key, MATRYOSHKA_STREAM))
-    scores = self.objective.scores(self.config, z, method_key) if self.objective.scores else {}
+    scores = self.objective.scores(self.settings, z, method_key) if self.objective.scores else {}
     return SentenceTerm(loss, {"contrastive_loss": loss, **scores, **extra})
 
   def token_sums(self, params, rows: Rows) -> TokenSums:
@@ -399,7 +403,7 @@ def make_train_step(
     raise ValueError(f"{config.method} needs a complementary model (config.{needs.complementary_field})")
   # None when the config uses none (e.g. DCLR without instance weighting, or weighting by the model itself).
   embed_complementary = _complementary_embeddings(complementary, needs) if needs.complementary else None
-  loss = StepLoss.from_config(config, spec)
+  loss = StepLoss.from_config(config, spec, needs)
   second_view = _second_view(config, spec, augment_mlm)
   chunk = config.train.grad_cache_chunk
   base_rng = jax.random.key(config.seed)
