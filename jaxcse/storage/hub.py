@@ -60,11 +60,12 @@ class Kind(enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class Resolved:
-  """What ``name`` is (``kind``) and where its files are.
+  """What ``name`` (as given) is, ``kind``, and where its files are.
 
-  ``folder`` is the local folder holding its files (the workdir for ``WORKDIR`` and ``CHECKPOINT`` is
-  ``workdir``; ``folder`` is then the path given), None for a ``PUBLISHED`` shape. ``commit`` is the hub
-  commit of a ``HUB`` snapshot (None when the cache does not name it).
+  ``folder``: the local folder holding its files; for a ``WORKDIR`` or ``CHECKPOINT`` the path as given (which
+  for a checkpoint step need not exist: the workdir says which steps it has), its workdir's root in ``workdir``;
+  None for a ``PUBLISHED`` shape. ``commit``: the hub commit of a ``HUB`` snapshot (None when the cache does not
+  name one).
   """
 
   name: str
