@@ -247,7 +247,7 @@ def test_published_bert_ids_are_the_bert_uncased_tokenizers(tokenizer):
   # all-MiniLM-L6-v2 ships bert-base-uncased's vocabulary and special tokens.
   from jaxcse.training import configured
 
-  assert configured.SpecialTokens.of(tokenizer) == configured.PUBLISHED_SHAPES["bert-base-uncased"][1]
+  assert configured.SpecialTokens.of(tokenizer) == configured.SpecialTokens.published("bert-base-uncased")
 
 
 def test_a_config_json_path_is_a_shape_and_mlm_needs_a_tokenizer(tiny_model_dir, small_data_dir, tmp_path):

@@ -57,3 +57,4 @@ def test_the_wheel_holds_every_pinned_data_file(tmp_path):
       assert name in names, name
       assert hashlib.sha256(archive.read(name)).hexdigest() == digest, name
     assert "jaxcse/data/downloads.json" in names
+    assert "jaxcse/storage/published_shapes.json" in names  # hub.published_shape reads it.

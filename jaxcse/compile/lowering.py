@@ -12,7 +12,7 @@ executable.
 
 The models come without their weights from the trainer's own builder (``configured.model(config,
 abstract=True)`` and the frozen models beside it): a local folder's ``config.json``, the encoder shipped with
-jaxcse, a hub snapshot already in the Hugging Face cache, or ``configured.PUBLISHED_SHAPES``.
+jaxcse, a hub snapshot already in the Hugging Face cache, or a published shape (``hub.resolve(name, download=False)``).
 """
 
 from __future__ import annotations

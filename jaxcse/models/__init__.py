@@ -225,7 +225,7 @@ def load_pretrained(
   initialised: the pooler's MLP (``cls``) from ``seed``, and a missing NSP pooler layer or MLM head (one line each).
 
   Args:
-    name_or_path: a local folder, a hub id, or a name in ``hub.OFFLINE_PACKAGES``.
+    name_or_path: a local folder, a hub id, or a name in ``hub.OFFLINE_PACKAGES`` (``hub.resolve``).
     pooling: the pooler to train with (and the test pooler it implies).
     dropout: overrides the config's dropout (SimCSE: 0.1; BERT's hidden and attention dropout).
     seed: seeds the MLP head's initialisation.
@@ -246,7 +246,8 @@ def load_pretrained(
   """
   from transformers import AutoTokenizer
 
-  path, commit = hub.local_folder(name_or_path, revision)
+  resolved = hub.resolve(name_or_path, revision)
+  path, commit = resolved.folder, resolved.commit
   hf_config = hf_config_from_pretrained(path, dropout)
   with quiet_transformers():
     tokenizer = AutoTokenizer.from_pretrained(path)

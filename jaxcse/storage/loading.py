@@ -61,10 +61,15 @@ def load_model(
       ``pooler`` to the ``BucketedEmbedder``/``Encoder`` to override.
     revision: for a hub id, the branch, tag or commit (through ``huggingface_hub``; default main).
   """
-  workdir = Workdir.find(path)
-  if workdir is None:
+  try:
+    resolved = hub.resolve(path, revision)
+  except (hub.NoSuchModelFolder, hub.RevisionOfALocalFolder):  # Its own message (and suggestion) says it all.
+    raise
+  except OSError as e:  # A hub id that cannot be had: no network, no such repository or revision.
+    raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {e})") from None
+  if resolved.workdir is None:
+    folder, commit = resolved.folder, resolved.commit
     try:
-      folder, commit = hub.local_folder(path, revision)
       chosen = pooler or st_format.read_pooler(folder)
       if chosen is None:
         chosen = "cls"
@@ -74,9 +79,7 @@ def load_model(
           path,
         )
       spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
-    except hub.NoSuchModelFolder:  # A path that does not exist: its own message (and suggestion) says it all.
-      raise
-    except (OSError, ValueError) as e:  # A missing folder, no network, an unknown model type.
+    except (OSError, ValueError) as e:  # No model files there, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
     problem = _not_finite(spec, params)
@@ -93,6 +96,7 @@ def load_model(
       prompts=prompts,
       truncate_dim=truncate_dim,
     )
+  workdir = Workdir(resolved.workdir)
   spec = workdir.model_spec()
   directory, steps = workdir.checkpoint_choice(path, checkpoint)
   # This process's own device: in a multi-process run jax.devices()[0] belongs to process 0.

@@ -37,12 +37,12 @@ import orbax.checkpoint as ocp
 from jaxcse import models
 from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
-from jaxcse.storage import checkpoints, description
+from jaxcse.storage import checkpoints, description, hub
 
 log = logging.getLogger("jaxcse")
 
-CONFIG_FILE = "config.json"
-MODEL_DIR = "model"
+CONFIG_FILE = hub.WORKDIR_CONFIG_FILE
+MODEL_DIR = hub.WORKDIR_MODEL_DIR
 INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus; written with the description's record.
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -173,17 +173,9 @@ class Workdir:
 
   @classmethod
   def find(cls, path: str) -> Workdir | None:
-    """The training workdir that ``path`` is, or lies inside; None if it is not one."""
-    path = os.path.abspath(path)
-    while True:
-      if os.path.isfile(os.path.join(path, MODEL_DIR, description.JAXCSE_MODEL_FILE)) or (
-        os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isdir(os.path.join(path, "checkpoints"))
-      ):
-        return cls(path)
-      parent = os.path.dirname(path)
-      if parent == path:
-        return None
-      path = parent
+    """The training workdir that ``path`` is, or lies inside; None if it is not one (``hub.workdir_root``)."""
+    root = hub.workdir_root(path)
+    return None if root is None else cls(root)
 
   # ------------------------------------------------------------------------
   # Whose folder is it: only a folder that holds a jaxcse run is ever rewritten or cleared.

@@ -8,10 +8,11 @@ may not be). Both ways build the spec with ``models.build_spec`` and the params'
 so what is compiled ahead of time is what trains.
 
 Without weights, a model's shape comes from ``model_shape``: a local folder's ``config.json`` (or a path to
-one), the encoder shipped with jaxcse, a hub snapshot already in the Hugging Face cache, or the published shapes
-of the models the shipped configs name (``PUBLISHED_SHAPES``). The tokenizer matters to the step only for the
+one), else what ``hub.resolve`` finds without the network: a local folder, the encoder shipped with jaxcse, a hub
+snapshot already in the Hugging Face cache, or the published shape of a model the shipped configs name
+(``storage/published_shapes.json``). The tokenizer matters to the step only for the
 masked-LM objectives and the discrete augmentations; it is read from the same folder, else its special ids are
-taken from the published ones (``SpecialTokens``).
+taken from the published ones (``SpecialTokens.published``).
 """
 
 from __future__ import annotations
@@ -75,112 +76,20 @@ class SpecialTokens:
       dict(tokenizer.get_vocab()),
     )
 
+  @classmethod
+  def published(cls, name: str) -> "SpecialTokens | None":
+    """The special ids of ``name``'s published tokenizer (``hub.published_shape``), or None if jaxcse knows none."""
+    published = hub.published_shape(name)
+    if published is None:
+      return None
+    ids = published[1]
+    return cls(ids["mask_token_id"], ids["pad_token_id"], tuple(ids["all_special_ids"]), ids["sep_token_id"])
+
   def get_vocab(self) -> dict[str, int]:
     """The tokenizer's ``get_vocab()``, as ``augment.WordPieces.from_tokenizer`` reads it."""
     if self.vocab is None:
       raise ShapeError("the tokenizer's vocabulary is not known (a published shape has only its special ids)")
     return self.vocab
-
-
-# Published config.json shapes (huggingface.co/<id>/blob/main/config.json) of the models jaxcse's configs name,
-# for machines that hold neither their files nor a network: their dropout is the files' own (0.1).
-_BERT_BASE = dict(
-  model_type="bert",
-  vocab_size=30522,
-  hidden_size=768,
-  num_hidden_layers=12,
-  num_attention_heads=12,
-  intermediate_size=3072,
-  max_position_embeddings=512,
-  type_vocab_size=2,
-  pad_token_id=0,
-  hidden_act="gelu",
-  layer_norm_eps=1e-12,
-  initializer_range=0.02,
-  position_embedding_type="absolute",
-)
-_BERT_LARGE = {
-  **_BERT_BASE,
-  "hidden_size": 1024,
-  "num_hidden_layers": 24,
-  "num_attention_heads": 16,
-  "intermediate_size": 4096,
-}
-_ROBERTA_BASE = dict(
-  model_type="roberta",
-  vocab_size=50265,
-  hidden_size=768,
-  num_hidden_layers=12,
-  num_attention_heads=12,
-  intermediate_size=3072,
-  max_position_embeddings=514,
-  type_vocab_size=1,
-  pad_token_id=1,
-  bos_token_id=0,
-  eos_token_id=2,
-  hidden_act="gelu",
-  layer_norm_eps=1e-5,
-  initializer_range=0.02,
-)
-_ROBERTA_LARGE = {
-  **_ROBERTA_BASE,
-  "hidden_size": 1024,
-  "num_hidden_layers": 24,
-  "num_attention_heads": 16,
-  "intermediate_size": 4096,
-}
-_MODERNBERT_BASE = dict(
-  model_type="modernbert",
-  vocab_size=50368,
-  hidden_size=768,
-  num_hidden_layers=22,
-  num_attention_heads=12,
-  intermediate_size=1152,
-  max_position_embeddings=8192,
-  hidden_activation="gelu",
-  norm_eps=1e-5,
-  norm_bias=False,
-  global_attn_every_n_layers=3,
-  local_attention=128,
-  global_rope_theta=160000.0,
-  local_rope_theta=10000.0,
-  initializer_range=0.02,
-  initializer_cutoff_factor=2.0,
-  pad_token_id=50283,
-  bos_token_id=50281,
-  eos_token_id=50282,
-  cls_token_id=50281,
-  sep_token_id=50282,
-)
-# Their tokenizers' special ids (tokenizer.json): BERT uncased [UNK] 100, [SEP] 102, [PAD] 0, [CLS] 101, [MASK] 103;
-# RoBERTa <s> 0, </s> 2, <unk> 3, <pad> 1, <mask> 50264. In tokenizer.all_special_ids order.
-_BERT_UNCASED_IDS = SpecialTokens(
-  mask_token_id=103, pad_token_id=0, all_special_ids=(100, 102, 0, 101, 103), sep_token_id=102
-)
-_ROBERTA_IDS = SpecialTokens(mask_token_id=50264, pad_token_id=1, all_special_ids=(0, 2, 3, 1, 50264), sep_token_id=2)
-# ModernBERT: [UNK] 50280, [CLS] 50281, [SEP] 50282, [PAD] 50283, [MASK] 50284.
-_MODERNBERT_IDS = SpecialTokens(
-  mask_token_id=50284, pad_token_id=50283, all_special_ids=(50281, 50282, 50280, 50283, 50284), sep_token_id=50282
-)
-PUBLISHED_SHAPES = {
-  "bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-  "bert-large-uncased": (_BERT_LARGE, _BERT_UNCASED_IDS),
-  "roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-  "roberta-large": (_ROBERTA_LARGE, _ROBERTA_IDS),
-  # SimCSE's released checkpoints (DCLR's complementary models) are these backbones, trained.
-  "princeton-nlp/unsup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-  "princeton-nlp/sup-simcse-bert-base-uncased": (_BERT_BASE, _BERT_UNCASED_IDS),
-  "princeton-nlp/unsup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-  "princeton-nlp/sup-simcse-roberta-base": (_ROBERTA_BASE, _ROBERTA_IDS),
-  "answerdotai/ModernBERT-base": (_MODERNBERT_BASE, _MODERNBERT_IDS),
-}
-for _name in ("bert-base-uncased", "bert-large-uncased"):  # The hub's current names of the same repositories.
-  PUBLISHED_SHAPES["google-bert/" + _name] = PUBLISHED_SHAPES[_name]
-for _name in ("roberta-base", "roberta-large"):
-  PUBLISHED_SHAPES["FacebookAI/" + _name] = PUBLISHED_SHAPES[_name]
-
-# The files of a hub snapshot that describe a model without its weights.
-_DESCRIPTION_FILES = ["*.json", "*.txt", "*.model", "*/*.json"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,59 +112,54 @@ def _tokens_in(folder: str) -> SpecialTokens | None:
     return None
 
 
-def _cached_snapshot(name: str, revision: str | None) -> str | None:
-  """The folder of ``name``'s hub snapshot in the Hugging Face cache (its description files), without the network."""
-  from huggingface_hub import snapshot_download
-  from huggingface_hub.errors import LocalEntryNotFoundError
-
+def _offline(name: str, revision: str | None) -> hub.Resolved:
+  """``hub.resolve`` without the network: a local folder, the Hugging Face cache, or a published shape."""
   try:
-    folder = snapshot_download(
-      name, revision=revision or None, allow_patterns=_DESCRIPTION_FILES, local_files_only=True
-    )
-  except (LocalEntryNotFoundError, OSError, ValueError):
-    return None
-  return folder if os.path.isfile(os.path.join(folder, "config.json")) else None
+    return hub.resolve(name, revision, download=False)
+  except hub.ModelNotFound:
+    known = ", ".join(n for n in hub.published_names() if "/" not in n)
+    raise ShapeError(
+      f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
+      f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
+      "config.json, or fetch its description first (huggingface-cli download NAME config.json "
+      "tokenizer.json tokenizer_config.json)"
+    ) from None
 
 
 def model_shape(name: str, *, revision: str | None = None, dropout: float | None = None) -> ModelShape:
   """The shape of the model ``name`` without reading its weights.
 
-  In order: a path to a ``config.json``; a local folder, a model shipped with jaxcse or an offline package
-  (``hub.resolve_model_path``); the hub snapshot in the Hugging Face cache; ``PUBLISHED_SHAPES``. ``dropout``
-  overrides the config's as ``models.load_pretrained`` does. Raises ``ShapeError`` when none has it.
+  A path to a ``config.json``, else what ``hub.resolve`` finds without the network: a local folder, a model
+  shipped with jaxcse or an offline package, the hub snapshot in the Hugging Face cache, a published shape.
+  ``dropout`` overrides the config's as ``models.load_pretrained`` does. Raises ``ShapeError`` when none has it.
   """
   from transformers import AutoConfig
 
-  def with_dropout(hf_config):
-    if dropout is not None:
-      models.families.get(hf_config.model_type).set_dropout(hf_config, dropout)
-    return hf_config
-
   if name.endswith(".json") and os.path.isfile(name):
     folder = os.path.dirname(os.path.abspath(name))
-    hf_config = with_dropout(AutoConfig.from_pretrained(name))
+    hf_config = AutoConfig.from_pretrained(name)
+    if dropout is not None:
+      models.families.get(hf_config.model_type).set_dropout(hf_config, dropout)
     tokens = _tokens_in(folder) if os.path.isfile(os.path.join(folder, "tokenizer_config.json")) else None
     return ModelShape(hf_config, tokens, f"config file {name}", folder)
-  folder = hub.resolve_model_path(name)
-  source = f"folder {folder}"
-  if not os.path.isdir(folder):
-    folder, source = _cached_snapshot(name, revision), "the Hugging Face cache"
-  if folder is not None:
-    if not os.path.isfile(os.path.join(folder, "config.json")):
-      raise ShapeError(f"{name}: {folder} holds no config.json (the model's shape)")
-    return ModelShape(models.hf_config_from_pretrained(folder, dropout), _tokens_in(folder), source, folder)
-  if name in PUBLISHED_SHAPES and not revision:
-    shape, tokens = PUBLISHED_SHAPES[name]
-    fields = dict(shape)
-    hf_config = with_dropout(AutoConfig.for_model(fields.pop("model_type"), **fields))
-    return ModelShape(hf_config, tokens, f"the published shape of {name}")
-  known = ", ".join(n for n in PUBLISHED_SHAPES if "/" not in n)
-  raise ShapeError(
-    f"{name}{'@' + revision if revision else ''}: no local folder, no snapshot in the Hugging Face "
-    f"cache and no published shape (jaxcse knows {known}): point --config.model.name at its "
-    "config.json, or fetch its description first (huggingface-cli download NAME config.json "
-    "tokenizer.json tokenizer_config.json)"
-  )
+  return _shape(_offline(name, revision), dropout)
+
+
+def _shape(resolved: hub.Resolved, dropout: float | None) -> ModelShape:
+  """``model_shape`` of what ``hub.resolve`` found."""
+  from transformers import AutoConfig
+
+  name, folder = resolved.name, resolved.folder
+  if folder is None:  # A published shape.
+    fields = hub.published_shape(name)[0]
+    hf_config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+    if dropout is not None:
+      models.families.get(hf_config.model_type).set_dropout(hf_config, dropout)
+    return ModelShape(hf_config, SpecialTokens.published(name), f"the published shape of {name}")
+  if not os.path.isfile(os.path.join(folder, "config.json")):
+    raise ShapeError(f"{name}: {folder} holds no config.json (the model's shape)")
+  source = "the Hugging Face cache" if resolved.kind is hub.Kind.HUB else f"folder {folder}"
+  return ModelShape(models.hf_config_from_pretrained(folder, dropout), _tokens_in(folder), source, folder)
 
 
 # --------------------------------------------------------------------------
@@ -266,10 +170,11 @@ def _tokenizer(name: str):
   """``model.tokenizer``'s tokenizer (a folder, a shipped ``jaxcse/NAME``, or the Hugging Face cache)."""
   from transformers import AutoTokenizer
 
-  folder = hub.resolve_model_path(name)
-  if not os.path.isdir(folder):
-    folder = _cached_snapshot(name, None)
-  if folder is None:
+  try:
+    folder = hub.resolve(name, download=False).folder
+  except hub.ModelNotFound:
+    folder = None
+  if folder is None:  # Not found, or a published shape (no files).
     raise ShapeError(
       f"model.tokenizer {name}: not a local folder nor in the Hugging Face cache (its vocabulary size "
       "sets the embedding's shape)"
@@ -389,14 +294,14 @@ def complementary(
       frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
     built = Built(frozen, loaded.params, path)
   else:
-    workdir = Workdir.find(path)
-    if workdir is not None:
-      frozen = workdir.model_spec()
+    resolved = _offline(path, revision)
+    if resolved.workdir is not None:
+      frozen = Workdir(resolved.workdir).model_spec()
       if as_trained:
         frozen = dataclasses.replace(frozen, pooling=models.PoolerSpec(frozen.pooling.pooler))
-      built = Built(frozen, _abstract_params(frozen, 0), f"workdir {workdir.path}")
+      built = Built(frozen, _abstract_params(frozen, 0), f"workdir {resolved.workdir}")
     else:
-      shape = model_shape(path, revision=revision)
+      shape = _shape(resolved, None)
       pooler = (st_format.read_pooler(shape.folder) if shape.folder else None) or "cls"
       frozen = models.build_spec(shape.hf_config, shape.tokens, models.PoolerSpec(pooler), source=path)
       built = Built(frozen, _abstract_params(frozen, 0), shape.source)
