@@ -211,20 +211,9 @@ DCLR_INSTANCE_WEIGHTING = ("complementary", "self", "none")
 DCLR_NOISE_NEGATIVES = ("ascent", "random", "none")
 
 
-_DCLR_FIELDS = (
-  "noise_negatives",
-  "noise_times",
-  "noise_std",
-  "ascent_steps",
-  "ascent_step_size",
-  "instance_weighting",
-  "phi",
-  "loss_form",
-)
-
-
 def _dclr_settings(config) -> Settings:
-  return {"temperature": config.loss.temperature, **{field: config.dclr[field] for field in _DCLR_FIELDS}}
+  """Its own block (``config.dclr``) and the temperature it shares with the other contrastive methods."""
+  return {"temperature": config.loss.temperature, **config.dclr.to_dict()}
 
 
 def _dclr(settings, z, rng, complementary):
