@@ -473,7 +473,7 @@ def profile_train_step(shape: Shape, ids: np.ndarray, mask: np.ndarray, repeats:
   objective = objectives.get(config.method)
 
   def loss_fn(p):
-    return objective.loss(config, train_step.embed_views(module, p, batch, rng), rng, None)[0]
+    return objective.loss(objective.settings(config), train_step.embed_views(module, p, batch, rng), rng, None)[0]
 
   parts = {
     "forward (train mode)": jax.jit(loss_fn),

@@ -15,15 +15,19 @@ from tests import helpers
 
 
 def _scores(config, z, rng):
-  """The training scores the method's objective logs (objectives.Objective.scores)."""
-  return objectives.get(config.method).scores(config, z, rng)
+  """The training scores the method's objective logs (objectives.Objective.scores, on its settings)."""
+  objective = objectives.get(config.method)
+  return objective.scores(objective.settings(config), z, rng)
 
 
 def _config(method: str, **mixcse):
   import ml_collections
 
   config = ml_collections.ConfigDict({"method": method})
-  config.mixcse = ml_collections.ConfigDict({"mix_lambda": 0.2, "neighbour": "roll", **mixcse})
+  config.loss = ml_collections.ConfigDict({"temperature": 0.05, "hard_negative_weight": 0.0})
+  config.mixcse = ml_collections.ConfigDict(
+    {"mix_lambda": 0.2, "neighbour": "roll", "symmetric": False, "stop_gradient": True, **mixcse}
+  )
   return config
 
 
