@@ -56,7 +56,6 @@ from jaxcse.training import (
   configuration,
   distributed,
   inputs as inputs_lib,
-  objectives,
   start as start_lib,
   train_step as step_lib,
 )
@@ -235,7 +234,9 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
   # what order, depends on the step alone, never on the number of processes.
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
   (complementary, complementary_params), (augment_mlm, augment_params) = inputs.complementary, inputs.augment_mlm
-  train_step = step_lib.jit_train_step(config, start.spec, start.tx, complementary, mesh, augment_mlm=augment_mlm)
+  train_step = step_lib.jit_train_step(
+    config, start.spec, start.tx, complementary, mesh, augment_mlm=augment_mlm, needs=inputs.needs
+  )
   metrics_log = MetricsWriter(
     run_dir.join(METRICS_FILE),
     start.step,
@@ -245,7 +246,7 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
   evaluate = validation.Evaluator(
     config,
     start.spec,
-    attend_padding=objectives.needs(config).attend_padding,
+    attend_padding=inputs.needs.attend_padding,
     heldout=start.heldout,
     dev_sets=inputs.dev_sets,
     own=inputs.own_dev_sets,

@@ -89,12 +89,19 @@ def train_step_program(
   mesh = distributed.make_mesh(devices)
   if batch_size % mesh.size:
     raise configuration.ConfigError(f"train.batch_size {batch_size} must be divisible by the {mesh.size} devices")
-  model = configured.model(config, abstract=True)
-  complementary = configured.complementary(config, model.spec, abstract=True)
+  needs = objectives.needs(config)
+  model = configured.model(config, abstract=True, needs=needs)
+  complementary = configured.complementary(config, model.spec, abstract=True, needs=needs)
   tx = step_lib.make_optimizer(config.train, stand_in_total_steps(config))
   augment_mlm = configured.augment_mlm(config, model.spec, abstract=True)
   jitted = step_lib.jit_train_step(
-    config, model.spec, tx, complementary and complementary.spec, mesh, augment_mlm=augment_mlm and augment_mlm.spec
+    config,
+    model.spec,
+    tx,
+    complementary and complementary.spec,
+    mesh,
+    augment_mlm=augment_mlm and augment_mlm.spec,
+    needs=needs,
   )
   # The arguments as the trainer places them: the state as training.start.build makes it (step 0, the params, the
   # optimizer's fresh state) and the frozen models' params replicated, the batch split over the devices.
@@ -321,10 +328,11 @@ def compile_encoder(
   """
   devices = devices if devices is not None else targets_lib.devices(target)
   configuration.validate(config)
-  model = configured.model(config, abstract=True)
+  needs = objectives.needs(config)
+  model = configured.model(config, abstract=True, needs=needs)
   spec = model.spec
   pooler = spec.pooling.dev_pooler
-  attend_padding = objectives.needs(config).attend_padding
+  attend_padding = needs.attend_padding
   rows = rows or config.eval.batch_size
   max_len = min(max_len or spec.max_positions, spec.max_positions)
   embed = embedder_lib.BucketedEmbedder(

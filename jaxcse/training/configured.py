@@ -214,21 +214,22 @@ def _needs_vocabulary(name: str, tokens) -> None:
     )
 
 
-def model(config: ml_collections.ConfigDict, *, abstract: bool = False) -> Built:
+def model(config: ml_collections.ConfigDict, *, abstract: bool = False, needs: objectives.Needs | None = None) -> Built:
   """The model a fresh run of ``config`` starts from: its weights, or (``abstract``) their shapes only.
 
+  ``needs``: ``objectives.needs(config)``, resolved once by the caller (computed here when not given).
   Raises ``configuration.ConfigError`` if the config does not fit the model (``configuration.check_model``).
   """
-  built = _model(config, abstract)
+  built = _model(config, abstract, needs or objectives.needs(config))
   configuration.check_model(config, built.spec)
   return built
 
 
-def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
+def _model(config: ml_collections.ConfigDict, abstract: bool, needs: objectives.Needs) -> Built:
   """``model``, before the config is checked against the model's."""
   dtype = models.DTYPES[config.model.dtype]
   pooling = objectives.pooling_of(config)
-  with_mlm = objectives.needs(config).token_loss is not None
+  with_mlm = needs.token_loss is not None
   mlm_head = config.mlm.head if config.mlm.enabled else "tied"
   build = dict(
     dtype=dtype,
@@ -269,7 +270,11 @@ def _model(config: ml_collections.ConfigDict, abstract: bool) -> Built:
 
 
 def complementary(
-  config: ml_collections.ConfigDict, spec: models.ModelSpec | None = None, *, abstract: bool = False
+  config: ml_collections.ConfigDict,
+  spec: models.ModelSpec | None = None,
+  *,
+  abstract: bool = False,
+  needs: objectives.Needs | None = None,
 ) -> Built | None:
   """The frozen complementary model the config's method asks for (``objectives.EncoderNeeds``), or None.
 
@@ -281,8 +286,9 @@ def complementary(
   sentence-transformers pooling (else ``cls``).
 
   ``spec``, the trained model's, checks that the frozen model reads the same token ids (``check_complementary``).
+  ``needs``: ``objectives.needs(config)``, resolved once by the caller (computed here when not given).
   """
-  needs = objectives.needs(config)
+  needs = needs or objectives.needs(config)
   if not needs.complementary:
     return None
   path, revision = needs.complementary_model, needs.complementary_revision or None
@@ -333,7 +339,6 @@ def check_complementary(
   ``data.max_seq_len`` positions. (sentence-transformers' GISTEmbedLoss retokenizes the decoded text for a guide
   with another vocabulary or a shorter length; jaxcse refuses it.)
   """
-  needs = objectives.needs(config)
   field, name = needs.complementary_field, needs.complementary_model
   mine, theirs = _vocabulary(spec), _vocabulary(frozen)
   if mine is not None and theirs is not None:

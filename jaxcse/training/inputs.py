@@ -29,6 +29,7 @@ log = logging.getLogger("jaxcse")
 class Inputs:
   """Everything a run reads, loaded and checked before it writes anything (``read``)."""
 
+  needs: objectives.Needs  # What the config's method needs (objectives.needs), resolved once for the whole run.
   start: StartPoint  # Fresh or resume (``Workdir.start_point``), and the bad latest checkpoints to set aside.
   spec: models.ModelSpec  # The configured model's, or the workdir's description when the run resumes.
   params: Any  # The configured model's parameters; None when the run resumes (``start.start`` restores them).
@@ -52,6 +53,7 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
   pair_data = train_data is not None or data_lib.is_pairs_source(data_source(config), csv_format(config))
   corpus = read_corpus(config, train_data) if pair_data else None  # Its digest is of its content: read it first.
   corpus_digests = digest_corpus(config, corpus)
+  needs = objectives.needs(config)
   start = workdir.start_point(restart)
   workdir.check_config(config, restart, start)
   if start.holds_checkpoints:
@@ -64,7 +66,7 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
     )
     spec, params = described, None
   else:
-    built = configured.model(config)
+    built = configured.model(config, needs=needs)
     spec, params = built.spec, built.params
   batches, heldout = make_batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
@@ -77,10 +79,10 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
     document_prompt=config.data.get("document_prompt", ""),
   )
   replicated = NamedSharding(mesh, PartitionSpec())
-  complementary = frozen_model(configured.complementary(config, spec), replicated)
+  complementary = frozen_model(configured.complementary(config, spec, needs=needs), replicated)
   augment_mlm = frozen_model(configured.augment_mlm(config, spec), replicated)
   return Inputs(
-    start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm, corpus_digests
+    needs, start, spec, params, batches, heldout, dev_sets, own_dev_sets, complementary, augment_mlm, corpus_digests
   )
 
 

@@ -379,6 +379,7 @@ def make_train_step(
   *,
   cache_gradients: bool = True,
   augment_mlm: models.ModelSpec | None = None,
+  needs: objectives.Needs | None = None,
 ):
   """The pure train step ``(state, batch, complementary_params=None, augment_params=None) -> (state, metrics)``.
 
@@ -396,9 +397,9 @@ def make_train_step(
   the whole batch; DCLR's complementary model embeds chunk by chunk. With
   dropout 0 the gradients are the plain step's up to float rounding.
   ``cache_gradients=False`` differentiates the same chunked computation as one
-  graph (the reference the tests compare with).
+  graph (the reference the tests compare with). ``needs``: ``objectives.needs(config)`` when the caller has it.
   """
-  needs = objectives.needs(config)
+  needs = needs or objectives.needs(config)
   if needs.complementary and complementary is None:
     raise ValueError(f"{config.method} needs a complementary model (config.{needs.complementary_field})")
   # None when the config uses none (e.g. DCLR without instance weighting, or weighting by the model itself).
@@ -439,6 +440,7 @@ def jit_train_step(
   mesh: jax.sharding.Mesh,
   *,
   augment_mlm: models.ModelSpec | None = None,
+  needs: objectives.Needs | None = None,
 ):
   """``make_train_step`` jitted as the trainer runs it on ``mesh`` (``distributed.make_mesh``'s 1-axis ``data``).
 
@@ -450,7 +452,7 @@ def jit_train_step(
   """
   replicated, batch = distributed.data_shardings(mesh)
   return jax.jit(
-    make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm),
+    make_train_step(config, spec, tx, complementary, augment_mlm=augment_mlm, needs=needs),
     in_shardings=(replicated, batch, replicated, replicated),
     out_shardings=(replicated, replicated),
     donate_argnums=0,
