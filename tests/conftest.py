@@ -116,8 +116,12 @@ def small_disk(tmp_path):
 # The slowest tests (minutes each on one core), longest first: run first, so that with ``-n 2`` neither worker is
 # left with one of them at the end while the other waits (the suite's wall time is the busier worker's).
 SLOW_FIRST = (
-  "tests/test_docs_examples.py::test_every_example_runs",
+  "tests/test_docs_examples.py::test_every_readme_example_runs",  # Every docs page waits for it (a file lock).
   "tests/test_train.py::test_two_devices_equal_one_device_for_every_method",
+  "tests/test_docs_examples.py::test_every_example_of_a_docs_page_runs[docs/own_data.md]",
+  "tests/test_docs_examples.py::test_every_example_of_a_docs_page_runs[docs/training.md]",
+  "tests/test_docs_examples.py::test_every_example_of_a_docs_page_runs[docs/evaluation.md]",
+  "tests/test_docs_examples.py::test_every_example_of_a_docs_page_runs",
   "tests/test_train.py::test_resume_after_kill_matches_uninterrupted_run",
   "tests/test_train.py::test_smoke_train_save_evaluate",
   "tests/test_ablation_switches.py::test_mlm_augmentation_trains_end_to_end_and_needs_a_pretrained_head",
@@ -132,8 +136,9 @@ SLOW_FIRST = (
 
 
 def pytest_collection_modifyitems(config, items):
-  """Moves ``SLOW_FIRST``'s tests (every parametrization) to the front, in its order; the rest keep theirs."""
+  """Moves ``SLOW_FIRST``'s tests to the front, in its order (a name without ``[...]``: every parametrization not
+  named on its own); the rest keep theirs."""
   del config
   rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-  order = {id(item): rank.get(item.nodeid.split("[")[0], len(rank)) for item in items}
+  order = {id(item): rank.get(item.nodeid, rank.get(item.nodeid.split("[")[0], len(rank))) for item in items}
   items.sort(key=lambda item: order[id(item)])  # Stable: ties keep the collection order.

@@ -244,6 +244,15 @@ TINY_CONFIG_KEYS = (
 )
 
 
+def simulated_devices(n: int) -> str:
+  """``XLA_FLAGS`` for a subprocess that simulates ``n`` CPU devices, keeping the flags this process was given
+  (.ci/run compiles the tests' programs with LLVM's optimization level 1: docs/development.md)."""
+  kept = [
+    f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")
+  ]
+  return " ".join([*kept, f"--xla_force_host_platform_device_count={n}"])
+
+
 def train_cli_args(workdir: str, model_dir: str, data_dir: str, **overrides) -> list[str]:
   """The arguments of ``python -m jaxcse.train`` for ``tiny_config(model_dir, data_dir, **overrides)``."""
   import functools

@@ -94,10 +94,12 @@ def test_the_command_compiles_the_step_the_trainer_runs(tiny_model_dir, small_da
   # The trainer (which builds its step through train_step.jit_train_step) stops at its first step; the step it
   # was about to run, lowered with its real state, batch and frozen models' params on 2 devices, must be the
   # program the command lowers from shapes alone: same function, shardings, donation, dtypes, structure.
+  from tests import helpers
+
   out = str(tmp_path / "drift.json")
   env = {
     **os.environ,
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "XLA_FLAGS": helpers.simulated_devices(2),
     "JAX_PLATFORMS": "cpu",
     "PYTHONPATH": REPO,
   }

@@ -245,16 +245,50 @@ def test_the_encoders_forward_compiles_at_each_length_bucket(tiny_model_dir, tmp
     assert all(r["collectives"] == {} for r in report["lengths"])  # Replicated: every device embeds the batch.
 
 
+# libtpu takes 5-15 minutes of a CPU core for each of these programs (BERT-base's and BERT-Mini's step for a v5e),
+# more than CI can spend on them. What it answered for these exact programs is committed here, as the command's
+# compile cache holds it (one JSON per compilation, named by its fingerprint: the lowered program, the target, the
+# compilers' versions and flags): the test lowers the program again (seconds), must find its fingerprint there,
+# and runs the command, which reads the answer back. A change to a program (the model, the step, jax or libtpu)
+# misses, and the test fails with the command that compiles it again and writes the new entry.
+NOTEBOOK_RUNS = os.path.join(REPO, "experiments", "aot", "notebook_runs")
+
+
 @pytest.mark.parametrize("target", ["v5e-1", "v5e-8"])
 @pytest.mark.parametrize("config", ["colab_tpu", "quickstart"])
 def test_the_notebooks_runs_fit_todays_colab_and_kaggle_tpus(config, target, tmp_path):
   # notebooks/tpu.ipynb trains configs/colab_tpu.py (BERT-base, global batch 64, bfloat16) and
   # notebooks/quickstart.ipynb configs/quickstart.py (the shipped BERT-Mini, batch 64), as they are.
+  import importlib
+  import shutil
+
+  from jaxcse.compile import lowering, targets
+
+  program = lowering.train_step_program(
+    importlib.import_module(f"jaxcse.configs.{config}").get_config(), targets.devices(targets.get(target))
+  )
+  key = lowering.fingerprint(lowering.lower(program.jitted, program.args)[1], targets.get(target))
+  if not os.path.exists(os.path.join(NOTEBOOK_RUNS, key + ".json")):
+    pytest.fail(
+      f"{config}'s step for {target} is not the program whose compilation experiments/aot/notebook_runs holds "
+      f"(it changed, or jax or libtpu did): compile it again, in .ci/run's .venv-aot (minutes), with "
+      f"`jaxcse-compile --config {config} --target {target} --cache_dir experiments/aot/notebook_runs`, "
+      f"and remove the entries no test finds any more"
+    )
+  cache = tmp_path / "cache"
+  shutil.copytree(NOTEBOOK_RUNS, cache)  # The command may write to its cache: never to the checkout.
   out = tmp_path / "report.json"
-  result = _command("--config", config, "--target", target, "--json", str(out))
+  result = _command("--config", config, "--target", target, "--json", str(out), "--cache_dir", str(cache))
   assert result.returncode == 0 and result.stderr == "", result.stderr
   report = json.load(open(out))
+  assert report["cached"] and report["fingerprint"] == key
   assert report["fits"] and report["batch_size"] == 64 and report["num_devices"] == int(target.split("-")[1])
+
+
+def test_every_recorded_notebook_compilation_is_one_a_test_finds():
+  """No stale entries: the four programs above, each once (the test above fails before this one could miss one)."""
+  entries = sorted(f for f in os.listdir(NOTEBOOK_RUNS) if f.endswith(".json"))
+  assert len(entries) == 4, entries
 
 
 @pytest.mark.skipif(_gpu_compiler_missing() is None, reason="this jaxlib compiles for GPUs")

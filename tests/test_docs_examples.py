@@ -1,11 +1,12 @@
 """Every example in README.md and docs/*.md runs, so that none can rot (docs/development.md).
 
-Every fenced block tagged ``python``, ``bash``, ``sh`` or ``console`` is run, in document order: shell blocks with
-``bash -e -o pipefail``, Python blocks each in a fresh interpreter, all in a scratch folder that holds symlinks to
-the checkout's top-level folders (commands run as from a checkout; what they write stays in the scratch folder).
-Any other fenced block must be tagged ``text`` (outputs, file layouts), so no command can hide in an untagged one.
-The README's quickstart trains ``workdirs/quickstart``; each docs page gets its own scratch folder with a copy of
-it. HTML comments on the lines right before a block adapt it to CI, visibly in the page's source:
+Every fenced block tagged ``python``, ``bash``, ``sh`` or ``console`` is run, each page's in its order: shell
+blocks with ``bash -e -o pipefail``, Python blocks each in a fresh interpreter, all in a scratch folder that holds
+symlinks to the checkout's top-level folders (commands run as from a checkout; what they write stays in the scratch
+folder). Any other fenced block must be tagged ``text`` (outputs, file layouts), so no command can hide in an
+untagged one. The README's quickstart trains ``workdirs/quickstart`` (once per session, under a file lock); each
+docs page is a test of its own, in a scratch folder of its own with a copy of it. HTML comments on the lines right
+before a block adapt it to CI, visibly in the page's source:
 
   <!-- no-ci: REASON -->           not run (a TPU, a GPU, the network, hours); the count per page is pinned below
   <!-- ci-replace: OLD => NEW -->  run with OLD replaced by NEW (fewer steps, a smaller size); OLD must occur
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import json
 import os
 import re
 import resource
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import time
 
+import filelock
 import pytest
 
 from tests.helpers import REPO
@@ -259,37 +262,70 @@ def _run(block: Block, folder: str, env: dict[str, str], data_root: str) -> str 
   return None
 
 
-def test_every_example_runs(real_data_dir, tmp_path):
+def _run_page(document: str, folder: str, env: dict[str, str], data_root: str) -> tuple[list[str], str]:
+  """Runs a page's blocks in order in ``folder``: (what failed, what each block cost in CPU and wall seconds)."""
+  failures, costs = [], []
+  for block in parse(document):
+    if block.language in RUN and block.no_ci is None:
+      cpu, wall = _children_cpu_seconds(), time.monotonic()
+      failure = _run(block, folder, env, data_root)
+      costs.append((block.where, _children_cpu_seconds() - cpu, time.monotonic() - wall))
+      if failure:
+        failures.append(failure)
+        if document == "README.md" and "jaxcse-train" in block.code:
+          break  # The quickstart: nothing after it can run.
+  report = "".join(f"\n{where:32} {cpu:7.1f} s CPU {wall:7.1f} s wall" for where, cpu, wall in costs)
+  return failures, report
+
+
+def _readme(tmp_path_factory, data_root: str) -> tuple[str, list[str], str]:
+  """The README's blocks, run once per test session (``pytest -n``: once for all workers, under a file lock):
+  (its scratch folder, with the trained ``workdirs/quickstart`` every page starts from; what failed; the costs)."""
+  shared = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    shared = shared.parent  # The workers' base folders sit side by side in one folder of the session.
+  folder, record = str(shared / "docs-README"), str(shared / "docs-README.json")
+  with filelock.FileLock(record + ".lock"):
+    if not os.path.exists(record):
+      env = _environment(str(shared / "docs-jax_cache"))
+      failures, report = _run_page("README.md", _scratch(folder), env, data_root)
+      with open(record, "w", encoding="utf-8") as f:
+        json.dump({"failures": failures, "report": report}, f)
+    with open(record, encoding="utf-8") as f:
+      ran = json.load(f)
+  return folder, ran["failures"], ran["report"]
+
+
+def _require_extras():
   # Blocks import what the dev extra installs; a venv without it cannot run them (CI's has it).
   for module in ("sentence_transformers", "mteb", "matplotlib"):
     pytest.importorskip(module, reason=f"the docs' examples use {module} (pip install -e '.[dev]')")
-  env = _environment(str(tmp_path / "jax_cache"))
-  failures, costs = [], []
-  readme = _scratch(str(tmp_path / "README"))
-  for document in DOCUMENTS:
-    folder = readme if document == "README.md" else _scratch(str(tmp_path / document.replace("/", "-")))
-    if document != "README.md" and os.path.isdir(os.path.join(readme, "workdirs", "quickstart")):
-      # The README's trained model, as each page expects it. Hard links, so nothing is copied: a page's new files
-      # (plots, results) are its own, while a file changed in place (docs/data.md resumes the finished
-      # quickstart) changes for the pages after it too, which only read the model.
-      shutil.copytree(
-        os.path.join(readme, "workdirs", "quickstart"),
-        os.path.join(folder, "workdirs", "quickstart"),
-        copy_function=os.link,
-      )
-    for block in parse(document):
-      if block.language in RUN and block.no_ci is None:
-        cpu, wall = _children_cpu_seconds(), time.monotonic()
-        failure = _run(block, folder, env, real_data_dir)
-        costs.append((block.where, _children_cpu_seconds() - cpu, time.monotonic() - wall))
-        if failure:
-          failures.append(failure)
-          if document == "README.md" and "jaxcse-train" in block.code:
-            pytest.fail(f"the README's quickstart failed; nothing after it can run:\n{failure}")
-  # What each block costs (CPU seconds of its processes, and wall), to keep this test cheap: see with -s.
-  print("".join(f"\n{where:32} {cpu:7.1f} s CPU {wall:7.1f} s wall" for where, cpu, wall in costs))
-  print(f"{'all':32} {sum(c for _, c, _ in costs):7.1f} s CPU {sum(w for _, _, w in costs):7.1f} s wall")
-  assert not failures, f"{len(failures)} example(s) failed:\n\n" + "\n\n".join(failures)
+
+
+def test_every_readme_example_runs(real_data_dir, tmp_path_factory):
+  _require_extras()
+  _, failures, report = _readme(tmp_path_factory, real_data_dir)
+  print(report)  # What each block costs (CPU seconds of its processes, and wall), to keep this test cheap: -s.
+  assert not failures, f"{len(failures)} README example(s) failed:\n\n" + "\n\n".join(failures)
+
+
+# Each page runs on its own (in parallel under ``pytest -n``), from a copy of the README's trained quickstart.
+@pytest.mark.parametrize(
+  "document", [d for d in DOCUMENTS[1:] if any(b.language in RUN and b.no_ci is None for b in parse(d))]
+)
+def test_every_example_of_a_docs_page_runs(document, real_data_dir, tmp_path, tmp_path_factory):
+  _require_extras()
+  readme, readme_failures, _ = _readme(tmp_path_factory, real_data_dir)
+  quickstart = os.path.join(readme, "workdirs", "quickstart")
+  if not os.path.isdir(quickstart):
+    pytest.fail("the README's quickstart failed (test_every_readme_example_runs says how): no page can run")
+  folder = _scratch(str(tmp_path / "page"))
+  # A copy (64 MB), not links: a page may change it (docs/data.md resumes the finished quickstart) while others read.
+  shutil.copytree(quickstart, os.path.join(folder, "workdirs", "quickstart"))
+  env = _environment(str(tmp_path_factory.getbasetemp() / "docs-jax_cache"))
+  failures, report = _run_page(document, folder, env, real_data_dir)
+  print(report)
+  assert not failures, f"{len(failures)} example(s) of {document} failed:\n\n" + "\n\n".join(failures)
 
 
 def test_no_script_hard_codes_a_temporary_folder():

@@ -126,7 +126,7 @@ def test_grad_cache_on_two_devices(tiny_model_dir, small_data_dir, tmp_path):
   out = str(tmp_path / "two.npz")
   env = {
     **os.environ,
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "XLA_FLAGS": helpers.simulated_devices(2),
     "JAX_PLATFORMS": "cpu",
     "JAX_ENABLE_X64": "1",
   }

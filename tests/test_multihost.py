@@ -71,7 +71,7 @@ def _env(**extra: str) -> dict[str, str]:
   return {
     **env,
     "JAX_PLATFORMS": "cpu",
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+    "XLA_FLAGS": helpers.simulated_devices(1),
     "PYTHONPATH": REPO,
     **extra,
   }
@@ -113,7 +113,7 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
   # The reference: one process with two (simulated) devices, the same 2-way data mesh.
   reference = str(tmp_path / "reference")
   _launch(
-    [(_cli(reference, tiny_model_dir, small_data_dir), _env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))],
+    [(_cli(reference, tiny_model_dir, small_data_dir), _env(XLA_FLAGS=helpers.simulated_devices(2)))],
     tmp_path,
     "reference",
   )

@@ -87,9 +87,7 @@ def test_tpu_notebook_on_four_devices_keeps_the_global_batch(kernel, tmp_path, m
   # The smoke setting's global batch is 8 on any device count (the real one 64, as the paper): on 4 devices, 2
   # rows each; a per-device batch times the device count would make it 16 here (and 8 on one v5e chip).
   workdir = str(tmp_path / "tpu")
-  nb = run_notebook(
-    "tpu.ipynb", kernel, workdir, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}, monkeypatch
-  )
+  nb = run_notebook("tpu.ipynb", kernel, workdir, {"XLA_FLAGS": helpers.simulated_devices(4)}, monkeypatch)
   out = text_output(nb)
   assert "4 cpu devices; mesh axes {'data': 4}" in out
   assert "rows 0:2, shape (2, 1, 32)" in out and "rows 6:8, shape (2, 1, 32)" in out

@@ -307,7 +307,7 @@ def test_no_batch_holds_a_duplicate_on_any_of_two_devices(tiny_model_dir, small_
   path = _write_jsonl(tmp_path / "dups.jsonl", rows)
   env = {
     **os.environ,
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "XLA_FLAGS": helpers.simulated_devices(2),
     "JAX_PLATFORMS": "cpu",
     "PYTHONPATH": REPO,
     "HF_DATASETS_CACHE": str(tmp_path / "hf"),

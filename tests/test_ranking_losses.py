@@ -314,7 +314,7 @@ def test_two_devices_equal_one_device(tiny_model_dir, small_data_dir, tmp_path):
     out = str(tmp_path / f"step_{n}.npz")
     env = {
       **os.environ,
-      "XLA_FLAGS": f"--xla_force_host_platform_device_count={n}",
+      "XLA_FLAGS": helpers.simulated_devices(n),
       "JAX_PLATFORMS": "cpu",
       "JAX_ENABLE_X64": "1",
     }

@@ -8,8 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import scipy.spatial.distance
-import scipy.stats
 
 from jaxcse.evaluation.sts_data import PairSet
 from jaxcse.inference import embedder as embedder_lib
@@ -29,6 +27,8 @@ def cosine_scores(e1: np.ndarray, e2: np.ndarray) -> np.ndarray:
 
 
 def correlations(scores: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+  import scipy.stats  # Here, not at the top: it costs a second or two of every command's start-up.
+
   return {
     "pearson": float(scipy.stats.pearsonr(scores, gold)[0]),
     "spearman": float(scipy.stats.spearmanr(scores, gold)[0]),
@@ -86,6 +86,8 @@ def uniformity(x: np.ndarray, *, t: float = 2) -> float:
   x = _normalize_rows(x)
   if len(x) < 2:
     raise ValueError(f"uniformity needs at least 2 embeddings, got {len(x)}")
+  import scipy.spatial.distance  # As correlations: only when asked for.
+
   sq_dists = scipy.spatial.distance.pdist(x, "sqeuclidean")  # [n (n - 1) / 2], the pairs i < j.
   return float(np.log(np.mean(np.exp(-t * sq_dists))))
 

@@ -42,8 +42,6 @@ from collections.abc import Callable, Sequence
 
 import jax
 import numpy as np
-import sklearn.metrics
-import sklearn.model_selection
 
 from jaxcse import data as data_lib
 from jaxcse.evaluation.probe import MODES, ProbeConfig, Problems, fit_probes, predict  # noqa: F401  (transfer.X too)
@@ -233,6 +231,8 @@ def nested_folds(
 
   All indices are rows of ``labels`` (inner ones already mapped back from the outer training part).
   """
+  import sklearn.model_selection  # Here: sklearn takes seconds to import, and only transfer tasks need it.
+
   skf = sklearn.model_selection.StratifiedKFold(n_splits=k, shuffle=True, random_state=NESTED_SPLIT_SEED)
   folds = []
   for outer_train, outer_test in skf.split(np.zeros(len(labels)), labels):
@@ -305,6 +305,8 @@ def kfold_then_test(
   Returns:
     (SentEval's ``{"devacc", "acc", "ndev", "ntest"}`` plus ``"l2"``, test predictions ``[n_test]``).
   """
+  import sklearn.model_selection  # Here: sklearn takes seconds to import, and only transfer tasks need it.
+
   skf = sklearn.model_selection.StratifiedKFold(n_splits=config.kfold, shuffle=True, random_state=seed)
   folds = list(skf.split(train_x, train_y))
   train, val, l2 = [], [], []
@@ -403,6 +405,8 @@ def evaluate_task(
     )
   result, pred = kfold_then_test(feats["train"], labels["train"], feats["test"], labels["test"], **kwargs)
   if task.name == "MRPC":
+    import sklearn.metrics  # As sklearn.model_selection above.
+
     result["f1"] = _percent(sklearn.metrics.f1_score(labels["test"], pred))
   return result
 
