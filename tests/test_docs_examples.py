@@ -278,12 +278,16 @@ def _run_page(document: str, folder: str, env: dict[str, str], data_root: str) -
   return failures, report
 
 
+def _session_folder(tmp_path_factory):
+  """The folder of the whole test session: under ``pytest -n`` the workers' base folders sit side by side in it."""
+  base = tmp_path_factory.getbasetemp()
+  return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def _readme(tmp_path_factory, data_root: str) -> tuple[str, list[str], str]:
   """The README's blocks, run once per test session (``pytest -n``: once for all workers, under a file lock):
   (its scratch folder, with the trained ``workdirs/quickstart`` every page starts from; what failed; the costs)."""
-  shared = tmp_path_factory.getbasetemp()
-  if os.environ.get("PYTEST_XDIST_WORKER"):
-    shared = shared.parent  # The workers' base folders sit side by side in one folder of the session.
+  shared = _session_folder(tmp_path_factory)
   folder, record = str(shared / "docs-README"), str(shared / "docs-README.json")
   with filelock.FileLock(record + ".lock"):
     if not os.path.exists(record):
@@ -315,14 +319,14 @@ def test_every_readme_example_runs(real_data_dir, tmp_path_factory):
 )
 def test_every_example_of_a_docs_page_runs(document, real_data_dir, tmp_path, tmp_path_factory):
   _require_extras()
-  readme, readme_failures, _ = _readme(tmp_path_factory, real_data_dir)
+  readme, _, _ = _readme(tmp_path_factory, real_data_dir)
   quickstart = os.path.join(readme, "workdirs", "quickstart")
   if not os.path.isdir(quickstart):
     pytest.fail("the README's quickstart failed (test_every_readme_example_runs says how): no page can run")
   folder = _scratch(str(tmp_path / "page"))
   # A copy (64 MB), not links: a page may change it (docs/data.md resumes the finished quickstart) while others read.
   shutil.copytree(quickstart, os.path.join(folder, "workdirs", "quickstart"))
-  env = _environment(str(tmp_path_factory.getbasetemp() / "docs-jax_cache"))
+  env = _environment(str(_session_folder(tmp_path_factory) / "docs-jax_cache"))  # The README's cache too.
   failures, report = _run_page(document, folder, env, real_data_dir)
   print(report)
   assert not failures, f"{len(failures)} example(s) of {document} failed:\n\n" + "\n\n".join(failures)
