@@ -299,7 +299,15 @@ def test_the_crop_regime_test_reads_its_pre_registered_rule(summarize, before, v
     ({1: 88.0, 2: 88.0, 3: 88.0}, {1: 87.6, 2: 87.6, 3: 87.6}, "against the regime explanation"),  # All >= +0.5.
     ({1: 86.0, 2: 86.0, 3: 86.0}, {1: 86.5, 2: 86.5, 3: 86.5}, "for the regime explanation"),  # All <= -0.5.
     ({1: 88.0, 2: 88.0, 3: 88.0}, {1: 87.4, 2: 87.6, 3: 87.6}, "not decided"),  # One gain +0.4.
-    ({1: 88.0, 2: 88.0}, {1: 87.6, 2: 87.6, 3: 87.6}, "no decision: 2 of 3 paired seeds"),
+    ({1: 88.0, 2: 88.0}, {1: 87.6, 2: 87.6, 3: 87.6}, "no decision: 2 of 3 paired seeds finished for both rows."),
+    # Seeds still to run cannot decide once a finished gain has ruled out each side (+0.4 < +0.5, and > -0.5).
+    ({1: 88.0, 2: 87.4}, {1: 87.6, 2: 87.6}, "no decision: 2 of 3 paired seeds finished for both rows; the rule can"),
+    (
+      {1: 88.0, 2: 88.0},
+      {1: 87.6, 2: 87.6},
+      "no decision: 2 of 3 paired seeds finished for both rows.",
+    ),  # 'against' open.
+    ({1: 86.0, 2: 86.0}, {1: 86.4, 2: 86.4}, "no decision: 2 of 3 paired seeds finished for both rows."),  # 'for' open.
   ],
 )
 def test_the_minilm_regime_test_reads_its_pre_registered_rule(summarize, crop, deletion, verdict):
