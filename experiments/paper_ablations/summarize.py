@@ -750,6 +750,27 @@ def _tost_line(label: str, diffs: dict[int, float]) -> str:
   )
 
 
+def minilm_regime_verdict(g_crop: dict[int, float], g_wd: dict[int, float]) -> str:
+  """The regime test (b)'s pre-registered rule on its per-seed gains over None (README: "The regime, put to a test")."""
+  finished = [*g_crop.values(), *g_wd.values()]
+  if min(len(g_crop), len(g_wd)) < 3:
+    verdict = f"no decision: {min(len(g_crop), len(g_wd))} of 3 paired seeds finished for both rows"
+    # Each decisive outcome needs every gain on its side: one finished gain on the wrong side rules it out for
+    # good, whatever the seeds still to run give.
+    if any(v < 0.5 for v in finished) and any(v > -0.5 for v in finished):
+      verdict += (
+        "; the rule can no longer decide (a finished gain below +0.5 rules out 'against', one above -0.5 "
+        "rules out 'for'): 'not decided' whatever the remaining seeds give"
+      )
+  elif all(v >= 0.5 for v in finished):
+    verdict = "against the regime explanation (both gains >= +0.5 in every seed)"
+  elif all(v <= -0.5 for v in finished):
+    verdict = "for the regime explanation (both gains <= -0.5 in every seed)"
+  else:
+    verdict = "not decided"
+  return verdict
+
+
 def regime_table(runs: list[Run]) -> list[str]:
   """Issue 50's regime tests (README: "The regime, put to a test"), by their pre-registered rules."""
   lines = []
@@ -792,22 +813,7 @@ def regime_table(runs: list[Run]) -> list[str]:
   minilm = {row: _by_seed(runs, "regime_minilm", row) for row in ("none", "crop10", "word_deletion10")}
   if any(minilm.values()):
     g_crop, g_wd = _gains(minilm["crop10"], minilm["none"]), _gains(minilm["word_deletion10"], minilm["none"])
-    finished = [*g_crop.values(), *g_wd.values()]
-    if min(len(g_crop), len(g_wd)) < 3:
-      verdict = f"no decision: {min(len(g_crop), len(g_wd))} of 3 paired seeds finished for both rows"
-      # Each decisive outcome needs every gain on its side: one finished gain on the wrong side rules it out for
-      # good, whatever the seeds still to run give.
-      if any(v < 0.5 for v in finished) and any(v > -0.5 for v in finished):
-        verdict += (
-          "; the rule can no longer decide (a finished gain below +0.5 rules out 'against', one above -0.5 "
-          "rules out 'for'): 'not decided' whatever the remaining seeds give"
-        )
-    elif all(v >= 0.5 for v in finished):
-      verdict = "against the regime explanation (both gains >= +0.5 in every seed)"
-    elif all(v <= -0.5 for v in finished):
-      verdict = "for the regime explanation (both gains <= -0.5 in every seed)"
-    else:
-      verdict = "not decided"
+    verdict = minilm_regime_verdict(g_crop, g_wd)
     untrained = os.path.join(HERE, "results", "regime_minilm", f"{UNTRAINED_NAME}.json")
     lines += [
       "### The regime (b): all-MiniLM-L6-v2 at the paper's rate (`regime_minilm`; rule pre-registered in README.md)",
