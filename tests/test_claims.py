@@ -27,6 +27,7 @@ import os
 import re
 import statistics
 import sys
+import types
 from collections.abc import Callable
 
 import numpy as np
@@ -49,8 +50,6 @@ SEEDS = (1, 2, 3)  # The ablation tables' and the positive control's seeds (the 
 # The faithful stage's key rows (None, crop 10%, word deletion 10%, per-element mask): the README says how many seeds
 # have finished, so a newly committed seed changes the quoted numbers and this check asks the text to follow.
 FAITHFUL_KEY_SEEDS = (1, 2, 3, 4, 5)
-AUGMENT_GAIN_ROWS = ("crop10", "crop20", "crop30", "word_deletion10", "word_deletion20", "word_deletion30")
-AUGMENT_GAIN_ROWS += ("delete_one_word",)
 HORIZON_BAND = 1.4  # The horizon slice's band, fixed in positive_control/README.md before its run.
 
 
@@ -263,14 +262,15 @@ def paper(table: str, row: str) -> float:
   return next(r.paper for r in ablations().EXPERIMENTS[table].rows if r.row == row)
 
 
-def augment_gains() -> np.ndarray:
-  """[rows, seeds]: the 7 crop and deletion rows' paired gains over None (the dropout table's p0.1)."""
-  return np.array([[gains("augment", r, "dropout", "p0.1")[s] for s in SEEDS] for r in AUGMENT_GAIN_ROWS])
+def augment_gains(group: str = "augment", base_group: str = "dropout") -> np.ndarray:
+  """[rows, seeds]: the 7 crop and deletion rows' paired gains over None, as the study computes them."""
+  return ablations().pooled_sign(runs(), group, base_group)["gains"]
 
 
-def pooled_augment_test():
+def pooled_augment_test(group: str = "augment", base_group: str = "dropout"):
   """The 7 rows' question pooled: one-sample t of the per-seed mean gain over the rows (n = 3)."""
-  return stats.ttest_1samp(augment_gains().mean(axis=0), 0.0)
+  result = ablations().pooled_sign(runs(), group, base_group)
+  return types.SimpleNamespace(statistic=result["t"], pvalue=result["p"])
 
 
 def mask_effect():
@@ -498,12 +498,12 @@ def fixed_vs_no_dropout_dev_p() -> float:
 
 
 def augment_contrasts() -> list:
-  return [contrast("augment", r) for r in AUGMENT_GAIN_ROWS]
+  return [contrast("augment", r) for r in ablations().SIGN_ROWS]
 
 
 def paper_augment_losses() -> tuple[float, float]:
   """The paper's loss of each crop and deletion row against its None (STS-B dev), smallest and largest."""
-  losses = [paper("augment", "p0.1") - paper("augment", r) for r in AUGMENT_GAIN_ROWS]
+  losses = [paper("augment", "p0.1") - paper("augment", r) for r in ablations().SIGN_ROWS]
   return min(losses), max(losses)
 
 

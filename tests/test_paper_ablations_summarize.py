@@ -329,3 +329,24 @@ def test_the_mask_stage_reads_its_pre_registered_seeds_only(summarize):
   )
   text = "\n".join(summarize.mask_table(runs, official_path="/nonexistent-{}"))
   assert "+2.50, +2.50, +2.50" in text and "not the mask" in text  # Seeds 4-5 would have made it "in part".
+
+
+def test_the_sign_question_pools_the_crop_and_deletion_rows_over_seeds_1_to_3(summarize):
+  base = {1: 50.0, 2: 51.0, 3: 52.0, 4: 90.0, 5: 90.0}  # Seeds 4-5 (the key rows have them) must not enter.
+  gains = {row: {1: 1.0 + i, 2: -0.5 + i, 3: 2.0 - i} for i, row in enumerate(summarize.SIGN_ROWS)}
+  runs = _runs(summarize, "mask", "p0.1", "1e-3", base)
+  for row, by_seed in gains.items():
+    extra = {4: 0.0, 5: 0.0} if row == "crop10" else {}
+    runs += _runs(summarize, "mask", row, "1e-3", {s: base[s] + g for s, g in {**by_seed, **extra}.items()})
+  result = summarize.pooled_sign(runs, "mask", "mask")
+  expected = np.array([[by_seed[s] for s in (1, 2, 3)] for by_seed in gains.values()])
+  np.testing.assert_allclose(result["gains"], expected, atol=1e-12)
+  assert result["above"] == int((expected > 0).sum())
+  t = stats.ttest_1samp(expected.mean(axis=0), 0.0)
+  assert result["t"] == pytest.approx(t.statistic, rel=1e-12) and result["p"] == pytest.approx(t.pvalue, rel=1e-12)
+  line = summarize.pooled_sign_line(runs, "mask", "mask")
+  assert f"above None in {result['above']} of 21 row-seeds" in line and f"t {t.statistic:.2f}" in line
+  # One row missing a seed: no pooled number yet, said so.
+  partial = [r for r in runs if not (r.row == "delete_one_word" and r.seed == 3)]
+  assert summarize.pooled_sign(partial, "mask", "mask") is None
+  assert "not yet" in summarize.pooled_sign_line(partial, "mask", "mask")

@@ -455,11 +455,54 @@ def experiment_table(
       )
     else:
       lines.append(f"Kendall's tau ({label} paper vs ours, {metric}): {tau[0]:+.3f} (p = {tau[1]:.3g}, {tau[2]} rows).")
+  if name.startswith("augment"):
+    base_group = next(r.group for r in experiment.rows if r.row == BASELINES[name])
+    lines += ["", pooled_sign_line(runs, experiment.rows[1].group, base_group)]
   if experiment.note:
     lines += ["", experiment.note]
   for note in notes:
     lines += ["", f"Note: {note}."]
   return lines + [""]
+
+
+# The augmentation table's rows that the paper finds below None (crop and word deletion), and the seeds every row
+# of the tables has: the sign question pooled over them (README, Results).
+SIGN_ROWS = ("crop10", "crop20", "crop30", "word_deletion10", "word_deletion20", "word_deletion30", "delete_one_word")
+TABLE_SEEDS = (1, 2, 3)
+
+
+def pooled_sign(runs: list[Run], group: str, base_group: str, base_row: str = "p0.1") -> dict | None:
+  """The crop and deletion rows against None, paired by seed over TABLE_SEEDS, pooled over the rows.
+
+  Returns None until every row has every seed; else ``gains`` [rows, seeds], how many are above zero, and the
+  one-sample t over the seeds of the per-seed mean gain over the rows (n = 3: the seeds are the replicates, the
+  rows are not independent of each other)."""
+  base = _by_seed(runs, base_group, base_row)
+  gains = []
+  for row in SIGN_ROWS:
+    ours = _by_seed(runs, group, row)
+    if not all(s in ours and s in base for s in TABLE_SEEDS):
+      return None
+    gains.append([ours[s] - base[s] for s in TABLE_SEEDS])
+  gains = np.array(gains)
+  t = stats.ttest_1samp(gains.mean(axis=0), 0.0)
+  return {"gains": gains, "above": int((gains > 0).sum()), "t": float(t.statistic), "p": float(t.pvalue)}
+
+
+def pooled_sign_line(runs: list[Run], group: str, base_group: str) -> str:
+  result = pooled_sign(runs, group, base_group)
+  rows = len(SIGN_ROWS)
+  if result is None:
+    return (
+      f"The {rows} crop and deletion rows pooled: not yet (every row needs seeds {', '.join(map(str, TABLE_SEEDS))})."
+    )
+  g = result["gains"]
+  return (
+    f"The {rows} crop and deletion rows against None, seeds {', '.join(map(str, TABLE_SEEDS))}: above None in "
+    f"{result['above']} of {g.size} row-seeds (paired gains {g.min():+.2f} to {g.max():+.2f}); pooled, the per-seed "
+    f"mean gain over the {rows} rows ({_per_seed(dict(zip(TABLE_SEEDS, g.mean(axis=0))))}) has one-sample t "
+    f"{result['t']:.2f}, p {result['p']:.3f} (n = {len(TABLE_SEEDS)})."
+  )
 
 
 def _best_rate(runs: list[Run], group: str, method: str) -> str | None:
