@@ -350,3 +350,21 @@ def test_the_sign_question_pools_the_crop_and_deletion_rows_over_seeds_1_to_3(su
   partial = [r for r in runs if not (r.row == "delete_one_word" and r.seed == 3)]
   assert summarize.pooled_sign(partial, "mask", "mask") is None
   assert "not yet" in summarize.pooled_sign_line(partial, "mask", "mask")
+
+
+def test_a_per_element_table_shows_each_rows_shared_mask_score_beside_it(summarize):
+  runs = (
+    _runs(summarize, "mask", "p0.1", "1e-3", {1: 53.0, 2: 54.0, 3: 55.0})
+    + _runs(summarize, "mask", "crop10", "1e-3", {1: 56.0, 2: 55.0, 3: 57.0})
+    + _runs(summarize, "dropout", "p0.1", "1e-3", {1: 51.0, 2: 52.0, 3: 50.0})
+    + _runs(summarize, "augment", "crop10", "1e-3", {1: 54.0, 2: 54.5})
+  )
+  name = "augment" + summarize.PER_ELEMENT
+  text = "\n".join(summarize.experiment_table(name, summarize.EXPERIMENTS[name], runs))
+  assert "| ours: STS avg | STS avg, shared mask | STS avg: paired d vs p0.1 |" in text
+  none = f"| {summarize.cell([53.0, 54.0, 55.0])} | {summarize.cell([51.0, 52.0, 50.0])} | baseline |"
+  crop = f"| {summarize.cell([56.0, 55.0, 57.0])} | {summarize.cell([54.0, 54.5])} | +2.00 (p Holm"
+  assert none in text and crop in text
+  assert "| crop 20% | `augment.crop=0.2` | 71.4 | 70.1 | – | – | – |" in text  # Run with neither mask.
+  # The shared-mask table has no such column.
+  assert "shared mask" not in "\n".join(summarize.experiment_table("augment", summarize.EXPERIMENTS["augment"], runs))

@@ -184,8 +184,9 @@ FIG2_RUNS = (
 
 # The dropout and augmentation tables again with the per-element attention-dropout mask (stage faithful, runs in
 # group mask): jaxcse's default since issue 50, PyTorch's draw.
+PER_ELEMENT = "_per_element"
 for _name in ("dropout", "augment"):
-  EXPERIMENTS[f"{_name}_per_element"] = dataclasses.replace(
+  EXPERIMENTS[_name + PER_ELEMENT] = dataclasses.replace(
     EXPERIMENTS[_name],
     title=EXPERIMENTS[_name].title + ", attention-dropout mask per element (jaxcse's default since issue 50)",
     rows=tuple(dataclasses.replace(row, group="mask") for row in EXPERIMENTS[_name].rows),
@@ -382,12 +383,15 @@ def experiment_table(
   metric = "STS-B dev" if experiment.metric == "stsb_dev" else "STS avg"
   lines = [f"### {experiment.title} (`{name}`)", "", f"Paper: {experiment.source}.", ""]
   paired = paired_contrasts(name, experiment, runs, "sts_avg")
+  # A per-element table shows each row's committed shared-mask score beside it: what the faithful mask moved.
+  shared = EXPERIMENTS[name.removesuffix(PER_ELEMENT)] if name.endswith(PER_ELEMENT) else None
   header = [
     "row",
     "switch",
     f"paper ({metric})",
     *(["paper v1"] if has_v1 else []),
     "ours: STS avg",
+    *(["STS avg, shared mask"] if shared else []),
     f"STS avg: paired d vs {BASELINES[name]}",
     "ours: STS-B dev",
     "alignment",
@@ -397,7 +401,7 @@ def experiment_table(
   ]
   lines += ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
   ours, notes = [], []
-  for row in experiment.rows:
+  for i, row in enumerate(experiment.rows):
     row_runs, lr, other_lrs = _row_runs(runs, row.group, row.row)
     if other_lrs:
       notes.append(f"{row.label}: runs at other rates ({', '.join(other_lrs)}) left out; lr {lr} has the most seeds")
@@ -412,6 +416,7 @@ def experiment_table(
           number(row.paper, 2 if name in ("mixcse", "dclr") else 1),
           *([number(row.paper_v1, 1)] if has_v1 else []),
           cell(avg),
+          *([cell(_values(_row_runs(runs, shared.rows[i].group, row.row)[0], "sts_avg"))] if shared else []),
           _paired_cell(paired.get(row.row), row.row == BASELINES[name]),
           cell(dev),
           number(mean(_values(row_runs, "alignment")), 3),
@@ -432,6 +437,7 @@ def experiment_table(
           "",
           *([""] if has_v1 else []),
           number(untrained["sts_avg"]),
+          *([""] if shared else []),
           "",
           number(untrained["stsb_dev"]),
           "–",
@@ -1026,7 +1032,7 @@ def summarize(out: str, untrained_path: str = UNTRAINED) -> str:
   ]
   lines += lr_grid_table(runs, best) + main_table(runs, best, untrained)
   for name, experiment in EXPERIMENTS.items():
-    if name.endswith("_per_element") and not any(r.group == "mask" for r in runs):
+    if name.endswith(PER_ELEMENT) and not any(r.group == "mask" for r in runs):
       continue  # A study without the mask or faithful stages.
     lines += experiment_table(name, experiment, runs, untrained)
   lines += horizon_table(out, runs, untrained) + mask_table(runs, untrained=untrained) + regime_table(runs)
