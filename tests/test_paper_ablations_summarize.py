@@ -368,3 +368,17 @@ def test_a_per_element_table_shows_each_rows_shared_mask_score_beside_it(summari
   assert "| crop 20% | `augment.crop=0.2` | 71.4 | 70.1 | – | – | – |" in text  # Run with neither mask.
   # The shared-mask table has no such column.
   assert "shared mask" not in "\n".join(summarize.experiment_table("augment", summarize.EXPERIMENTS["augment"], runs))
+
+
+@pytest.mark.parametrize(
+  "result, verdict",
+  [
+    (None, "no decision"),
+    ({"t": 5.0, "p": 0.04}, "the reversal holds (crop and deletion gain)"),
+    ({"t": -5.0, "p": 0.04}, "the paper's direction (they lose)"),
+    ({"t": 3.0, "p": 0.096}, "not decided"),
+    ({"t": -1.0, "p": 0.42}, "not decided"),
+  ],
+)
+def test_the_sign_question_reads_its_fixed_rule(summarize, result, verdict):
+  assert summarize.sign_verdict(result).startswith(verdict)

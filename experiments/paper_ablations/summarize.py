@@ -495,6 +495,15 @@ def pooled_sign(runs: list[Run], group: str, base_group: str, base_row: str = "p
   return {"gains": gains, "above": int((gains > 0).sum()), "t": float(t.statistic), "p": float(t.pvalue)}
 
 
+def sign_verdict(result: dict | None) -> str:
+  """The reading of the pooled sign question fixed before the faithful tables were complete (README, Stages)."""
+  if result is None:
+    return "no decision: not every row has seeds " + ", ".join(map(str, TABLE_SEEDS))
+  if result["p"] < 0.05:
+    return "the reversal holds (crop and deletion gain)" if result["t"] > 0 else "the paper's direction (they lose)"
+  return "not decided"
+
+
 def pooled_sign_line(runs: list[Run], group: str, base_group: str) -> str:
   result = pooled_sign(runs, group, base_group)
   rows = len(SIGN_ROWS)
@@ -507,7 +516,7 @@ def pooled_sign_line(runs: list[Run], group: str, base_group: str) -> str:
     f"The {rows} crop and deletion rows against None, seeds {', '.join(map(str, TABLE_SEEDS))}: above None in "
     f"{result['above']} of {g.size} row-seeds (paired gains {g.min():+.2f} to {g.max():+.2f}); pooled, the per-seed "
     f"mean gain over the {rows} rows ({_per_seed(dict(zip(TABLE_SEEDS, g.mean(axis=0))))}) has one-sample t "
-    f"{result['t']:.2f}, p {result['p']:.3f} (n = {len(TABLE_SEEDS)})."
+    f"{result['t']:.2f}, p {result['p']:.3f} (n = {len(TABLE_SEEDS)}): {sign_verdict(result)}."
   )
 
 
