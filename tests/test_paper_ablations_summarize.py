@@ -382,3 +382,11 @@ def test_a_per_element_table_shows_each_rows_shared_mask_score_beside_it(summari
 )
 def test_the_sign_question_reads_its_fixed_rule(summarize, result, verdict):
   assert summarize.sign_verdict(result).startswith(verdict)
+
+
+@pytest.mark.parametrize(
+  "tau, verdict",
+  [((0.71, 0.014, 8), "the paper's order"), ((0.71, 0.06, 8), "not"), ((-0.8, 0.01, 8), "not"), (None, "not")],
+)
+def test_a_tables_order_reads_its_fixed_rule(summarize, tau, verdict):
+  assert summarize.order_verdict(tau).startswith(verdict)
