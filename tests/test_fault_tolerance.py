@@ -222,7 +222,7 @@ def test_a_full_disk_is_one_clear_error_and_resume_works_after(
 
   def fill_then_save(mngr, step, **kwargs):
     if step == 8 and "latest" in str(mngr.directory):  # The disk fills up just before the second latest save.
-      with open(filler, "wb") as f:
+      with open(filler, "wb", buffering=0) as f:  # Unbuffered: a partial last write leaves nothing for close to flush.
         try:
           while True:
             f.write(b"\0" * (1 << 20))
