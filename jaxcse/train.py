@@ -344,24 +344,22 @@ def _write_summary(config, run_dir: Workdir, summary: dict, start, inputs, start
 # The command.
 
 
-def main(argv: list[str], at_once: ExitAtOnce | None = None) -> None:
+def main(argv: list[str], at_once: ExitAtOnce | None = None) -> int:
   """The train command: its flags' config and workdir, ``train_and_evaluate``, the result's lines (``cli``).
 
   ``at_once``, the command's start-up Ctrl-C handler (``run``), is told what to say from here on; Ctrl-C is
   Python's own for ``--prune_set_aside`` (it removes files: a ``KeyboardInterrupt`` stops it between two).
   """
-  del argv
-  from absl import flags
-
-  if flags.FLAGS.prune_set_aside:
+  args = cli.parse_train_arguments(argv)
+  if args.prune_set_aside:
     interrupts.python_default()
     with cli.one_line_errors():
-      print(Workdir(flags.FLAGS.workdir).prune_set_aside())
-    return
+      print(Workdir(args.workdir).prune_set_aside())
+    return 0
   platforms.use_compilation_cache()
   with cli.one_line_errors():
     try:
-      config, workdir, restart = cli.train_flags()
+      config, workdir, restart = cli.train_flags(args)
     except KeyboardInterrupt:
       raise Interrupted(NOTHING_WRITTEN) from None
     if at_once:
@@ -369,6 +367,7 @@ def main(argv: list[str], at_once: ExitAtOnce | None = None) -> None:
     summary = train_and_evaluate(config, workdir, restart=restart)
   if jax.process_index() == 0:
     cli.print_train_summary(config, workdir, summary)
+  return 0
 
 
 def run() -> None:
@@ -376,18 +375,20 @@ def run() -> None:
 
   Ctrl-C is one line and exit status 130 at any moment: ``ExitAtOnce`` until the run starts and after it ends,
   ``DeferredCtrlC`` during it (``train_and_evaluate``). ``ExitAtOnce`` stays installed as the process exits (it
-  always does: ``app.run`` ends in ``sys.exit``): JAX's and orbax's exit handlers take a second or more, and
-  Python's own handler raised inside them (a traceback from ``atexit``).
+  always does, in ``sys.exit``): JAX's and orbax's exit handlers take a second or more, and Python's own handler
+  raised inside them (a traceback from ``atexit``). A crash in native code prints the Python stack
+  (``faulthandler``).
   """
+  import faulthandler
+
+  faulthandler.enable()
   at_once = ExitAtOnce(NOTHING_WRITTEN).install()
   try:
-    from absl import app
-
-    cli.define_train_flags()
-    app.run(lambda argv: main(argv, at_once), flags_parser=cli.parse_flags)
+    status = main(sys.argv[1:], at_once)
   except KeyboardInterrupt as e:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
     print(str(e) or NOTHING_WRITTEN, file=sys.stderr)
     sys.exit(errors.INTERRUPTED)
+  sys.exit(status)
 
 
 if __name__ == "__main__":

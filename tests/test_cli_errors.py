@@ -67,7 +67,19 @@ def _train(args: list[str], cwd: str) -> tuple[int, list[str]]:
       "error: returns_a_dict.py: get_config() returned dict, not an ml_collections.ConfigDict",
     ),
     (["--config", "does_not_parse.py"], "error: does_not_parse.py:1: invalid syntax"),
-    (["--config", "quickstart", "--workdr=x"], "error: Unknown command line flag 'workdr'. Did you mean: workdir? "),
+    (
+      ["--config", "quickstart", "--workdr=x"],
+      "error: unrecognized arguments: --workdr=x; did you mean --workdir? (python -m jaxcse.train --help lists the "
+      "flags)",
+    ),
+    (
+      ["--config.train.max_steps=5"],
+      "error: --config.train.max_steps overrides a field of --config, which is not given",
+    ),
+    (
+      ["--config", "quickstart", "--config.train.max_steps=many"],
+      "error: flag --config.train.max_steps=many: ",
+    ),
     (
       ["--config", "quickstart", "--config.train.max_steps=-5"],
       "error: train.max_steps must be a positive integer, or -1 to train train.num_epochs epochs, not -5",
@@ -256,7 +268,7 @@ def test_help_documents_the_exit_status(capsys):
       main(["--help"])
     assert exit_.value.code == 0
     assert "exit status 1" in " ".join(capsys.readouterr().out.split())
-  assert "exit status 1" in " ".join(cli.TRAIN_HELP.split())
+  assert "exit status 1" in " ".join(cli.train_parser().format_help().split())
 
 
 def test_the_quickstarts_last_line_is_an_evaluate_command_that_works(capsys, monkeypatch):

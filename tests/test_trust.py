@@ -640,7 +640,7 @@ def test_ctrl_c_while_a_command_starts_is_one_line(tmp_path, monkeypatch, capsys
 
 def test_ctrl_c_while_the_flags_load_is_one_line(tmp_path):
   script = (
-    "import sys\nfrom jaxcse import train\nfrom jaxcse.training import cli\n\ndef ctrl_c():\n  raise KeyboardInterrupt\n\n"
+    "import sys\nfrom jaxcse import train\nfrom jaxcse.training import cli\n\ndef ctrl_c(*args):\n  raise KeyboardInterrupt\n\n"
     "cli.train_flags = ctrl_c\nsys.argv[0] = 'jaxcse.train'\ntrain.run()\n"
   )
   workdir = str(tmp_path / "w")

@@ -111,20 +111,17 @@ def list_targets() -> None:
     print(f"  {chip.name}: {chip.source}")
 
 
-def run_command() -> int:
-  from absl import flags
-
+def run_command(args, config) -> int:
   from jaxcse.compile import lowering, max_batch, targets
   from jaxcse.core import platforms
   from jaxcse.core.errors import USER_ERRORS, print_error
+  from jaxcse.training import cli
 
   platforms.use_compilation_cache()  # Read by the CPU target; the others turn jax's cache off below.
 
-  FLAGS = flags.FLAGS
-  config = FLAGS.config
-  cache_dir = os.path.expanduser(FLAGS.cache_dir) if FLAGS.cache_dir else None
+  cache_dir = os.path.expanduser(args.cache_dir) if args.cache_dir else None
   try:
-    target = targets.get(FLAGS.target)
+    target = targets.get(args.target)
     if target.platform != "cpu":
       # jaxlib 0.10.2 writes compile-only executables to the persistent cache but cannot read them back ("PjRtCompiler
       # must be constructed with a Client"): entries of up to ~100 MB that only cost disk and a warning.
@@ -133,17 +130,17 @@ def run_command() -> int:
       jax.config.update("jax_enable_compilation_cache", False)
     devices = targets.devices(target)
     result: dict = {
-      "config": FLAGS["config"].config_filename,
-      "overrides": [a for a in sys.argv[1:] if a.startswith("--config.")],
+      "config": cli.resolve_config(args.config),
+      "overrides": args.overrides,
     }
     fits, error = True, None
-    if FLAGS.inference:
+    if args.inference:
       reports = lowering.compile_encoder(
         config,
         target,
         devices=devices,
-        max_len=FLAGS.inference_max_len or None,
-        lengths=[int(n) for n in FLAGS.inference_lengths] or None,
+        max_len=args.inference_max_len or None,
+        lengths=[int(n) for n in args.inference_lengths] or None,
         cache_dir=cache_dir,
         log=_progress,
       )
@@ -151,9 +148,9 @@ def run_command() -> int:
       for r in reports:
         print("\n".join(describe(r)))
       fits = all(r["fits"] for r in reports)
-    elif FLAGS.find_max_batch:
+    elif args.find_max_batch:
       found = []
-      for variant in FLAGS.variants:
+      for variant in args.variants:
         print(f"{target.name}: largest global batch, {variant} ...", flush=True)
         found.append(
           max_batch.max_batch(
@@ -161,9 +158,9 @@ def run_command() -> int:
             target,
             variant,
             devices=devices,
-            chunk=FLAGS.grad_cache_chunk or None,
-            columns=FLAGS.columns or None,
-            near=FLAGS.max_batch_near or None,
+            chunk=args.grad_cache_chunk or None,
+            columns=args.columns or None,
+            near=args.max_batch_near or None,
             cache_dir=cache_dir,
             log=print,
           )
@@ -173,7 +170,7 @@ def run_command() -> int:
     else:
       try:
         report = lowering.compile_train_step(
-          config, target, devices=devices, columns=FLAGS.columns or None, cache_dir=cache_dir, log=_progress
+          config, target, devices=devices, columns=args.columns or None, cache_dir=cache_dir, log=_progress
         )
       except lowering.OutOfMemory as e:
         fits, error = False, str(e)
@@ -186,10 +183,10 @@ def run_command() -> int:
         print("\n".join(describe(report)))
   except USER_ERRORS as e:
     return print_error(e)
-  if FLAGS.json:
+  if args.json:
     from jaxcse.core import files
 
-    files.write_json(FLAGS.json, result)
+    files.write_json(args.json, result)
   if not fits:
     print(does_not_fit_line(target.name, None if error else result, error), file=sys.stderr)
     return EXIT_DOES_NOT_FIT
@@ -209,101 +206,131 @@ def install_gpu_compiler() -> int:
   return 0
 
 
-def main(argv: list[str]) -> None:
-  del argv
-  from absl import flags
+def main(argv: list[str]) -> int:
+  from jaxcse.core.errors import USER_ERRORS, print_error
+  from jaxcse.training import cli
 
-  if flags.FLAGS.list_targets:
+  parser = _parser()
+  args = cli.parse_with_overrides(parser, argv)
+  if args.list_targets:
     list_targets()
-    return
-  if flags.FLAGS.install_gpu_compiler:
-    sys.exit(install_gpu_compiler())
-  if flags.FLAGS.config is None or flags.FLAGS.target is None:
-    print("error: --config and --target are required (--list_targets shows the targets)", file=sys.stderr)
-    sys.exit(1)  # A user mistake: 1, as every command documents.
+    return 0
+  if args.install_gpu_compiler:
+    return install_gpu_compiler()
+  if args.config is None or args.target is None:
+    parser.error("--config and --target are required (--list_targets shows the targets)")
+  try:
+    config = cli.load_config(args.config, args.overrides, module="jaxcse.compile")
+  except USER_ERRORS as e:
+    return print_error(e)
   with compat.harmless_native_lines_dropped():
-    status = run_command()
-  sys.exit(status)
+    return run_command(args, config)
 
 
-def _define_flags():
-  from absl import flags
-  from ml_collections import config_flags
+def _comma_list(value: str) -> list[str]:
+  return [item for item in value.split(",") if item]
+
+
+def _parser():
+  import argparse
 
   from jaxcse.compile import max_batch
+  from jaxcse.core import errors
+  from jaxcse.training import cli
 
-  config_flags.DEFINE_config_file(
-    "config",
-    None,
-    "Training config, as jaxcse-train's: a file (configs/base.py) or the "
-    "name of a shipped config (base, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
-    lock_config=True,
+  prog = errors.command_name("jaxcse.compile")
+  parser = errors.ArgumentParser(
+    prog=prog,
+    usage=f"%(prog)s --config NAME|FILE.py --target NAME {cli.OVERRIDES} [--json FILE]\n"
+    "       [--find_max_batch] [--inference] [--list_targets]",
+    description=_DESCRIPTION,
+    epilog=f"example: {prog} --config base --config.model.dtype=bfloat16 --target v5e-1 --json v5e-1.json",
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
-  flags.DEFINE_string(
-    "target",
-    None,
-    "What to compile for: v5e-1, v5e-8, v5e-16, v6e-8, v4-8, v4-32, v3-8, v2-8, "
-    "h100, a100-80gb, a100-40gb, ... or cpu (this machine); --list_targets shows them all.",
+  cli.add_config_argument(
+    parser,
+    "training config, as jaxcse-train's: a shipped config's name (base, simcse_sup, "
+    "mixcse, dclr, pretrain_mlm, ...) or a config file (FILE.py)",
   )
-  flags.DEFINE_string("json", None, "Write the report to this JSON file.")
-  flags.DEFINE_bool(
-    "find_max_batch",
-    False,
-    "Find the largest global batch that fits, by compiling only "
-    "(a bracket from the config's batch or --max_batch_near, then regula falsi; multiples of 8 rows "
-    "per device), for each of --variants.",
+  parser.add_argument(
+    "--target",
+    metavar="NAME",
+    help="what to compile for: v5e-1, v5e-8, v5e-16, v6e-8, v4-8, v4-32, v3-8, v2-8, h100, a100-80gb, a100-40gb, "
+    "... or cpu (this machine); --list_targets shows them all",
   )
-  flags.DEFINE_integer(
-    "max_batch_near",
-    0,
-    "With --find_max_batch: a guess of the answer (e.g. the same config's "
-    "largest batch on a similar target, scaled by the devices' count and memory); the search "
-    "widens a bracket around it by 1, 2, 4, ... steps, so a good guess costs two compilations.",
+  parser.add_argument("--json", metavar="FILE", help="write the report to this JSON file")
+  parser.add_argument(
+    "--find_max_batch",
+    action="store_true",
+    help="find the largest global batch that fits, by compiling only (a bracket from the config's batch or "
+    "--max_batch_near, then regula falsi; multiples of 8 rows per device), for each of --variants",
   )
-  flags.DEFINE_list(
-    "variants",
-    list(max_batch.MEMORY_VARIANTS),
-    "With --find_max_batch: plain, grad_cache, gradient_checkpointing, grad_cache+gradient_checkpointing.",
+  parser.add_argument(
+    "--max_batch_near",
+    type=int,
+    default=0,
+    help="with --find_max_batch: a guess of the answer (e.g. the same config's largest batch on a similar target, "
+    "scaled by the devices' count and memory); the search widens a bracket around it by 1, 2, 4, ... steps, so a "
+    "good guess costs two compilations",
   )
-  flags.DEFINE_integer(
-    "grad_cache_chunk",
-    0,
-    "With --find_max_batch: GradCache's chunk (default: the config's "
-    "train.grad_cache_chunk, else its train.batch_size).",
+  parser.add_argument(
+    "--variants",
+    type=_comma_list,
+    default=list(max_batch.MEMORY_VARIANTS),
+    help="with --find_max_batch, comma-separated: plain, grad_cache, gradient_checkpointing, "
+    "grad_cache+gradient_checkpointing (default: all)",
   )
-  flags.DEFINE_bool(
-    "inference",
-    False,
-    "Compile the evaluation/encoding forward instead (the BucketedEmbedder's, at "
-    "eval.batch_size rows), at every length bucket up to --inference_max_len.",
+  parser.add_argument(
+    "--grad_cache_chunk",
+    type=int,
+    default=0,
+    help="with --find_max_batch: GradCache's chunk (default: the config's train.grad_cache_chunk, else its "
+    "train.batch_size)",
   )
-  flags.DEFINE_integer(
-    "inference_max_len", 0, "With --inference: the longest length bucket (default: the model's maximum positions)."
+  parser.add_argument(
+    "--inference",
+    action="store_true",
+    help="compile the evaluation/encoding forward instead (the BucketedEmbedder's, at eval.batch_size rows), at "
+    "every length bucket up to --inference_max_len",
   )
-  flags.DEFINE_list("inference_lengths", [], "With --inference: only these length buckets (e.g. 32,128,512).")
-  flags.DEFINE_integer(
-    "columns",
-    0,
-    "Sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI "
-    "triplets; else 1, or 2 for a method that needs pairs: gist). The corpus is never read.",
+  parser.add_argument(
+    "--inference_max_len",
+    type=int,
+    default=0,
+    help="with --inference: the longest length bucket (default: the model's maximum positions)",
   )
-  flags.DEFINE_string(
-    "cache_dir",
-    os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),
-    "Where compilations' results are kept, by a fingerprint of the lowered program, the target and the "
-    "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; "
-    "empty: none). jax's own cache cannot read back compile-only executables.",
+  parser.add_argument(
+    "--inference_lengths",
+    type=_comma_list,
+    default=[],
+    help="with --inference: only these length buckets, comma-separated (e.g. 32,128,512)",
   )
-  flags.DEFINE_bool("list_targets", False, "List the targets with their per-device peaks and sources, then exit.")
-  flags.DEFINE_bool(
-    "install_gpu_compiler",
-    False,
-    "Install jax's CUDA plugin for the installed jaxlib (no NVIDIA "
-    "libraries; ptxas comes with the aot extra) where only jaxcse-compile looks for it (env "
-    "JAXCSE_GPU_COMPILER_DIR, default ~/.cache/jaxcse/gpu-compiler/jaxlib-VERSION), then exit. Needed "
-    "once for GPU targets; in site-packages the plugin would start, and print errors, in every jax "
-    "program on a machine without a GPU.",
+  parser.add_argument(
+    "--columns",
+    type=int,
+    default=0,
+    help="sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI triplets; else 1, or 2 for a "
+    "method that needs pairs: gist); the corpus is never read",
   )
+  parser.add_argument(
+    "--cache_dir",
+    default=os.environ.get("JAXCSE_COMPILE_CACHE", "~/.cache/jaxcse/compile"),
+    help="where compilations' results are kept, by a fingerprint of the lowered program, the target and the "
+    "compilers' versions, so that the same compilation is never run twice (env JAXCSE_COMPILE_CACHE; empty: "
+    "none); jax's own cache cannot read back compile-only executables",
+  )
+  parser.add_argument(
+    "--list_targets", action="store_true", help="list the targets with their per-device peaks and sources, then exit"
+  )
+  parser.add_argument(
+    "--install_gpu_compiler",
+    action="store_true",
+    help="install jax's CUDA plugin for the installed jaxlib (no NVIDIA libraries; ptxas comes with the aot extra) "
+    "where only jaxcse-compile looks for it (env JAXCSE_GPU_COMPILER_DIR, default "
+    "~/.cache/jaxcse/gpu-compiler/jaxlib-VERSION), then exit; needed once for GPU targets: in site-packages the "
+    "plugin would start, and print errors, in every jax program on a machine without a GPU",
+  )
+  return parser
 
 
 def run() -> None:
@@ -315,49 +342,18 @@ def run() -> None:
 
   targets.use_gpu_compiler()  # Before jax is imported: the CUDA plugin, if installed for compiling (see the flag).
   with compat.harmless_native_lines_dropped():
-    from absl import app
-
     from jaxcse import train  # noqa: F401  (jax, flax and transformers load here, their native lines filtered)
-
-    _define_flags()
-  app.run(main, flags_parser=_parse_flags)
+  sys.exit(main(sys.argv[1:]))
 
 
-_HELP = """\
-usage: {prog} --config NAME|FILE.py --target NAME [--config.FIELD=VALUE ...] [--json FILE]
-       [--find_max_batch] [--inference] [--list_targets]
-
+_DESCRIPTION = """\
 Compile the train step a config would run for a TPU slice or GPU you do not have, on this machine's CPU, without
 reading weights or data: whether the run fits the device's memory, its FLOPs, a lower bound on its step time and
 the collectives it runs. These are the compiler's facts and bounds, not measured run times. Exit status 3 (one
 line) when the step does not fit.
 
-  --config NAME          a config shipped with jaxcse, or a config file (FILE.py), exactly as jaxcse-train's
-  --config.FIELD=VALUE   override one field of the config, e.g. --config.model.dtype=bfloat16
-
-example: {prog} --config base --config.model.dtype=bfloat16 --target v5e-1 --json v5e-1.json
+--config.FIELD=VALUE overrides one field of the config, exactly as jaxcse-train's, e.g. --config.model.dtype=bfloat16.
 """
-
-
-def print_help(full: bool) -> None:
-  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
-  from absl import flags
-
-  from jaxcse.core import errors
-
-  print(_HELP.format(prog=errors.command_name("jaxcse.compile")))
-  if full:
-    print("flags (all):" + flags.FLAGS.get_help())
-  else:
-    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("target")).strip().split("\n", 1)[1]
-    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """``cli.parse_flags`` with this command's help and name in its messages."""
-  from jaxcse.training import cli
-
-  return cli.parse_flags(argv, module="jaxcse.compile", help_printer=print_help)
 
 
 if __name__ == "__main__":

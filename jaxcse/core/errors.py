@@ -8,6 +8,7 @@ raises it (``data.DataError``, ``configuration.ConfigError``, ``checkpoints.Chec
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Callable
@@ -64,11 +65,24 @@ class ArgumentParser(argparse.ArgumentParser):
 
   def __init__(self, *args, **kwargs):
     epilog = kwargs.get("epilog")
-    kwargs["epilog"] = f"{epilog} {MISTAKES}" if epilog else MISTAKES
+    # A blank line between: kept by a raw epilog (train's, compile's), one space once argparse refills the text.
+    kwargs["epilog"] = f"{epilog.rstrip()}\n\n{MISTAKES}" if epilog else MISTAKES
     super().__init__(*args, **kwargs)
 
   def error(self, message: str):
-    self.exit(1, f"error: {message} ({self.prog} --help lists the flags)\n")
+    self.exit(1, f"error: {message}{self._did_you_mean(message)} ({self.prog} --help lists the flags)\n")
+
+  def _did_you_mean(self, message: str) -> str:
+    """For an unknown flag, the command's flag closest to it (``--modle``: ``--model``), as absl suggests."""
+    prefix = "unrecognized arguments: "
+    if not message.startswith(prefix):
+      return ""
+    known = [option for option in self._option_string_actions if option.startswith("--")]
+    for word in message[len(prefix) :].split():
+      close = difflib.get_close_matches(word.split("=", 1)[0], known, n=1) if word.startswith("--") else []
+      if close:
+        return f"; did you mean {close[0]}?"
+    return ""
 
 
 def command_name(module: str) -> str:

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -113,6 +114,17 @@ def _drop_closed_loop_errors(previous):
   return hook
 
 
+def _drop_unawaited_write_warnings() -> None:
+  """After a failed save: no warning for each write coroutine that orbax created and never ran.
+
+  The failed write stops orbax's event loop with other writes not yet started; Python warns of each such coroutine
+  when it collects it (``RuntimeWarning: coroutine '...write_fragment' was never awaited``), whenever that is, up
+  to the process's exit: lines after the one error the save raises. For the rest of the process, as the filters of
+  ``_quiet_orbax`` stay after a failure.
+  """
+  warnings.filterwarnings("ignore", message=r"coroutine '.*' was never awaited", category=RuntimeWarning)
+
+
 @contextlib.contextmanager
 def _quiet_orbax() -> Iterator[None]:
   """While orbax reads or writes: its failures are reported once, by the ``CheckpointError`` raised after them.
@@ -154,6 +166,7 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
       saved = mngr.save(step, args=ocp.args.Composite(meta=ocp.args.JsonSave(meta), **items))
       mngr.wait_until_finished()
   except Exception as e:  # Orbax raises many types for a failed write; all mean the same here.
+    _drop_unawaited_write_warnings()
     raise CheckpointError(f"could not write checkpoint {path}: {_root_cause(e)}") from e
   if not saved:
     raise CheckpointError(f"orbax did not save step {step} in {mngr.directory} (steps there: {mngr.all_steps()})")

@@ -1,9 +1,10 @@
-"""The commands' plumbing: absl flags, the configs shipped with jaxcse by name, ``--help``, one-line mistakes.
+"""The config commands' plumbing: ``--config`` and its overrides, the shipped configs by name, one-line mistakes.
 
-``jaxcse.train`` (``main``/``run``) and ``jaxcse.compile`` parse their flags here: ``parse_flags`` resolves
-``--config NAME`` to a shipped config, prints the command's own help, and turns a mistake into one line (exit 1).
-``train_flags``, ``one_line_errors`` and ``print_train_summary`` are the train command around
-``train.train_and_evaluate`` (the flax examples' ``main.py``).
+``jaxcse.train`` and ``jaxcse.compile`` parse their flags with argparse, as every other command does
+(``errors.ArgumentParser``); ``parse_with_overrides`` sets the ``--config.FIELD=VALUE`` overrides aside and
+``load_config`` applies them with ml_collections, resolving ``--config NAME`` to a shipped config and turning a
+mistake into one line (exit 1). ``train_parser``, ``train_flags``, ``one_line_errors`` and ``print_train_summary``
+are the train command around ``train.train_and_evaluate`` (the flax examples' ``main.py``).
 """
 
 from __future__ import annotations
@@ -19,62 +20,105 @@ from collections.abc import Iterator
 import ml_collections
 
 from jaxcse import data as data_lib
+from jaxcse.core import errors
 from jaxcse.core.errors import USER_ERRORS, JaxcseError, command_name, print_error
 from jaxcse.training import distributed
 
+TRAIN_DESCRIPTION = """\
+Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
+pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
+again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
 
-def define_train_flags() -> None:
-  """The train command's flags (``--config``, ``--workdir``, ``--data_dir``, ``--restart``, the processes')."""
-  from absl import flags
-  from ml_collections import config_flags
+shipped configs (--config NAME):
+{configs}
 
-  config_flags.DEFINE_config_file(
-    "config",
-    None,
-    "Training config: a file (configs/base.py) or the name of a config "
-    "shipped with jaxcse (base, quickstart, simcse_sup, mixcse, dclr, pretrain_mlm, ...).",
-    lock_config=True,
+--config.FIELD=VALUE overrides one field of the config, e.g. --config.train.max_steps=100 (the config file lists
+every field with a comment); a mistake in one (an unknown field, a value of the wrong type) is one line, with a
+suggestion where there is one. Ctrl-C exits 130, and the same command resumes.
+"""
+
+OVERRIDES = "[--config.FIELD=VALUE ...]"
+
+
+def train_parser() -> errors.ArgumentParser:
+  """The train command's flags: ``--config``, ``--workdir``, ``--data_dir``, ``--restart``, the processes'."""
+  import argparse
+  import textwrap
+
+  prog = command_name("jaxcse.train")
+  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent="  ", subsequent_indent="  ")
+  parser = errors.ArgumentParser(
+    prog=prog,
+    usage=f"%(prog)s --config NAME|FILE.py --workdir DIR {OVERRIDES} [--data_dir DIR] [--restart]\n"
+    "       %(prog)s --workdir DIR --prune_set_aside",
+    description=TRAIN_DESCRIPTION.format(configs=configs),
+    epilog=f"example: {prog} --config quickstart --workdir workdirs/quickstart",
+    formatter_class=argparse.RawDescriptionHelpFormatter,
   )
-  flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and the model description.")
-  flags.DEFINE_string("data_dir", None, f"Data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV}).")
-  flags.DEFINE_bool(
-    "restart",
-    False,
-    "Start over in a workdir that holds a previous run (deletes its checkpoints, "
-    "description and metrics) instead of resuming it.",
+  add_config_argument(parser, "a config shipped with jaxcse (see above), or a config file (FILE.py)")
+  parser.add_argument(
+    "--workdir", metavar="DIR", help="directory for checkpoints, metrics and the model description (required)"
+  )
+  parser.add_argument(
+    "--data_dir", metavar="DIR", help=f"data root (default: config.data.data_dir, then ${data_lib.DATA_DIR_ENV})"
+  )
+  parser.add_argument(
+    "--restart",
+    action="store_true",
+    help="start over in a workdir that holds a previous run (deletes its checkpoints, description and metrics) "
+    "instead of resuming it",
+  )
+  parser.add_argument(
+    "--prune_set_aside",
+    action="store_true",
+    help="remove the workdir's set-aside checkpoints (checkpoints/set_aside/: damaged ones, and intact ones the "
+    "run no longer uses) and nothing else, then exit; --config is then not needed",
   )
   # Several processes (hosts); see distributed.initialize_distributed. Defaults come from the environment so that a
   # launcher can set them per process.
-  flags.DEFINE_bool(
-    "distributed",
-    os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
-    "Join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, "
-    "GKE); env JAXCSE_DISTRIBUTED=1.",
+  processes = parser.add_argument_group("several processes (hosts)")
+  processes.add_argument(
+    "--distributed",
+    action=argparse.BooleanOptionalAction,
+    default=os.environ.get("JAXCSE_DISTRIBUTED", "") not in ("", "0"),
+    help="join a multi-process run, letting JAX detect the cluster (Cloud TPU pods, SLURM, Open MPI, GKE); env "
+    "JAXCSE_DISTRIBUTED=1",
   )
-  flags.DEFINE_string(
-    "coordinator_address",
-    os.environ.get("JAX_COORDINATOR_ADDRESS"),
-    "host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS.",
+  processes.add_argument(
+    "--coordinator_address",
+    metavar="HOST:PORT",
+    default=os.environ.get("JAX_COORDINATOR_ADDRESS"),
+    help="host:port of process 0, the same for every process; env JAX_COORDINATOR_ADDRESS",
   )
-  flags.DEFINE_integer(
-    "num_processes", _env_int("JAX_NUM_PROCESSES"), "Number of processes in the run; env JAX_NUM_PROCESSES."
+  processes.add_argument(
+    "--num_processes",
+    type=int,
+    metavar="N",
+    default=_env_int("JAX_NUM_PROCESSES"),
+    help="number of processes in the run; env JAX_NUM_PROCESSES",
   )
-  flags.DEFINE_integer(
-    "process_id", _env_int("JAX_PROCESS_ID"), "This process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID."
+  processes.add_argument(
+    "--process_id",
+    type=int,
+    metavar="I",
+    default=_env_int("JAX_PROCESS_ID"),
+    help="this process's index, 0 .. num_processes - 1; env JAX_PROCESS_ID",
   )
-  flags.DEFINE_bool(
-    "prune_set_aside",
-    False,
-    "Remove the workdir's set-aside checkpoints (checkpoints/set_aside/: "
-    "damaged ones, and intact ones the run no longer uses) and nothing else, then exit; --config is "
-    "then not needed.",
-  )
-  flags.mark_flags_as_required(["workdir"])
-  flags.register_multi_flags_validator(
-    ["config", "prune_set_aside"],
-    lambda values: values["config"] is not None or values["prune_set_aside"],
-    message="flag --config must have a value other than None.",
-  )
+  return parser
+
+
+def parse_train_arguments(argv: list[str]):
+  """The train command's flags (``train_parser``), its config's overrides kept as they were typed.
+
+  A mistake in a flag exits 1 with one line (``errors.ArgumentParser``); the config itself loads in ``train_flags``.
+  """
+  parser = train_parser()
+  args = parse_with_overrides(parser, argv)
+  if args.workdir is None:
+    parser.error("--workdir is required")
+  if args.config is None and not args.prune_set_aside:
+    parser.error("--config is required (a shipped config's name or a config file)")
+  return args
 
 
 def _env_int(name: str) -> int | None:
@@ -101,41 +145,6 @@ def resolve_config(value: str) -> str:
 
 def shipped_configs() -> list[str]:
   return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith(".py") and not f.startswith("_"))
-
-
-TRAIN_HELP = """\
-usage: {prog} --config NAME|FILE.py --workdir DIR [--config.FIELD=VALUE ...] [--data_dir DIR] [--restart]
-       {prog} --workdir DIR --prune_set_aside
-
-Train a sentence encoder as a config says (unsupervised or supervised SimCSE, MixCSE, DCLR, or masked-LM
-pretraining), scoring STS-B dev as it goes and keeping the best checkpoint in the workdir. Run the same command
-again to resume an interrupted run. Without a data root, the quickstart's data shipped with jaxcse is used.
-
-  --config NAME          a config shipped with jaxcse, or a config file (FILE.py); shipped:
-{configs}
-  --config.FIELD=VALUE   override one field of the config, e.g. --config.train.max_steps=100 (the config file
-                         lists every field with a comment)
-
-A mistake (an unknown flag or config field, a config that does not exist or does not load, bad data) is one line
-on stderr, with a suggestion where there is one, and exit status 1, before anything is written; Ctrl-C exits 130.
-
-example: {prog} --config quickstart --workdir workdirs/quickstart
-"""
-
-
-def print_train_help(full: bool) -> None:
-  """``--help``: what the command does, its usage and its own flags; ``--helpfull``: every flag absl knows."""
-  import textwrap
-
-  from absl import flags
-
-  configs = textwrap.fill(", ".join(shipped_configs()), width=116, initial_indent=" " * 25, subsequent_indent=" " * 25)
-  print(TRAIN_HELP.format(prog=command_name("jaxcse.train"), configs=configs))
-  if full:
-    print("flags (all):" + flags.FLAGS.get_help())
-  else:
-    own = flags.FLAGS.module_help(flags.FLAGS.find_module_defining_flag("workdir")).strip().split("\n", 1)[1]
-    print("flags:\n" + own + "\n\n(--helpfull: also the flags of absl, jax and the libraries)")
 
 
 class FlagError(JaxcseError, ValueError):
@@ -202,7 +211,7 @@ def _config_error(error: BaseException, config_path: str) -> FlagError | None:
   return None
 
 
-def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
+def _unknown_field(error: BaseException, overrides: list[str]) -> FlagError:
   """ml_collections' error for ``--config.<field>`` that names no field, as one line with its suggestion."""
   # ml_collections raises KeyError, or AttributeError(KeyError(...)).
   inner = error.args[0] if error.args and isinstance(error.args[0], BaseException) else error
@@ -210,7 +219,7 @@ def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
   # ml_collections' KeyError carries "name'\nDid you mean "names" instead of "name"?": the field, then a suggestion.
   missing = text.splitlines()[0].strip("'\" ")
   suggestion = re.search(r'Did you mean "([^"]+)"', text)
-  fields = [a.split("=")[0].lstrip("-") for a in argv if a.startswith("--config.")]
+  fields = [a.split("=")[0].lstrip("-") for a in overrides if a.startswith("--config.")]
   named = [f for f in fields if missing in f.split(".")[1:]] or fields  # The override(s) that name it.
   hint = ""
   parts = named[0].split(".") if len(named) == 1 else []
@@ -221,63 +230,74 @@ def _unknown_field(error: BaseException, argv: list[str]) -> FlagError:
   return FlagError(f"unknown config field {missing!r} in {', '.join(named)}{hint} (the config file lists every field)")
 
 
-def parse_flags(argv: list[str], module: str = "jaxcse.train", help_printer=None) -> list[str]:
-  """absl's flag parsing, with a mistake reported as one line (exit 1) instead of a traceback.
+def add_config_argument(parser, help: str) -> None:
+  """``--config NAME|FILE.py``; its ``--config.FIELD=VALUE`` overrides are split off by ``parse_with_overrides``."""
+  parser.add_argument("--config", metavar="NAME|FILE.py", help=f"{help}; --config.FIELD=VALUE overrides one field")
 
-  ``--config NAME`` selects a config shipped with jaxcse (``base``, ``quickstart``, ``dclr``, ...). ``--help``
-  and ``--helpfull`` print the help (``help_printer(full)``, default ``print_train_help``) and exit 0, whatever else is
-  on the line. ``module`` names the command a mistake's message points to (``jaxcse.compile`` parses the same
-  config flags). Mistakes exit 1, like every other user error of every command (``errors.cli``): an unknown flag or
-  config field (with absl's or ml_collections' suggestion), a config name or file that does not exist (with the
-  closest shipped config or sibling file), a config file that does not parse, has no ``get_config``, raises in it
-  (file and line) or returns something other than a ConfigDict.
+
+def parse_with_overrides(parser, argv: list[str]):
+  """``parser``'s arguments of ``argv``, with ``args.overrides``: the ``--config.FIELD[=VALUE]`` ones, in order.
+
+  The overrides are not the parser's: their fields are the config's, known once it loads (``load_config``). An
+  override without ``=`` takes the next argument as its value unless that is a flag (a boolean field alone is True).
   """
-  try:
-    return _parse_flags(argv, module, help_printer)
-  except FlagError as e:
-    sys.exit(print_error(e))
-
-
-def _parse_flags(argv: list[str], module: str, help_printer) -> list[str]:
-  from absl import flags
-
+  rest, overrides = [], []
   argv = list(argv)
-  for arg in argv[1:]:
+  i = 0
+  while i < len(argv):
+    arg = argv[i]
     if arg == "--":
+      rest.extend(argv[i:])
       break
-    if arg.split("=", 1)[0] in ("--help", "-help", "-h", "--helpshort", "-helpshort", "-?", "--helpfull", "-helpfull"):
-      try:
-        (help_printer or print_train_help)(full="helpfull" in arg)
-        sys.stdout.flush()
-      except BrokenPipeError:  # `jaxcse-train --help | head`: the reader has what it wanted.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-      sys.exit(0)
-  config_path = None
-  for i, arg in enumerate(argv):
-    if arg == "--config" and i + 1 < len(argv):
-      config_path = check_config_file(argv[i + 1])
-      argv[i + 1] = resolve_config(argv[i + 1])
-    elif arg.startswith("--config="):
-      config_path = check_config_file(arg[len("--config=") :])
-      argv[i] = "--config=" + resolve_config(arg[len("--config=") :])
+    if arg.startswith(("--config.", "--noconfig.")):
+      overrides.append(arg)
+      if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+        overrides.append(argv[i + 1])
+        i += 1
+    else:
+      rest.append(arg)
+    i += 1
+  args = parser.parse_args(rest)
+  args.overrides = overrides
+  if overrides and args.config is None:
+    parser.error(f"{overrides[0].split('=', 1)[0]} overrides a field of --config, which is not given")
+  return args
+
+
+def load_config(value: str, overrides: list[str], module: str = "jaxcse.train") -> ml_collections.ConfigDict:
+  """The config ``--config value`` names (a shipped config's name, or a file), with ``overrides`` applied.
+
+  ml_collections' config-file flag loads the file and applies ``--config.FIELD=VALUE`` with each field's own type,
+  on a flag registry of its own (nothing global). A mistake raises ``FlagError``, one line: an unknown config
+  field (with ml_collections' suggestion), a config name or file that does not exist (with the closest shipped
+  config or sibling file), a config file that does not parse, has no ``get_config``, raises in it (file and line)
+  or returns something other than a ConfigDict, a value of the wrong type. ``module`` names the command a
+  message points to (``jaxcse.compile`` loads the same configs).
+  """
+  from absl import flags
+  from ml_collections import config_flags
+
+  config_path = check_config_file(value)
+  registry = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "the config", flag_values=registry, lock_config=True)
   try:
-    rest = flags.FLAGS(argv)
+    registry([command_name(module), f"--config={resolve_config(value)}", *overrides])
   except Exception as e:  # noqa: BLE001 -- sorted below: the user's config file's errors, then absl's and ours.
-    found = _config_error(e, config_path) if config_path else None
+    found = _config_error(e, config_path)
     if found is not None:
       raise found from None
     if isinstance(e, (KeyError, AttributeError)):  # ml_collections: --config.<field> names no field of the config.
-      raise _unknown_field(e, argv) from None
+      raise _unknown_field(e, overrides) from None
     if isinstance(e, (flags.Error, OSError, SyntaxError, TypeError, ValueError)):
-      message = " ".join(str(e).split()).replace(" ?", "?") or type(e).__name__  # absl: "Did you mean: workdir ?"
+      message = " ".join(str(e).split()).replace(" ?", "?") or type(e).__name__
       raise FlagError(
         f"{message} ({command_name(module)} --help lists the flags; shipped configs: {', '.join(shipped_configs())})"
       ) from None
     raise
-  config = flags.FLAGS.config
-  if config is not None and not isinstance(config, ml_collections.ConfigDict):  # None: not given (compile's list).
+  config = registry.config
+  if not isinstance(config, ml_collections.ConfigDict):
     raise FlagError(f"{config_path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
-  return rest
+  return config
 
 
 def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
@@ -300,25 +320,35 @@ def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
     )
 
 
-def train_flags() -> tuple[ml_collections.ConfigDict, str, bool]:
-  """``(config, workdir, restart)`` of the parsed train flags, with ``--data_dir`` applied to the config.
+def console_logging() -> None:
+  """The console's log lines: jaxcse's progress at INFO, the libraries' (orbax logs every save) from WARNING.
 
-  Also sets the console's logging (jaxcse's progress lines, not orbax's) and joins a multi-process run when the
-  flags or the environment say so (``distributed.initialize_distributed``).
+  Both in absl's format (``I1128 12:00:00.000000 ...``), through absl's handler, as absl's ``app.run`` set them.
   """
   from absl import flags, logging as absl_logging
 
-  # Orbax logs every save at INFO through absl; keep the console for our own progress lines.
+  if not flags.FLAGS.is_parsed():  # absl's handler reads its own flags (--logtostderr, ...): their defaults.
+    flags.FLAGS.mark_as_parsed()
+  absl_logging.use_absl_handler()
   absl_logging.set_verbosity(absl_logging.WARNING)
   logging.getLogger("jaxcse").setLevel(logging.INFO)
-  config = flags.FLAGS.config
-  check_fields(config, flags.FLAGS["config"].config_filename)
-  if flags.FLAGS.data_dir:
-    config.data.data_dir = flags.FLAGS.data_dir
+
+
+def train_flags(args) -> tuple[ml_collections.ConfigDict, str, bool]:
+  """``(config, workdir, restart)`` of the train flags (``parse_train_arguments``), ``--data_dir`` applied.
+
+  Loads the config with its overrides (``load_config``), sets the console's logging (``console_logging``) and joins
+  a multi-process run when the flags or the environment say so (``distributed.initialize_distributed``).
+  """
+  config = load_config(args.config, args.overrides)
+  console_logging()
+  check_fields(config, resolve_config(args.config))
+  if args.data_dir:
+    config.data.data_dir = args.data_dir
   distributed.initialize_distributed(
-    flags.FLAGS.coordinator_address, flags.FLAGS.num_processes, flags.FLAGS.process_id, auto=flags.FLAGS.distributed
+    args.coordinator_address, args.num_processes, args.process_id, auto=args.distributed
   )
-  return config, flags.FLAGS.workdir, flags.FLAGS.restart
+  return config, args.workdir, args.restart
 
 
 @contextlib.contextmanager
