@@ -81,6 +81,10 @@ def _train(args: list[str], cwd: str) -> tuple[int, list[str]]:
       "error: flag --config.train.max_steps=many: ",
     ),
     (
+      ["--config", "quickstart", "--config.eval.at_end", "word"],
+      "error: unexpected argument 'word' after a --config.FIELD override (a boolean field takes none; ",
+    ),
+    (
       ["--config", "quickstart", "--config.train.max_steps=-5"],
       "error: train.max_steps must be a positive integer, or -1 to train train.num_epochs epochs, not -5",
     ),
@@ -96,6 +100,21 @@ def test_train_mistakes_are_one_line_and_exit_1(tmp_path, args, expected):
   code, err = _train(args, str(tmp_path))
   assert code == 1 and len(err) == 1 and err[0].startswith(expected), (code, err)
   assert "\\n" not in err[0] and "Traceback" not in err[0]
+
+
+def test_overrides_are_set_aside_in_order_and_applied_with_the_fields_types():
+  argv = ["--config", "quickstart", "--workdir", "w", "--config.train.max_steps", "5", "--config.eval.at_end"]
+  args = cli.parse_train_arguments([*argv, "--restart", "--config.train.learning_rate=1e-4"])
+  assert args.restart and args.workdir == "w"
+  assert args.overrides == [
+    "--config.train.max_steps",
+    "5",
+    "--config.eval.at_end",
+    "--config.train.learning_rate=1e-4",
+  ]
+  config = cli.load_config(args.config, args.overrides)
+  assert (config.train.max_steps, config.eval.at_end, config.train.learning_rate) == (5, True, 1e-4)
+  assert cli.load_config("quickstart", ["--config.eval.at_end=False"]).eval.at_end is False
 
 
 def _command(module: str, args: list[str], cwd: str, **env) -> tuple[int, list[str]]:

@@ -278,10 +278,12 @@ def load_config(value: str, overrides: list[str], module: str = "jaxcse.train") 
   from ml_collections import config_flags
 
   config_path = check_config_file(value)
+  argv = [command_name(module), f"--config={resolve_config(value)}", *overrides]
   registry = flags.FlagValues()
-  config_flags.DEFINE_config_file("config", None, "the config", flag_values=registry, lock_config=True)
+  # sys_argv: the overrides are found in these arguments (ml_collections looks in sys.argv by default).
+  config_flags.DEFINE_config_file("config", None, "the config", flag_values=registry, lock_config=True, sys_argv=argv)
   try:
-    registry([command_name(module), f"--config={resolve_config(value)}", *overrides])
+    left = registry(argv)[1:]
   except Exception as e:  # noqa: BLE001 -- sorted below: the user's config file's errors, then absl's and ours.
     found = _config_error(e, config_path)
     if found is not None:
@@ -294,6 +296,11 @@ def load_config(value: str, overrides: list[str], module: str = "jaxcse.train") 
         f"{message} ({command_name(module)} --help lists the flags; shipped configs: {', '.join(shipped_configs())})"
       ) from None
     raise
+  if left:  # A word after a boolean field's override (``--config.x word``): the field took no value.
+    raise FlagError(
+      f"unexpected argument {left[0]!r} after a --config.FIELD override (a boolean field takes none; give "
+      f"--config.FIELD=VALUE) ({command_name(module)} --help lists the flags)"
+    )
   config = registry.config
   if not isinstance(config, ml_collections.ConfigDict):
     raise FlagError(f"{config_path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
