@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sys
 
-from jaxcse.core import compat
+from jaxcse.core import compat, errors
 
 # The status when the step does not fit the target (1: an error, 2: a bad flag).
 EXIT_DOES_NOT_FIT = 3
@@ -206,8 +206,8 @@ def install_gpu_compiler() -> int:
   return 0
 
 
+@errors.cli
 def main(argv: list[str]) -> int:
-  from jaxcse.core.errors import USER_ERRORS, print_error
   from jaxcse.training import cli
 
   parser = _parser()
@@ -219,10 +219,7 @@ def main(argv: list[str]) -> int:
     return install_gpu_compiler()
   if args.config is None or args.target is None:
     parser.error("--config and --target are required (--list_targets shows the targets)")
-  try:
-    config = cli.load_config(args.config, args.overrides, module="jaxcse.compile")
-  except USER_ERRORS as e:
-    return print_error(e)
+  config = cli.load_config(args.config, args.overrides, module="jaxcse.compile")
   with compat.harmless_native_lines_dropped():
     return run_command(args, config)
 
@@ -235,7 +232,6 @@ def _parser():
   import argparse
 
   from jaxcse.compile import max_batch
-  from jaxcse.core import errors
   from jaxcse.training import cli
 
   prog = errors.command_name("jaxcse.compile")
