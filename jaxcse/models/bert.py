@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from flax.linen.attention import dot_product_attention_weights
 
+from jaxcse.models import attention
 from jaxcse.models.common import BackboneOutput, Embed, activation
 
 ROBERTA_TYPES = ("roberta", "xlm-roberta")
@@ -107,7 +107,7 @@ class BertEmbeddings(nn.Module):
 
 
 class BertSelfAttention(nn.Module):
-  """Multi-head self-attention over the unmasked keys."""
+  """Multi-head self-attention over the keys ``visible`` lets each query see (``attention.visible``)."""
 
   config: Any
   dtype: Any = jnp.float32
@@ -116,7 +116,7 @@ class BertSelfAttention(nn.Module):
   shared_attention_dropout: bool = False
 
   @nn.compact
-  def __call__(self, hidden, attention_mask, deterministic: bool):
+  def __call__(self, hidden, visible, deterministic: bool):
     c = self.config
     heads = c.num_attention_heads
     if c.hidden_size % heads:
@@ -125,37 +125,18 @@ class BertSelfAttention(nn.Module):
     dense = lambda name: nn.Dense(c.hidden_size, dtype=self.dtype, kernel_init=_normal(c), name=name)  # noqa: E731
     projected = [dense(name)(hidden) for name in ("query", "key", "value")]  # All three, then the heads (the
     query, key, value = (split(x) for x in projected)  # order transformers' Flax BERT traced: the same program).
-    mask = jnp.expand_dims(attention_mask, axis=(-3, -2))  # [b, 1, 1, len]: broadcast over heads and queries.
-    bias = jax.lax.select(
-      mask > 0,
-      jnp.full(mask.shape, 0.0).astype(self.dtype),
-      jnp.full(mask.shape, jnp.finfo(self.dtype).min).astype(self.dtype),
-    )
     rate = c.attention_probs_dropout_prob
-    if (deterministic or rate == 0.0) and jnp.dtype(self.dtype) != jnp.float64:
-      # No dropout on the attention weights: jax's own attention, which can pick a fused kernel on GPUs. With the
-      # query scaled first and scale 1, on CPU it computes exactly what the explicit path below computes in float32
-      # (tests/test_models_golden.py); in 16-bit dtypes it keeps the logits and softmax in float32 (more accurate).
-      # Not in float64: it accumulates the logits in float32.
-      depth = query.shape[-1]
-      scaled = query / jnp.sqrt(depth).astype(self.dtype)
-      out = jax.nn.dot_product_attention(scaled, key, value, bias=bias, scale=1.0)
-    else:
-      # Dropout on the attention weights (shared: its mask broadcast over the batch and head dims, the stream
-      # earlier jaxcse versions drew), or float64: flax's weights function.
-      dropout = not deterministic and rate > 0.0
-      weights = dot_product_attention_weights(
-        query,
-        key,
-        bias=bias,
-        dropout_rng=self.make_rng("dropout") if dropout else None,
-        dropout_rate=rate,
-        broadcast_dropout=self.shared_attention_dropout,
-        deterministic=not dropout,
-        dtype=self.dtype,
-        precision=None,
-      )
-      out = jnp.einsum("...hqk,...khd->...qhd", weights, value)
+    dropout = not deterministic and rate > 0.0
+    out = attention.attend(
+      query,
+      key,
+      value,
+      visible,
+      dtype=self.dtype,
+      dropout_rate=rate,
+      dropout_rng=self.make_rng("dropout") if dropout else None,
+      shared_dropout=self.shared_attention_dropout,
+    )
     return out.reshape(out.shape[:2] + (-1,))
 
 
@@ -179,9 +160,9 @@ class BertAttention(nn.Module):
   shared_attention_dropout: bool = False
 
   @nn.compact
-  def __call__(self, hidden, attention_mask, deterministic: bool):
+  def __call__(self, hidden, visible, deterministic: bool):
     attended = BertSelfAttention(self.config, self.dtype, self.shared_attention_dropout, name="self")(
-      hidden, attention_mask, deterministic
+      hidden, visible, deterministic
     )
     return BertResidual(self.config, self.dtype, name="output")(attended, hidden, deterministic)
 
@@ -204,9 +185,9 @@ class BertLayer(nn.Module):
   shared_attention_dropout: bool = False
 
   @nn.compact
-  def __call__(self, hidden, attention_mask, deterministic: bool):
+  def __call__(self, hidden, visible, deterministic: bool):
     attended = BertAttention(self.config, self.dtype, self.shared_attention_dropout, name="attention")(
-      hidden, attention_mask, deterministic
+      hidden, visible, deterministic
     )
     expanded = BertIntermediate(self.config, self.dtype, name="intermediate")(attended)
     return BertResidual(self.config, self.dtype, name="output")(expanded, attended, deterministic)
@@ -229,10 +210,10 @@ class BertLayers(nn.Module):
       for i in range(self.config.num_hidden_layers)
     ]
 
-  def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
+  def __call__(self, hidden, visible, deterministic: bool, output_hidden_states: bool):
     states = [hidden] if output_hidden_states else None
     for layer in self.layers:
-      hidden = layer(hidden, attention_mask, deterministic)
+      hidden = layer(hidden, visible, deterministic)
       if output_hidden_states:
         states.append(hidden)
     return hidden, None if states is None else tuple(states)
@@ -245,26 +226,41 @@ class BertEncoder(nn.Module):
   shared_attention_dropout: bool = False
 
   @nn.compact
-  def __call__(self, hidden, attention_mask, deterministic: bool, output_hidden_states: bool):
+  def __call__(self, hidden, visible, deterministic: bool, output_hidden_states: bool):
     return BertLayers(
       self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout, name="layer"
-    )(hidden, attention_mask, deterministic, output_hidden_states)
+    )(hidden, visible, deterministic, output_hidden_states)
 
 
 class BertPooler(nn.Module):
-  """BERT's NSP pooler: Linear + tanh on the first token's state."""
+  """BERT's NSP pooler: Linear + tanh on each text's first token state (``[texts, hidden]`` in)."""
 
   config: Any
   dtype: Any = jnp.float32
 
   @nn.compact
-  def __call__(self, hidden):
+  def __call__(self, first_tokens):
     c = self.config
-    return nn.tanh(nn.Dense(c.hidden_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(hidden[:, 0]))
+    return nn.tanh(nn.Dense(c.hidden_size, kernel_init=_normal(c), dtype=self.dtype, name="dense")(first_tokens))
+
+
+def packed_position_ids(config: Any, segment_ids: jax.Array) -> jax.Array:
+  """The family's positions of texts packed in rows (``attention.segment_positions``): BERT's ``0 .. len-1`` within
+  each segment; RoBERTa's and XLM-R's ``pad + 1 + j`` within each, ``pad`` at padding: each text numbered as if
+  it had a row of its own."""
+  within = attention.segment_positions(segment_ids)
+  if config.model_type not in ROBERTA_TYPES:
+    return within
+  pad = config.pad_token_id
+  return jnp.where(segment_ids > 0, pad + 1 + within, pad)
 
 
 class BertModel(nn.Module):
   """The encoder: ``(input_ids, attention_mask) -> BackboneOutput``. BERT, RoBERTa or XLM-R by ``config.model_type``.
+
+  Packed rows (several texts in one row, ``packing``): ``segment_ids`` instead of a mask, each text attending only
+  to itself and numbered from its own first token (``packed_position_ids``); ``first_tokens`` ``(rows, columns)``,
+  two ``[texts]`` arrays, say where the NSP pooler reads each text's first token (None: column 0 of every row).
 
   Attributes:
     config: a transformers config (``BertConfig``, ``RobertaConfig``, ``XLMRobertaConfig``): only its fields are read.
@@ -291,16 +287,24 @@ class BertModel(nn.Module):
     token_type_ids=None,
     position_ids=None,
     *,
+    segment_ids=None,
+    first_tokens=None,
     deterministic: bool = True,
     output_hidden_states: bool = False,
   ) -> BackboneOutput:
+    if segment_ids is not None and position_ids is None:
+      position_ids = packed_position_ids(self.config, segment_ids)
     hidden = BertEmbeddings(self.config, self.dtype, name="embeddings")(
       input_ids, token_type_ids, position_ids, deterministic
     )
+    visible = attention.visible(attention_mask) if segment_ids is None else attention.visible(segment_ids=segment_ids)
     hidden, states = BertEncoder(
       self.config, self.dtype, self.gradient_checkpointing, self.shared_attention_dropout, name="encoder"
-    )(hidden, attention_mask, deterministic, output_hidden_states)
-    pooled = BertPooler(self.config, self.dtype, name="pooler")(hidden) if self.add_pooling_layer else None
+    )(hidden, visible, deterministic, output_hidden_states)
+    pooled = None
+    if self.add_pooling_layer:
+      firsts = hidden[:, 0] if first_tokens is None else hidden[first_tokens[0], first_tokens[1]]
+      pooled = BertPooler(self.config, self.dtype, name="pooler")(firsts)
     return BackboneOutput(hidden, states, pooled)
 
 

@@ -27,6 +27,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxcse.models import attention
 from jaxcse.models.common import BackboneOutput, Embed, activation
 
 
@@ -87,7 +88,7 @@ class ModernBertEmbeddings(nn.Module):
       c.vocab_size, c.hidden_size, dtype=self.dtype, embedding_init=_init(c, _stds(c)[0]), name="tok_embeddings"
     )(input_ids)
     x = _layer_norm(c, self.dtype, "norm")(x)
-    return nn.Dropout(c.embedding_dropout)(x, deterministic=deterministic)
+    return nn.Dropout(c.embedding_dropout, name="dropout")(x, deterministic=deterministic)
 
 
 class ModernBertAttention(nn.Module):
@@ -109,24 +110,21 @@ class ModernBertAttention(nn.Module):
     # Wqkv's output is [q | k | v], each [heads, head_dim].
     q, k, v = jnp.unstack(qkv.reshape(batch, length, 3, heads, head_dim), axis=2)
     q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-    scale = head_dim**-0.5
     dropout = c.attention_dropout > 0 and not deterministic
-    if not dropout and jnp.dtype(self.dtype).itemsize <= 4:
-      out = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale)
-    else:
-      # With dropout on the attention probabilities, and in float64: jax.nn.dot_product_attention always takes its
-      # softmax in float32, we take it in at least float32 (float64 stays float64, as PyTorch's SDPA).
-      compute = jnp.promote_types(self.dtype, jnp.float32)
-      logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=compute) * scale
-      logits = jnp.where(mask, logits, jnp.finfo(compute).min)
-      probs = jax.nn.softmax(logits, axis=-1).astype(self.dtype)
-      probs = nn.Dropout(c.attention_dropout)(probs, deterministic=deterministic)
-      out = jnp.einsum("bhqk,bkhd->bqhd", probs, v)
+    out = attention.attend(
+      q,
+      k,
+      v,
+      mask,
+      dtype=self.dtype,
+      dropout_rate=c.attention_dropout,
+      dropout_rng=self.make_rng("dropout") if dropout else None,
+    )
     out = nn.Dense(hidden, use_bias=c.attention_bias, dtype=self.dtype, kernel_init=_init(c, std_out), name="Wo")(
       out.reshape(batch, length, hidden)
     )
     # transformers applies attention_dropout twice: to the probabilities and to the output projection.
-    return nn.Dropout(c.attention_dropout)(out, deterministic=deterministic)
+    return nn.Dropout(c.attention_dropout, name="output_dropout")(out, deterministic=deterministic)
 
 
 class ModernBertMLP(nn.Module):
@@ -143,7 +141,9 @@ class ModernBertMLP(nn.Module):
       2 * c.intermediate_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_in), name="Wi"
     )(x)
     inputs, gate = jnp.split(h, 2, axis=-1)
-    h = nn.Dropout(c.mlp_dropout)(activation(c.hidden_activation)(inputs) * gate, deterministic=deterministic)
+    h = nn.Dropout(c.mlp_dropout, name="dropout")(
+      activation(c.hidden_activation)(inputs) * gate, deterministic=deterministic
+    )
     return nn.Dense(c.hidden_size, use_bias=c.mlp_bias, dtype=self.dtype, kernel_init=_init(c, std_out), name="Wo")(h)
 
 
@@ -199,7 +199,10 @@ class ModernBertModel(nn.Module):
     dtype: the computation dtype; params stay float32.
     gradient_checkpointing: rematerialise each layer in the backward pass.
     add_pooling_layer: accepted for the interface shared with BERT; ModernBERT has no pooler layer, so
-      ``pooler_output`` is always None.
+      ``pooler_output`` is always None (and ``first_tokens``, BERT's pooler's places, is not read).
+
+  Packed rows (``packing``): ``segment_ids`` instead of a mask; each text attends to itself only (its local window
+  within itself) and is rotated from its own first token (``attention.segment_positions``).
   """
 
   config: Any
@@ -215,23 +218,28 @@ class ModernBertModel(nn.Module):
     token_type_ids: jax.Array | None = None,
     position_ids: jax.Array | None = None,
     *,
+    segment_ids: jax.Array | None = None,
+    first_tokens: tuple[jax.Array, jax.Array] | None = None,
     deterministic: bool = True,
     output_hidden_states: bool = False,
   ) -> BackboneOutput:
-    del token_type_ids  # ModernBERT has no token types.
+    del token_type_ids, first_tokens  # ModernBERT has no token types and no pooler layer.
     c = self.config
     length = input_ids.shape[-1]
-    if position_ids is None:
-      position_ids = jnp.arange(length)[None, :]
+    if position_ids is None:  # Packed rows: each text rotated from its own first token.
+      position_ids = jnp.arange(length)[None, :] if segment_ids is None else attention.segment_positions(segment_ids)
     x = ModernBertEmbeddings(c, self.dtype, name="embeddings")(input_ids, deterministic)
 
-    # Boolean masks [batch, 1, query, key]: a query sees the non-padding keys, within the window in local layers.
-    # Padding queries are not masked (their outputs are meaningless and never reach a real token); a padding
-    # query farther than the window from every real token sees no key at all; its attention is then uniform over
-    # all keys, finite, as in transformers' eager attention (its SDPA path gives other values there).
-    keys = attention_mask.astype(bool)[:, None, None, :]
-    distance = jnp.abs(jnp.arange(length)[:, None] - jnp.arange(length)[None, :])
-    masks = {"full_attention": keys, "sliding_attention": keys & (distance <= c.local_attention // 2)}
+    # Boolean masks [batch, 1, query or 1, key]: a query sees the real keys of its row (or, packed, of its own
+    # segment), within the window in local layers. Padding queries are not masked (their outputs are meaningless
+    # and never reach a real token); a padding query farther than the window from every real token sees no key at
+    # all; its attention is then uniform over all keys, finite, as in transformers' eager attention (its SDPA path
+    # gives other values there).
+    seen = {"attention_mask": attention_mask} if segment_ids is None else {"segment_ids": segment_ids}
+    masks = {
+      "full_attention": attention.visible(**seen),
+      "sliding_attention": attention.visible(**seen, window=c.local_attention // 2),
+    }
 
     head_dim = c.hidden_size // c.num_attention_heads
     rotary = {t: rotary_tables(position_ids, _rope_theta(c, t), head_dim, self.dtype) for t in set(c.layer_types)}

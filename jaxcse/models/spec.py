@@ -13,7 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxcse.models import families, poolers
+from jaxcse.models import families, packing, poolers
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
@@ -81,21 +81,50 @@ class PooledBackbone(nn.Module):
   attend_padding: bool = False
 
   @nn.compact
-  def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, *, train: bool = False) -> jax.Array:
+  def __call__(
+    self,
+    input_ids: jax.Array,
+    attention_mask: jax.Array,
+    *,
+    train: bool = False,
+    places: packing.Places | None = None,
+  ) -> jax.Array:
+    """``[batch, hidden]`` of a padded batch ``[batch, len]``; with ``places``, of the texts packed in
+    ``input_ids`` ``[rows, row_len]`` whose segment ids ``attention_mask`` holds (``packing.Packed``):
+    ``[texts, hidden]``, each text pooled from its own tokens as its padded row would be."""
     pooler = poolers.get(self.pooler)
-    attended = attention_mask
-    if self.attend_padding:
-      longest = jnp.max(jnp.sum(attention_mask, axis=-1))
-      attended = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]) < longest, input_ids.shape).astype(
-        attention_mask.dtype
+    if places is not None:
+      if self.attend_padding:
+        raise ValueError("attend_padding reads the padding of a padded batch; a packed batch has none to read")
+      outputs = self.backbone(
+        input_ids,
+        attention_mask > 0,
+        segment_ids=attention_mask,
+        first_tokens=(places.row, places.start),
+        deterministic=not train,
+        output_hidden_states=pooler.needs_hidden_states,
       )
-    outputs = self.backbone(
-      input_ids, attended, deterministic=not train, output_hidden_states=pooler.needs_hidden_states
-    )
-    pooled = poolers.pool(
-      self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states, outputs.pooler_output
-    )
-    if pooler.has_mlp:
+      pooled = poolers.pool(
+        self.pooler,
+        packing.PackedTokens(places),
+        outputs.last_hidden_state,
+        outputs.hidden_states,
+        outputs.pooler_output,
+      )
+    else:
+      attended = attention_mask
+      if self.attend_padding:
+        longest = jnp.max(jnp.sum(attention_mask, axis=-1))
+        attended = jnp.broadcast_to(jnp.arange(input_ids.shape[-1]) < longest, input_ids.shape).astype(
+          attention_mask.dtype
+        )
+      outputs = self.backbone(
+        input_ids, attended, deterministic=not train, output_hidden_states=pooler.needs_hidden_states
+      )
+      pooled = poolers.pool(
+        self.pooler, attention_mask, outputs.last_hidden_state, outputs.hidden_states, outputs.pooler_output
+      )
+    if pooler.has_mlp:  # SimCSE's MLP.
       dense = nn.Dense(
         pooled.shape[-1],
         kernel_init=nn.initializers.normal(self.initializer_range),
