@@ -955,9 +955,18 @@ def bench_encode(args) -> str:
     out = embedder(sentences, params)
     return out / np.linalg.norm(out, axis=1, keepdims=True)  # all-MiniLM-L6-v2's pipeline ends with Normalize.
 
-  ours = run_jaxcse()  # Warm-up: compiles every bucket, loads every lazy module.
+  padded = embedder_lib.BucketedEmbedder(spec, "avg", batch_size=args.batch_size, max_seq_len=max_seq_len, packed=False)
+
+  def run_jaxcse_padded():  # The same, each batch padded to its length bucket: what packing saves.
+    out = padded(sentences, params)
+    return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+  ours = run_jaxcse()  # Warm-up: compiles every shape, loads every lazy module.
   peaks["jaxcse"] = jax_peak_bytes()
-  sides = {"jaxcse": run_jaxcse, **sides}
+  unpacked = run_jaxcse_padded()
+  peaks["jaxcse padded"] = jax_peak_bytes()
+  print(f"agreement: max |packed - padded| over unit embeddings {np.abs(ours - unpacked).max():.2e}")
+  sides = {"jaxcse": run_jaxcse, "jaxcse padded": run_jaxcse_padded, **sides}
   if "sentence-transformers" in sides:
     theirs = run_st()
     peaks["sentence-transformers"] = st_peak()
@@ -971,6 +980,9 @@ def bench_encode(args) -> str:
       f"{statistics.median(cpu[name]):.3f} s), peak memory {format_bytes(peaks[name])}"
     )
   print(machine_line())
+  print(
+    f"packed over padded, by CPU seconds: {statistics.median(cpu['jaxcse padded']) / statistics.median(cpu['jaxcse']):.2f}x"
+  )
   if "sentence-transformers" not in medians:
     return f"encode: n/a ({setup.describe()})"
   print(f"by CPU seconds: {statistics.median(cpu['sentence-transformers']) / statistics.median(cpu['jaxcse']):.2f}x")

@@ -120,8 +120,11 @@ class Evaluator:
   ):
     self.dev_sets = dev_sets  # sts_data.load_dev_sets, read before the run wrote anything.
     self.own = own or dev_sets_lib.OwnDevSets()  # dev_sets.OwnDevSets.load, read then too.
+    # Padded, not packed: a run's model selection keeps the shapes its config.json and its earlier evaluations
+    # had (packing moves scores by float32 rounding, enough to flip a near tie for best), and jaxcse.compile
+    # --inference lowers this same padded forward.
     self.embedder = embedder_lib.BucketedEmbedder(
-      spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size, attend_padding=attend_padding
+      spec, spec.pooling.dev_pooler, batch_size=config.eval.batch_size, attend_padding=attend_padding, packed=False
     )
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
     self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]

@@ -1,7 +1,8 @@
 """Sentence encoders: one of jaxcse's own Flax encoders plus a pooler, described apart from their weights.
 
 The encoders are jaxcse's (``bert.py``: BERT, RoBERTa, XLM-R; ``modernbert.py``), chosen by the Hugging Face
-config's ``model_type`` (``families.py``), their weights read from Hugging Face folders by ``weights.py``.
+config's ``model_type`` (``families.py``), their weights read from Hugging Face folders by ``weights.py``. They
+attend through one function (``attention.py``) and take padded batches or packed rows (``packing.py``).
 transformers is used only for configs (``AutoConfig``) and tokenizers (``AutoTokenizer``).
 
 A ``ModelSpec`` (``spec.py``) is what a model *is* (backbone module, tokenizer, poolers, HF
