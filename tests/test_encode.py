@@ -194,7 +194,7 @@ def test_a_partial_batch_is_not_padded_to_a_full_batch(tiny_model_dir):
   from jaxcse import models
 
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
-  embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64)
+  embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64, packed=False)
   shapes = []
   real = embedder._apply
   embedder._apply = lambda p, ids, mask: (shapes.append(ids.shape), real(p, ids, mask))[1]

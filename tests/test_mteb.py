@@ -56,8 +56,9 @@ class JaxcseSTSBDev(AbsTaskSTS):
 
 @pytest.fixture(scope="module")
 def encoder(tiny_model_dir) -> Encoder:
-  """The tiny random BERT, mean-pooled, one sentence per forward pass (see the evaluate test for why)."""
-  return Encoder.load(tiny_model_dir, pooler="avg", batch_size=1)
+  """The tiny random BERT, mean-pooled, one sentence per forward pass (see the evaluate test for why): padded, since
+  packed rows hold several sentences whatever the batch size."""
+  return Encoder.load(tiny_model_dir, pooler="avg", batch_size=1, packed=False)
 
 
 @pytest.fixture

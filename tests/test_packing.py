@@ -258,3 +258,19 @@ def test_the_embedder_packed_equals_padded_to_float32_rounding(tiny_model_dir, p
     np.testing.assert_allclose(a, b, rtol=0, atol=512 * np.finfo(np.float32).eps * float(np.abs(b).max()))
     np.testing.assert_array_equal(packed(sentences[:1], params)[0], packed(sentences[:1], params)[0])
     np.testing.assert_allclose(packed(sentences[:1], params)[0], a[0], rtol=0, atol=1e-5 * float(np.abs(b).max()))
+
+
+def test_the_packed_embedder_calls_few_shapes_and_pads_the_last_only_to_a_power_of_two(tiny_model_dir):
+  from jaxcse import models
+  from jaxcse.inference import embedder as embedder_lib
+
+  with jax.enable_x64(False):
+    spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
+    embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64)
+    shapes = []
+    real = embedder._apply_packed
+    embedder._apply_packed = lambda p, ids, seg, places: (shapes.append(ids.shape), real(p, ids, seg, places))[1]
+    out = embedder(["one sentence"] * 70, params)  # 4 tokens each.
+  # A call holds a padded batch's tokens (64 x 4 = 2 rows of 128): 64 sentences, then the last 6 in one row.
+  assert shapes == [(2, 128), (1, 128)]
+  np.testing.assert_allclose(out, np.broadcast_to(out[0], out.shape), rtol=0, atol=1e-6 * float(np.abs(out).max()))

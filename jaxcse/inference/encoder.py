@@ -40,6 +40,7 @@ class Encoder:
     step: int | None = None,
     prompts: dict[str, str] | None = None,
     truncate_dim: int | None = None,
+    packed: bool = True,
   ):
     check_truncate_dim(truncate_dim, spec.hidden_size)
     # Embeddings keep their first this many dims (a Matryoshka-trained model's smaller size); None: all of them.
@@ -47,7 +48,10 @@ class Encoder:
     self.spec = spec
     # Prompt name -> text put before each sentence encoded with ``prompt_name`` (the model's own: ``Encoder.load``).
     self.prompts = dict(prompts or {})
-    self.embedder = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len)
+    # packed: sentences packed end to end into rows, no padding computed (models.packing); False: padded batches.
+    self.embedder = embedder_lib.BucketedEmbedder(
+      spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len, packed=packed
+    )
     self.params = self.embedder.params_for_pooler(params)
     self.pooler = self.embedder.pooler
     self.step = step  # The checkpoint step of a workdir model; None for a Hugging Face folder.
@@ -111,7 +115,11 @@ class Encoder:
       return self.embedder
     if batch_size not in self._embedders:
       self._embedders[batch_size] = embedder_lib.BucketedEmbedder(
-        self.spec, self.pooler, batch_size=batch_size, max_seq_len=self.embedder.max_seq_len
+        self.spec,
+        self.pooler,
+        batch_size=batch_size,
+        max_seq_len=self.embedder.max_seq_len,
+        packed=self.embedder.packed,
       )
     return self._embedders[batch_size]
 
