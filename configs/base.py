@@ -153,6 +153,11 @@ def get_config() -> ml_collections.ConfigDict:
   # GradCache: embed the batch in chunks of this many examples (0 = off; must divide batch_size). Negatives still
   # span the whole batch; activation memory is one chunk's, for a second forward pass. Chunk i gets its own dropout key.
   config.train.grad_cache_chunk = 0
+  # Packed rows: the step's texts (every view of every column) laid end to end in rows of real tokens, each text
+  # attending only to itself (docs/training.md#packed-rows): the padding up to data.max_seq_len is not computed.
+  # The same loss in exact arithmetic; with dropout on, other masks. One device; not with GradCache, augment.*,
+  # augment.same_dropout_mask or a method that attends the padding (DCLR).
+  config.train.packed = False
   config.train.log_every = 10  # Steps between lines in metrics.jsonl.
 
   config.eval = ml_collections.ConfigDict()

@@ -58,6 +58,7 @@ from jaxcse.training import (
   inputs as inputs_lib,
   start as start_lib,
   train_step as step_lib,
+  views,
 )
 from jaxcse.training.run_log import MetricsWriter, NonFiniteLossError, StepLog, last_good, stopped
 
@@ -146,6 +147,10 @@ def train_and_evaluate(
       raise configuration.ConfigError(
         f"train.batch_size {config.train.batch_size} must be divisible by the {mesh.size} devices"
       )
+    if configuration.packed(config) and mesh.size > 1:
+      raise configuration.ConfigError(
+        f"train.packed=True runs on one device, not {mesh.size}; set --config.train.packed=False"
+      )
     errors.check_output(workdir, folder=True)
     run_dir.check_ours()
     with contextlib.ExitStack() as held:  # The lock, then the checkpoint managers: released in reverse.
@@ -233,6 +238,7 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
   # This process tokenizes only its rows of each global batch; which examples form the global batch, and in
   # what order, depends on the step alone, never on the number of processes.
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
+  packed = None  # train.packed: the views' PackedViews, sized from the first batch's shape (every batch's).
   (complementary, complementary_params), (augment_mlm, augment_params) = inputs.complementary, inputs.augment_mlm
   train_step = step_lib.jit_train_step(
     config, start.spec, start.tx, complementary, mesh, augment_mlm=augment_mlm, needs=inputs.needs
@@ -270,6 +276,11 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
         k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
         for k, v in host_batch.items()
       }  # The global batch, from this process's rows of it.
+      if configuration.packed(config):  # One device: the rows need no sharding.
+        if packed is None:
+          pad_id = start.spec.tokenizer.pad_token_id or 0
+          packed = views.PackedViews.for_batches(*host_batch["input_ids"].shape, pad_id=pad_id)
+        batch["packed"] = packed.lay_out(host_batch)
       state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)

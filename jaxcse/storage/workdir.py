@@ -80,6 +80,8 @@ FORMER_DEFAULTS = {
   # One attention-dropout mask shared across the batch (flax's broadcast_dropout): jaxcse's BERT before the
   # field existed; the default is now per element, as PyTorch.
   "model.attention_dropout_per_element": False,
+  # Padded batches: every run before packed rows existed.
+  "train.packed": False,
 }
 
 

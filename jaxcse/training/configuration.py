@@ -77,6 +77,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       f"train.num_epochs must be a positive integer with train.max_steps={BY_EPOCHS}, not {config.train.num_epochs!r}"
     )
   _check_ranges(config)
+  _check_packed(config)
   chunk = config.train.grad_cache_chunk
   if chunk < 0 or (chunk and config.train.batch_size % chunk):
     raise ConfigError(
@@ -273,6 +274,32 @@ def tokenized_length(config: ml_collections.ConfigDict) -> int:
   """The length the training sentences are tokenized to (the batches' last axis): ``augment.crop_before_truncation``
   when it is set, else ``data.max_seq_len``. The step cuts the views to ``data.max_seq_len`` either way."""
   return config.augment.get("crop_before_truncation", 0) or config.data.max_seq_len
+
+
+def packed(config: ml_collections.ConfigDict) -> bool:
+  """``train.packed``; a config.json written before the field existed has none, and its run was padded."""
+  return bool(config.train.get("packed", False))
+
+
+def _check_packed(config: ml_collections.ConfigDict) -> None:
+  """``train.packed`` packs the sentence encoder's forward pass on the host's token ids: refused, naming the field,
+  where something changes those ids inside the step or needs the padding."""
+  if not packed(config):
+    return
+  augment = config.augment
+  blockers = [
+    (config.train.grad_cache_chunk > 0, "train.grad_cache_chunk (GradCache cuts the padded batch into chunks)"),
+    (augment.same_dropout_mask, "augment.same_dropout_mask"),
+    (
+      any(augment.get(f) for f in ("crop", "word_deletion", "delete_one_word", "mlm", "crop_before_truncation")),
+      "augment.* (the second view is made inside the step, after the rows are laid out)",
+    ),
+    (objectives.needs(config).attend_padding, f"method {config.method} (it attends the padding)"),
+    (not objectives.needs(config).sentence_loss, f"method {config.method} (it has no sentence embeddings)"),
+  ]
+  for blocked, what in blockers:
+    if blocked:
+      raise ConfigError(f"train.packed=True cannot run with {what}; set --config.train.packed=False")
 
 
 def attention_dropout_per_element(config: ml_collections.ConfigDict) -> bool:

@@ -1,12 +1,59 @@
 """A batch's views as encoder rows, and their embeddings: ``[batch, columns, len]`` ids in, ``[batch, views, hidden]``
-out, in one forward pass (a one-column batch becomes SimCSE's two views, each with its own dropout mask)."""
+out, in one forward pass (a one-column batch becomes SimCSE's two views, each with its own dropout mask).
+
+Packed (``train.packed``): ``PackedViews.lay_out`` lays the same views, in the same order, end to end in rows of
+real tokens on the host (``models.packing``), and ``embed_views`` embeds those rows instead of the padded ones.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxcse import models
+from jaxcse.models import packing
+
+# A packed row holds this many tokens at least (several sentences of a batch), or the batch's length if longer.
+MIN_ROW_LEN = 128
+# The rows of a step are rounded up to a multiple of (the most a batch can need) / ROW_BUCKETS: at most this many
+# shapes, so at most this many programs compile; a batch of similar sentences uses one or two.
+ROW_BUCKETS = 8
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedViews:
+  """How a run packs each step's views: rows of ``row_len`` tokens, their count a multiple of ``rows_step``.
+
+  ``for_batches(examples, columns, length)`` sizes it from the batch's shape alone, so every step of a run (and its
+  resume) packs alike; ``lay_out`` is deterministic in the batch.
+  """
+
+  row_len: int
+  rows_step: int
+  two_views: bool = True
+  pad_id: int = 0
+
+  @classmethod
+  def for_batches(cls, examples: int, columns: int, length: int, *, pad_id: int, two_views: bool = True):
+    views = 2 if columns == 1 and two_views else columns
+    row_len = max(MIN_ROW_LEN, length)
+    most = -(-examples * views * length // row_len)  # Every text at full length.
+    return cls(row_len, max(1, -(-most // ROW_BUCKETS)), two_views, pad_id)
+
+  def lay_out(self, batch: dict) -> dict:
+    """``{"input_ids", "segment_ids", "places"}`` of the host batch's views (``flat_views``' order: example by
+    example, view by view), packed; the step's ``batch["packed"]``."""
+    ids, mask = np.asarray(batch["input_ids"]), np.asarray(batch["attention_mask"])
+    if ids.shape[1] == 1 and self.two_views:
+      ids, mask = np.repeat(ids, 2, axis=1), np.repeat(mask, 2, axis=1)
+    texts = [row[keep > 0] for row, keep in zip(ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1]))]
+    needed = packing.rows_needed([len(t) for t in texts], self.row_len)
+    rows = max(1, -(-needed // self.rows_step)) * self.rows_step
+    packed = packing.pack(texts, rows=rows, row_len=self.row_len, pad_id=self.pad_id)
+    return {"input_ids": packed.input_ids, "segment_ids": packed.segment_ids, "places": packed.places}
 
 
 def flat_views(batch: dict, *, two_views: bool = True) -> tuple[jax.Array, jax.Array, int, int]:
@@ -37,6 +84,9 @@ def embed_views(
   which get independent dropout masks because they are different rows of one
   forward pass (SimCSE's formulation). Returns ``[batch, views, hidden]``.
 
+  With ``batch["packed"]`` (``PackedViews.lay_out``), the packed rows are embedded instead of the padded ones:
+  the same embeddings in exact arithmetic, other dropout masks.
+
   ``same_dropout_mask`` (SimCSE's "fixed 0.1", one-column batches only): both
   views get one dropout mask. Two passes of the same sentence with the same mask
   compute the same vector, so the sentence is embedded once and the vector used
@@ -57,6 +107,21 @@ def embed_views(
       rngs={"dropout": rng} if train else {},
     )
     return jnp.stack([z, z], axis=1)
+  # PackedViews.lay_out's rows of the same views, in the same order (laid out with a one-column batch's two views:
+  # a caller that wants one view of it, as GISTEmbed's guide, gets the padded rows).
+  if "packed" in batch and (batch["input_ids"].shape[1] > 1 or two_views):
+    ids, views = batch["input_ids"], batch["input_ids"].shape[1]
+    views = 2 if views == 1 and two_views else views
+    rows = batch["packed"]
+    z = module.apply(
+      {"params": params},
+      rows["input_ids"],
+      rows["segment_ids"],
+      places=rows["places"],
+      train=train,
+      rngs={"dropout": rng} if train else {},
+    )
+    return z.reshape(ids.shape[0], views, -1)
   ids, mask, b, v = flat_views(batch, two_views=two_views)
   z = module.apply({"params": params}, ids, mask, train=train, rngs={"dropout": rng} if train else {})
   return z.reshape(b, v, -1)

@@ -1,0 +1,154 @@
+"""``train.packed``: the train step on packed rows is the padded step, for every method it runs.
+
+In float64 with dropout off, a packed and a padded step give the same losses, metrics and updated params (SGD at
+lr 1: the update is the gradient): they differ only in sums that packing extends with exact zeros (masked keys)
+or reorders (a segment sum for a mean), ~1e-15 relative on the tiny model; a text seeing its neighbours, a wrong
+position or a pooled padding token moves them by 1e-3 or more. With dropout on they differ (other masks), and a
+packed run trains, resumes bit for bit, and records the switch.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import flax
+import jax
+import numpy as np
+import optax
+import pytest
+
+from jaxcse import data as data_lib, models
+from jaxcse.core import compat
+from jaxcse.storage import loading
+from jaxcse.training import configuration, train_step, views
+from tests import helpers
+
+BATCH = 8
+RTOL, ATOL = 1e-10, 1e-12  # As tests/test_gradcache.py's: float64 sums reordered through the tiny network.
+
+VARIANTS = {
+  "simcse": ("base", {}),
+  "simcse_sup": ("simcse_sup", {"loss.hard_negative_weight": 1.0}),
+  "mixcse": ("mixcse", {}),
+  "dclr": ("dclr", {}),
+  "dclr_infonce": ("dclr", {"dclr.loss_form": "infonce", "dclr.complementary_dropout": True}),
+  "simcse_mlm": ("base", {"mlm.enabled": True}),
+  "simcse_avg": ("base", {"model.pooler": "avg", "model.mlp_only_train": False}),
+  "mnrl_triplets": ("pairs", {}),
+  "mnrl_symmetric_matryoshka": (
+    "pairs",
+    {"mnrl.directions": "query_to_doc,doc_to_query", "matryoshka.dims": "32,16,8"},
+  ),
+  "cosent": ("pairs", {"method": "cosent"}),
+  "gist": ("pairs", {"method": "gist"}),
+}
+
+
+def _scored_pairs(data_dir: str) -> str:
+  path = os.path.join(data_dir, "corpora", "scored_for_packing.csv")
+  if not os.path.exists(path):
+    with open(os.path.join(data_dir, "corpora", "small.txt"), encoding="utf-8") as f:
+      lines = [line.strip() for line in f][:80]
+    rng = np.random.default_rng(0)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+      writer = csv.writer(f)
+      writer.writerow(["sentence1", "sentence2", "score"])
+      writer.writerows([lines[i], lines[40 + i], f"{rng.uniform(0, 5):.2f}"] for i in range(40))
+  return path
+
+
+def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool) -> tuple[dict, dict]:
+  config_name, overrides = VARIANTS[variant]
+  if overrides.get("method") == "cosent":
+    overrides = {**overrides, "data.train": _scored_pairs(data_dir)}
+  if overrides.get("method") == "gist":
+    overrides = {**overrides, "gist.guide_model": model_dir}
+  config = helpers.tiny_config(
+    model_dir, data_dir, config_name, **{"train.batch_size": BATCH, "train.packed": packed, **overrides}
+  )
+  configuration.validate(config)
+  with compat.enable_x64(True):
+    pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
+    spec, params = helpers.in_float64(
+      *models.load_pretrained(model_dir, pooling, dropout=0.0, seed=config.seed, with_mlm_head=config.mlm.enabled)
+    )
+    corpus = data_lib.load_corpus(config.data.train, root=data_dir, csv_format=config.data.csv_format)
+    batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
+    if packed:
+      layout = views.PackedViews.for_batches(*batch["input_ids"].shape, pad_id=spec.tokenizer.pad_token_id)
+      batch = {**batch, "packed": layout.lay_out(batch)}
+    complementary, comp_params = None, None
+    if config.method == "gist":
+      complementary, comp_params = helpers.in_float64(spec, params)
+    if config.method == "dclr":  # Its complementary model embeds the padded batch, packed or not.
+      loaded = loading.load_model(config.dclr.complementary_model)
+      complementary, comp_params = helpers.in_float64(loaded.spec, loaded.params)
+    tx = optax.sgd(1.0)
+    state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
+    step = jax.jit(train_step.make_train_step(config, spec, tx, complementary))
+    state, metrics = step(state, batch, comp_params)
+    return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_a_packed_step_is_the_padded_step_in_float64(tiny_model_dir, small_data_dir, variant):
+  (m1, p1), (m2, p2) = (_step(tiny_model_dir, small_data_dir, variant, packed=p) for p in (True, False))
+  assert set(m1) == set(m2)
+  for key in m1:
+    np.testing.assert_allclose(m1[key], m2[key], rtol=RTOL, atol=ATOL, err_msg=key)
+  for key in p1:
+    assert p1[key].dtype == np.float64, key
+    np.testing.assert_allclose(p1[key], p2[key], rtol=RTOL, atol=ATOL, err_msg=key)
+
+
+def test_the_layout_is_sized_by_the_batch_shape_and_rounds_rows_to_few_buckets():
+  layout = views.PackedViews.for_batches(64, 1, 32, pad_id=0)  # SimCSE's: 128 views of up to 32 tokens.
+  assert (layout.row_len, layout.rows_step) == (128, 4)  # At most 32 rows when every text is full: 8 shapes.
+  ids = np.zeros((64, 1, 32), np.int32)
+  mask = np.zeros_like(ids)
+  mask[:, 0, :10] = 1  # 128 views of 10 tokens: 12 per row, 11 rows, rounded up to 12.
+  out = layout.lay_out({"input_ids": ids, "attention_mask": mask})
+  assert out["input_ids"].shape == (12, 128)
+  assert out["places"].row.shape == (128,)
+  # The two views of example i are texts 2i and 2i + 1 (flat_views' order), each a copy of the sentence.
+  assert (out["places"].length == 10).all()
+
+
+@pytest.mark.parametrize(
+  "config_name, overrides, named",
+  [
+    ("base", {"train.grad_cache_chunk": 4}, "train.grad_cache_chunk"),
+    ("base", {"augment.same_dropout_mask": True}, "augment.same_dropout_mask"),
+    ("base", {"augment.crop": 0.1}, "augment.*"),
+    ("dclr_as_released", {}, "method dclr (it attends the padding)"),
+    ("pretrain_mlm", {}, "method mlm (it has no sentence embeddings)"),
+  ],
+)
+def test_packed_is_refused_in_one_line_where_it_cannot_run(config_name, overrides, named):
+  config = helpers.tiny_config("model", "data", config_name, **{"train.packed": True, **overrides})
+  with pytest.raises(configuration.ConfigError) as e:
+    configuration.validate(config)
+  assert named in str(e.value) and "--config.train.packed=False" in str(e.value)
+  assert "\n" not in str(e.value)
+
+
+def test_a_packed_run_trains_resumes_exactly_and_records_the_switch(tiny_model_dir, small_data_dir, tmp_path):
+  from jaxcse import train
+
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "quickstart", **{"train.packed": True})
+  whole = str(tmp_path / "whole")
+  train.train_and_evaluate(config, whole)
+  interrupted = str(tmp_path / "interrupted")
+  helpers.train_interrupted(config, interrupted, step_index=4)
+  train.train_and_evaluate(config, interrupted)
+  helpers.assert_same_params(helpers.saved_params(whole), helpers.saved_params(interrupted))
+  records = [r for r in helpers.metrics_records(whole) if "loss" in r]
+  assert records and all(np.isfinite(r["loss"]) for r in records)
+  import json
+
+  with open(os.path.join(whole, "config.json"), encoding="utf-8") as f:
+    assert json.load(f)["train"]["packed"] is True
+  padded = helpers.tiny_config(tiny_model_dir, small_data_dir, "quickstart")
+  with pytest.raises(Exception, match=r"train.packed \(True there, False here\)"):
+    train.train_and_evaluate(padded, interrupted)
