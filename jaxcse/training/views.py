@@ -18,30 +18,34 @@ from jaxcse.models import packing
 
 # A packed row holds this many tokens at least (several sentences of a batch), or the batch's length if longer.
 MIN_ROW_LEN = 128
-# The rows of a step are rounded up to a multiple of (the most a batch can need) / ROW_BUCKETS: at most this many
-# shapes, so at most this many programs compile; a batch of similar sentences uses one or two.
-ROW_BUCKETS = 8
+
+
+def rows_bucket(rows: int) -> int:
+  """The rows a step that needs ``rows`` computes: ``rows`` up to 8, then rounded up to 4 buckets an octave (9-16
+  by 2, 17-32 by 4, ...): at most 12.5% more than needed past 8, and a run's steps, whose needs vary by a few rows,
+  meet only a few shapes (each compiles once)."""
+  if rows <= 8:
+    return max(rows, 1)
+  step = 1 << ((rows - 1).bit_length() - 3)
+  return -(-rows // step) * step
 
 
 @dataclasses.dataclass(frozen=True)
 class PackedViews:
-  """How a run packs each step's views: rows of ``row_len`` tokens, their count a multiple of ``rows_step``.
+  """How a run packs each step's views: rows of ``row_len`` tokens, as many as ``rows_bucket`` says.
 
   ``for_batches(examples, columns, length)`` sizes it from the batch's shape alone, so every step of a run (and its
   resume) packs alike; ``lay_out`` is deterministic in the batch.
   """
 
   row_len: int
-  rows_step: int
   two_views: bool = True
   pad_id: int = 0
 
   @classmethod
   def for_batches(cls, examples: int, columns: int, length: int, *, pad_id: int, two_views: bool = True):
-    views = 2 if columns == 1 and two_views else columns
-    row_len = max(MIN_ROW_LEN, length)
-    most = -(-examples * views * length // row_len)  # Every text at full length.
-    return cls(row_len, max(1, -(-most // ROW_BUCKETS)), two_views, pad_id)
+    del examples, columns  # Every batch of a run has the same; the rows follow each batch's real tokens.
+    return cls(max(MIN_ROW_LEN, length), two_views, pad_id)
 
   def lay_out(self, batch: dict) -> dict:
     """``{"input_ids", "segment_ids", "places"}`` of the host batch's views (``flat_views``' order: example by
@@ -50,8 +54,7 @@ class PackedViews:
     if ids.shape[1] == 1 and self.two_views:
       ids, mask = np.repeat(ids, 2, axis=1), np.repeat(mask, 2, axis=1)
     texts = [row[keep > 0] for row, keep in zip(ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1]))]
-    needed = packing.rows_needed([len(t) for t in texts], self.row_len)
-    rows = max(1, -(-needed // self.rows_step)) * self.rows_step
+    rows = rows_bucket(packing.rows_needed([len(t) for t in texts], self.row_len))
     packed = packing.pack(texts, rows=rows, row_len=self.row_len, pad_id=self.pad_id)
     return {"input_ids": packed.input_ids, "segment_ids": packed.segment_ids, "places": packed.places}
 

