@@ -155,3 +155,17 @@ def test_a_packed_run_trains_resumes_exactly_and_records_the_switch(tiny_model_d
   padded = helpers.tiny_config(tiny_model_dir, small_data_dir, "quickstart")
   with pytest.raises(Exception, match=r"train.packed \(True there, False here\)"):
     train.train_and_evaluate(padded, interrupted)
+
+
+def test_compile_lowers_the_packed_step_the_trainer_runs(tiny_model_dir, small_data_dir):
+  """jaxcse-compile's program for train.packed carries the packed rows, sized for the mean length it is given."""
+  from jaxcse.compile import lowering, targets
+
+  config = helpers.tiny_config(tiny_model_dir, small_data_dir, "base", **{"train.packed": True})
+  program = lowering.train_step_program(config, targets.devices(targets.get("cpu")), packed_length=4)
+  rows = program.args[1]["packed"]
+  # 8 examples x 2 views x 4 tokens = 64 tokens: 1 row of 128 (row length: max(128, 16)).
+  assert rows["input_ids"].shape == (1, 128) and rows["places"].row.shape == (16,)
+  program.jitted.lower(*program.args).compile()  # The packed step lowers and compiles as the trainer runs it.
+  full = lowering.train_step_program(config, targets.devices(targets.get("cpu")))
+  assert full.args[1]["packed"]["input_ids"].shape == (2, 128)  # 16 x 16 = 256 tokens at full length: 2 rows.

@@ -170,7 +170,13 @@ def run_command(args, config) -> int:
     else:
       try:
         report = lowering.compile_train_step(
-          config, target, devices=devices, columns=args.columns or None, cache_dir=cache_dir, log=_progress
+          config,
+          target,
+          devices=devices,
+          columns=args.columns or None,
+          packed_length=args.packed_length or None,
+          cache_dir=cache_dir,
+          log=_progress,
         )
       except lowering.OutOfMemory as e:
         fits, error = False, str(e)
@@ -307,6 +313,13 @@ def _parser():
     default=0,
     help="sentence columns of a batch (default: 3 for a .csv corpus, SimCSE's NLI triplets; else 1, or 2 for a "
     "method that needs pairs: gist); the corpus is never read",
+  )
+  parser.add_argument(
+    "--packed_length",
+    type=int,
+    default=0,
+    help="with --config.train.packed=True: the texts' mean length in tokens the packed rows are sized for (default: "
+    "data.max_seq_len, every text full, the most rows a step can need); the report's packed_rows says how many",
   )
   parser.add_argument(
     "--cache_dir",

@@ -37,8 +37,9 @@ from jaxcse.core import files
 from jaxcse.core.errors import JaxcseError
 from jaxcse.data import tokenization
 from jaxcse.inference import embedder as embedder_lib
+from jaxcse.models import packing
 from jaxcse.storage.checkpoints import placed
-from jaxcse.training import configuration, configured, distributed, objectives, train_step as step_lib
+from jaxcse.training import configuration, configured, distributed, objectives, train_step as step_lib, views
 
 
 class CompileError(JaxcseError, RuntimeError):
@@ -75,13 +76,32 @@ class StepProgram:
   columns: int
 
 
+def packed_rows(config, spec, shape: tuple[int, int, int], mean_length: int | None) -> dict:
+  """Abstract ``views.PackedViews.lay_out`` rows of a ``[batch, columns, len]`` batch whose texts average
+  ``mean_length`` tokens (None: ``len``)."""
+  layout = views.PackedViews.for_batches(*shape, pad_id=spec.tokenizer.pad_token_id or 0)
+  examples, columns, length = shape
+  texts = examples * (2 if columns == 1 else columns)
+  rows = views.rows_bucket(-(-texts * (mean_length or length) // layout.row_len))
+  ints = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)  # noqa: E731
+  places = packing.Places(ints(texts), ints(texts), ints(texts), ints(rows, layout.row_len))
+  return {"input_ids": ints(rows, layout.row_len), "segment_ids": ints(rows, layout.row_len), "places": places}
+
+
 def train_step_program(
-  config: ml_collections.ConfigDict, devices, *, batch_size: int | None = None, columns: int | None = None
+  config: ml_collections.ConfigDict,
+  devices,
+  *,
+  batch_size: int | None = None,
+  columns: int | None = None,
+  packed_length: int | None = None,
 ) -> StepProgram:
   """The trainer's jitted step for ``config`` on a mesh of ``devices``, with abstract ``(state, batch, comp_params,
   augment_params)`` (the frozen models' params None when the config uses none).
 
-  ``batch_size`` (default ``train.batch_size``) is the global batch; ``columns`` the batch's sentence columns.
+  ``batch_size`` (default ``train.batch_size``) is the global batch; ``columns`` the batch's sentence columns. With
+  ``train.packed`` the batch carries the packed rows the trainer lays out (``views.PackedViews``) for texts of
+  ``packed_length`` tokens on average (None: the tokenized length, every text full: the most rows a step can need).
   """
   configuration.validate(config)
   batch_size = batch_size or config.train.batch_size
@@ -114,6 +134,10 @@ def train_step_program(
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
   if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
     batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
+  if configuration.packed(config):
+    if mesh.size > 1:
+      raise configuration.ConfigError(f"train.packed=True runs on one device, not {mesh.size}")
+    batch["packed"] = packed_rows(config, model.spec, shape, packed_length)
   comp_params = complementary and placed(complementary.params, replicated)
   augment_params = augment_mlm and placed(augment_mlm.params, replicated)
   return StepProgram(
@@ -282,6 +306,7 @@ def compile_train_step(
   devices=None,
   batch_size: int | None = None,
   columns: int | None = None,
+  packed_length: int | None = None,
   cache_dir: str | None = None,
   log=None,
 ) -> dict:
@@ -291,12 +316,14 @@ def compile_train_step(
   program for its size.
   """
   devices = devices if devices is not None else targets_lib.devices(target)
-  program = train_step_program(config, devices, batch_size=batch_size, columns=columns)
+  program = train_step_program(config, devices, batch_size=batch_size, columns=columns, packed_length=packed_length)
   facts = compile_facts(program.jitted, program.args, target, cache_dir=cache_dir, log=log)
   report = analyse(facts, target, batch_size=program.batch_size, num_devices=len(devices))
   report["program"] = "train_step"
   report["model"] = program.model.source
   report["batch_shape"] = [program.batch_size, program.columns, configuration.tokenized_length(config)]
+  if "packed" in program.args[1]:
+    report["packed_rows"] = list(program.args[1]["packed"]["input_ids"].shape)
   if program.complementary is not None:
     report["complementary_model"] = program.complementary.source
   if program.augment_mlm is not None:
