@@ -1,6 +1,9 @@
-"""What packed rows save on your own data: jaxcse's MNRL step padded and packed against sentence-transformers 6.
+"""What packed rows save: jaxcse's step padded and packed, on own data against sentence-transformers 6.
 
-  taskset -c 1 python experiments/packing/speed.py --work DIR [--rounds 2] [--steps 20]
+  taskset -c 1 python experiments/packing/speed.py --work DIR [--rounds 3] [--steps 20] [--study own_data|quickstart]
+
+``--study quickstart``: the README's quickstart step (unsupervised SimCSE, the shipped 4-layer encoder, batch 64 of
+the shipped Wikipedia sentences at ``data.max_seq_len`` 32), padded and packed; no baseline.
 
 The issue's like-for-like set-up (#64): all-MiniLM-L6-v2 (the ``minilm`` extra's copy), mean pooling, MNRL, the
 548 SICK triplets of docs/own_data.md, batch 32 with no duplicate texts, ``data.max_seq_len`` 64, lr 2e-5, float32,
@@ -14,7 +17,9 @@ runs on (``taskset``), one thread each, in an order that alternates round by rou
 Each side's loop CPU seconds per step (from the end of its first step, which compiles, to its last; every
 thread of the process) is the number compared. jaxcse's sides share a persistent XLA cache (``DIR/jax_cache``):
 from the second round on their programs (the packed side's few row counts too) are compiled already. Writes
-``DIR/<round>_<side>.json`` (the timing) and ``results.json`` beside this file; prints a table.
+``DIR/<study>_<round>_<side>.json`` (the timing) and ``results_<study>.json`` beside this file; prints a table.
+jaxcse's timing harness (experiments/st_parity/train_jaxcse.py) imports jaxcse before it starts its watcher thread,
+as a plain ``jaxcse-train`` process has no thread before it.
 """
 
 from __future__ import annotations
@@ -62,32 +67,47 @@ def minilm() -> str:
   return os.path.join(os.path.dirname(spec.origin), "model")
 
 
-def command(side: str, work: str, data: str, model: str, steps: int, timing: str) -> list[str]:
+def command(side: str, work: str, data: str, model: str, steps: int, timing: str, study: str) -> list[str]:
   if side == "st":
     out = os.path.join(work, "st_model")
-    return [sys.executable, os.path.join(ST_PARITY, "train_st.py"), "--model", model, "--train", data, "--seed", "1"] + [
+    return [
+      sys.executable,
+      os.path.join(ST_PARITY, "train_st.py"),
+      "--model",
+      model,
+      "--train",
+      data,
+      "--seed",
+      "1",
+    ] + [
       "--out",
       out,
       "--timing",
       timing,
     ]
-  workdir = os.path.join(work, f"workdir_{side}")
+  workdir = os.path.join(work, f"workdir_{study}_{side}")
   subprocess.run(["rm", "-rf", workdir], check=True)
+  if study == "quickstart":
+    data_flags = ["--config=quickstart", "--config.seed=1"]
+  else:
+    data_flags = [
+      "--config=pairs",
+      f"--config.data.train={data}",
+      f"--config.model.name={model}",
+      "--config.seed=1",
+      "--config.train.batch_size=32",
+      "--config.train.learning_rate=2e-5",
+      "--config.data.max_seq_len=64",
+    ]
   return [
     sys.executable,
     os.path.join(ST_PARITY, "train_jaxcse.py"),
     "--timing",
     timing,
     "--",
-    "--config=pairs",
     f"--workdir={workdir}",
-    f"--config.data.train={data}",
-    f"--config.model.name={model}",
-    "--config.seed=1",
-    "--config.train.batch_size=32",
+    *data_flags,
     f"--config.train.max_steps={steps}",
-    "--config.train.learning_rate=2e-5",
-    "--config.data.max_seq_len=64",
     "--config.eval.at_start=False",
     "--config.eval.at_end=False",
     "--config.eval.every=1000000",
@@ -100,7 +120,8 @@ def command(side: str, work: str, data: str, model: str, steps: int, timing: str
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--work", required=True, help="a scratch folder: data, workdirs, timings, the XLA cache")
-  parser.add_argument("--rounds", type=int, default=2)
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--study", choices=("own_data", "quickstart"), default="own_data")
   parser.add_argument("--steps", type=int, default=20, help="jaxcse's steps per run (s-t runs its 68)")
   args = parser.parse_args()
   os.makedirs(args.work, exist_ok=True)
@@ -116,14 +137,15 @@ def main() -> None:
     "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
     "PYTHONPATH": ROOT,
   }
-  sides = ["padded", "packed", "st"]
+  sides = ["padded", "packed", "st"] if args.study == "own_data" else ["padded", "packed"]
   per_step: dict[str, list[float]] = collections.defaultdict(list)
   records = []
   for r in range(1, args.rounds + 1):
     for side in sides if r % 2 else sides[::-1]:
-      timing = os.path.join(args.work, f"{r}_{side}.json")
+      timing = os.path.join(args.work, f"{args.study}_{r}_{side}.json")
       load = os.getloadavg()[0]
-      subprocess.run(command(side, args.work, data, model, args.steps, timing), env=env, check=True, cwd=ROOT)
+      run = command(side, args.work, data, model, args.steps, timing, args.study)
+      subprocess.run(run, env=env, check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
       with open(timing, encoding="utf-8") as f:
         t = json.load(f)
       cpu = t["loop_cpu_s"] / t["loop_steps"]
@@ -139,17 +161,19 @@ def main() -> None:
     "rounds": args.rounds,
     "median_cpu_s_per_step": summary,
     "packed_over_padded": summary["padded"] / summary["packed"],
-    "packed_cost_vs_st": summary["packed"] / summary["st"],
-    "padded_cost_vs_st": summary["padded"] / summary["st"],
     "runs": records,
   }
-  with open(os.path.join(HERE, "results.json"), "w", encoding="utf-8") as f:
+  if "st" in summary:
+    result["packed_cost_vs_st"] = summary["packed"] / summary["st"]
+    result["padded_cost_vs_st"] = summary["padded"] / summary["st"]
+  with open(os.path.join(HERE, f"results_{args.study}.json"), "w", encoding="utf-8") as f:
     json.dump(result, f, indent=2)
   print(f"CPU: {cpu_model}")
   for side, v in summary.items():
     print(f"{side}: {v:.3f} CPU s/step (median of {len(per_step[side])})")
   print(f"packed is {result['packed_over_padded']:.2f}x faster than padded")
-  print(f"packed costs {result['packed_cost_vs_st']:.2f}x sentence-transformers' CPU seconds per step")
+  if "st" in summary:
+    print(f"packed costs {result['packed_cost_vs_st']:.2f}x sentence-transformers' CPU seconds per step")
 
 
 if __name__ == "__main__":

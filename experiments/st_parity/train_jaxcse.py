@@ -6,6 +6,8 @@ Runs ``jaxcse.train.run`` in this process with a thread that watches ``WORKDIR/m
 step: ``train.log_every=1``) and records the wall clock and this process's CPU seconds (every thread) when each
 step's line appears, so that the training loop's time excludes start-up, model loading and the first step (its
 compilation) exactly as the sentence-transformers side's callback does. Writes the timing as JSON at the end.
+(Since 2026-12-02 the watcher starts after ``import jaxcse``, as in a plain ``jaxcse-train``; the st_parity runs
+of 2026-11-27 started it before, which costs jaxcse's steps their page-fault fix.)
 """
 
 import json
@@ -40,10 +42,14 @@ def main() -> None:
           seen = len(lines)
       stop.wait(0.05)
 
-  watcher = threading.Thread(target=watch, daemon=True)
-  watcher.start()
+  # jaxcse first, then the watcher thread: import jaxcse sets glibc's allocator for the threads XLA starts, which a
+  # thread started before it defeats (every step then pays ~15% in page faults; issue 68), and jaxcse-train, which
+  # this times, starts no thread before it.
   sys.argv = ["jaxcse-train", *train_argv]
   from jaxcse import train
+
+  watcher = threading.Thread(target=watch, daemon=True)
+  watcher.start()
 
   code = 0
   try:
