@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import csv
 import importlib.util
 import json
 import os
@@ -39,25 +38,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 ST_PARITY = os.path.join(ROOT, "experiments", "st_parity")
 
 
-def sick_triplets(path: str) -> int:
-  """docs/own_data.md's triplets from SentEval's SICK_train.txt (``$JAXCSE_DATA_DIR``)."""
-  root = os.environ["JAXCSE_DATA_DIR"]
-  with open(os.path.join(root, "senteval/downstream/SICK/SICK_train.txt"), encoding="utf-8") as f:
-    rows = list(csv.DictReader(f, delimiter="\t"))
-  related = collections.defaultdict(lambda: collections.defaultdict(list))
-  for row in rows:
-    a, b, judgment = row["sentence_A"], row["sentence_B"], row["entailment_judgment"]
-    related[a][judgment].append(b)
-    related[b][judgment].append(a)
-  triplets = [
-    {"anchor": s, "positive": p, "negative": j["CONTRADICTION"][0]}
-    for s, j in related.items()
-    if j["CONTRADICTION"]
-    for p in j["ENTAILMENT"]
-  ]
-  with open(path, "w", encoding="utf-8") as f:
-    f.writelines(json.dumps(t) + "\n" for t in triplets)
-  return len(triplets)
+def sick_triplets(folder: str) -> str:
+  """docs/own_data.md's triplets from SentEval's SICK_train.txt, as experiments/st_parity made them."""
+  sys.path.insert(0, ST_PARITY)
+  import run as st_parity  # experiments/st_parity/run.py
+
+  return st_parity.make_data(folder)[0]
 
 
 def minilm() -> str:
@@ -125,8 +111,7 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=20, help="jaxcse's steps per run (s-t runs its 68)")
   args = parser.parse_args()
   os.makedirs(args.work, exist_ok=True)
-  data = os.path.join(args.work, "sick_triplets.jsonl")
-  print(sick_triplets(data), "triplets")
+  data = sick_triplets(os.path.join(args.work, "data"))
   model = minilm()
   env = {
     **os.environ,
