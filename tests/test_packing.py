@@ -31,7 +31,7 @@ def _families():
     num_hidden_layers=2,
     num_attention_heads=2,
     intermediate_size=32,
-    max_position_embeddings=64,
+    max_position_embeddings=16,  # Shorter than a packed row: the row's padding must not read past the table.
   )
   quiet = dict(bos_token_id=None, eos_token_id=None, cls_token_id=None, sep_token_id=None)
   return {
@@ -190,6 +190,7 @@ def test_pack_lays_out_ids_segments_and_places():
 def test_segment_positions_count_from_each_segments_start():
   segments = jnp.asarray([[1, 1, 1, 2, 2, 0, 0], [1, 2, 3, 3, 3, 3, 0]])
   assert attention.segment_positions(segments).tolist() == [[0, 1, 2, 0, 1, 0, 1], [0, 0, 0, 1, 2, 3, 0]]
+  assert bert.packed_position_ids(FAMILIES["bert"], segments).tolist() == [[0, 1, 2, 0, 1, 0, 0], [0, 0, 0, 1, 2, 3, 0]]
   config = FAMILIES["roberta"]  # pad 1: positions from 2 within each text, 1 at padding.
   assert bert.packed_position_ids(config, segments).tolist() == [[2, 3, 4, 2, 3, 1, 1], [2, 2, 2, 3, 4, 5, 1]]
 

@@ -246,11 +246,13 @@ class BertPooler(nn.Module):
 
 def packed_position_ids(config: Any, segment_ids: jax.Array) -> jax.Array:
   """The family's positions of texts packed in rows (``attention.segment_positions``): BERT's ``0 .. len-1`` within
-  each segment; RoBERTa's and XLM-R's ``pad + 1 + j`` within each, ``pad`` at padding: each text numbered as if
-  it had a row of its own."""
+  each segment, 0 at padding; RoBERTa's and XLM-R's ``pad + 1 + j`` within each, ``pad`` at padding: each text
+  numbered as if it had a row of its own."""
   within = attention.segment_positions(segment_ids)
   if config.model_type not in ROBERTA_TYPES:
-    return within
+    # Padding at 0: a row's padding can outrun the position table (a 128-token row of a 64-position model), and a
+    # NaN row there would reach real tokens through their zero attention weights (0 * NaN).
+    return jnp.where(segment_ids > 0, within, 0)
   pad = config.pad_token_id
   return jnp.where(segment_ids > 0, pad + 1 + within, pad)
 
