@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import transformers
 
+from jaxcse.core import compat
 from jaxcse.models import attention, bert, modernbert, packing, poolers
 from jaxcse.models.spec import PooledBackbone
 
@@ -76,7 +77,7 @@ def _cases():
 
 @pytest.fixture(scope="module", autouse=True)
 def _float64():
-  with jax.enable_x64(True):
+  with compat.enable_x64(True):
     yield
 
 
@@ -245,7 +246,7 @@ def test_the_embedder_packed_equals_padded_to_float32_rounding(tiny_model_dir, p
   from jaxcse import models
   from jaxcse.inference import embedder as embedder_lib
 
-  with jax.enable_x64(False):
+  with compat.enable_x64(False):
     spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
     rng = np.random.default_rng(0)
     words = ["word", "other", "thing", "a", "sentence", "of", "some", "length"]
@@ -265,7 +266,7 @@ def test_the_packed_embedder_calls_few_shapes_and_pads_the_last_only_to_a_power_
   from jaxcse import models
   from jaxcse.inference import embedder as embedder_lib
 
-  with jax.enable_x64(False):
+  with compat.enable_x64(False):
     spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
     embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64)
     shapes = []
