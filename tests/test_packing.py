@@ -238,7 +238,7 @@ def test_the_fast_and_the_explicit_path_agree(dtype):
 
 
 # --------------------------------------------------------------------------
-# Inference: the embedder packs by default.
+# Inference: the embedder packs when asked (packed=True).
 
 
 @pytest.mark.parametrize("pooler", ["cls_before_pooler", "avg", "avg_first_last"])
@@ -252,8 +252,8 @@ def test_the_embedder_packed_equals_padded_to_float32_rounding(tiny_model_dir, p
     words = ["word", "other", "thing", "a", "sentence", "of", "some", "length"]
     # 300 sentences of 1-60 words: several full calls and a partial last one; rows shared by many sentences.
     sentences = [" ".join(rng.choice(words, int(n))) for n in rng.integers(1, 61, 300)]
-    packed = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=32)
-    padded = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=32, packed=False)
+    packed = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=32, packed=True)
+    padded = embedder_lib.BucketedEmbedder(spec, pooler, batch_size=32)
     assert packed.packed and not padded.packed
     a, b = packed(sentences, params), padded(sentences, params)
     # Float32 sums of up to 128 terms (the softmax over a row's keys), two layers deep: 4 * 128 * eps relative.
@@ -268,7 +268,7 @@ def test_the_packed_embedder_calls_few_shapes_and_pads_the_last_only_to_a_power_
 
   with compat.enable_x64(False):
     spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("avg"))
-    embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64)
+    embedder = embedder_lib.BucketedEmbedder(spec, batch_size=64, packed=True)
     shapes = []
     real = embedder._apply_packed
     embedder._apply_packed = lambda p, ids, seg, places: (shapes.append(ids.shape), real(p, ids, seg, places))[1]

@@ -32,17 +32,19 @@ MIN_ROW_LEN = 128
 
 
 class BucketedEmbedder:
-  """Embeds sentences with any params of one model spec, fast: no padding computed, few shapes, one jit per shape.
+  """Embeds sentences with any params of one model spec, fast: little padding computed, few shapes, one jit per shape.
 
-  Packed (the default): the sentences, longest first, are packed end to end into rows (``models.packing``: each
+  Padded (the default, and always with ``attend_padding``): batches of ``batch_size`` sentences, sorted by length,
+  padded to a bucket length (4, 8, ..., 64, 80, ..., 512; ``tokenization.LENGTH_BUCKETS``); the last, partial one is
+  padded only to the next power of two rows (at least 8). Sorted, a batch's sentences are of about one length, so
+  little padding is computed.
+
+  Packed (``packed=True``): the sentences, longest first, are packed end to end into rows (``models.packing``: each
   attends only to itself, numbered from its own first token; equal to the padded path to float32 rounding,
   ``tests/test_packing.py``). A row is ``MIN_ROW_LEN`` long, or the bucket of the longest sentence if longer; a full
   call holds about as many tokens as a padded batch of ``batch_size`` longest sentences, and the last call's rows
-  are padded to the next power of two. Each (rows, row length) shape compiles once per BucketedEmbedder, ever.
-
-  Padded (``packed=False``, and always with ``attend_padding``): batches of ``batch_size`` sentences, sorted by
-  length, padded to a bucket length (4, 8, ..., 64, 80, ..., 512; ``tokenization.LENGTH_BUCKETS``); the last,
-  partial one is padded only to the next power of two rows (at least 8).
+  are padded to the next power of two. Each (rows, row length) shape compiles once per BucketedEmbedder, ever. Not
+  the default: on a CPU its longer rows' attention costs more than the sorted batches' padding (docs/benchmarks.md).
   """
 
   def __init__(
@@ -53,7 +55,7 @@ class BucketedEmbedder:
     batch_size: int = 128,
     max_seq_len: int | None = None,
     attend_padding: bool = False,
-    packed: bool = True,
+    packed: bool = False,
   ):
     self.spec = spec
     self.pooler = pooler or spec.pooling.test_pooler

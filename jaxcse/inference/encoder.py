@@ -40,7 +40,7 @@ class Encoder:
     step: int | None = None,
     prompts: dict[str, str] | None = None,
     truncate_dim: int | None = None,
-    packed: bool = True,
+    packed: bool = False,
   ):
     check_truncate_dim(truncate_dim, spec.hidden_size)
     # Embeddings keep their first this many dims (a Matryoshka-trained model's smaller size); None: all of them.
@@ -48,7 +48,7 @@ class Encoder:
     self.spec = spec
     # Prompt name -> text put before each sentence encoded with ``prompt_name`` (the model's own: ``Encoder.load``).
     self.prompts = dict(prompts or {})
-    # packed: sentences packed end to end into rows, no padding computed (models.packing); False: padded batches.
+    # packed: sentences packed end to end into rows (models.packing); False (the default): sorted padded batches.
     self.embedder = embedder_lib.BucketedEmbedder(
       spec, pooler, batch_size=batch_size, max_seq_len=max_seq_len, packed=packed
     )
