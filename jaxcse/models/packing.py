@@ -75,26 +75,21 @@ def first_fit(lengths: Sequence[int], row_len: int, max_rows: int | None = None)
   rows = np.zeros(len(lengths), np.int32)
   starts = np.zeros(len(lengths), np.int32)
   used: list[int] = []  # Tokens used in each row so far.
-  for i in np.argsort(-lengths, kind="stable"):
+  order = np.argsort(-lengths, kind="stable")
+  for k, i in enumerate(order):
     n = int(lengths[i])
     for r, filled in enumerate(used):
       if filled + n <= row_len:
         break
     else:
       if max_rows is not None and len(used) == max_rows:
-        rows[rows_left(i, lengths)] = -1
+        rows[order[k:]] = -1  # This text and every shorter one after it.
         return rows, starts
       r = len(used)
       used.append(0)
     rows[i], starts[i] = r, used[r]
     used[r] += n
   return rows, starts
-
-
-def rows_left(i: int, lengths: np.ndarray) -> np.ndarray:
-  """The texts ``first_fit`` has not placed when it stops at text ``i``: ``i`` and those after it, longest first."""
-  order = np.argsort(-lengths, kind="stable")
-  return order[int(np.flatnonzero(order == i)[0]) :]
 
 
 def rows_needed(lengths: Sequence[int], row_len: int) -> int:
