@@ -77,7 +77,7 @@ from jaxcse.core import errors, platforms
 from jaxcse.storage import hub
 from jaxcse.training import objectives
 from jaxcse.evaluation import sts_data
-from jaxcse.training import train_step
+from jaxcse.training import train_step, views
 
 
 def _baselines():
@@ -430,10 +430,12 @@ def jaxcse_train_step(
   grad_cache_chunk: int = 0,
   gradient_checkpointing: bool = False,
   attention_dropout_per_element: bool = True,
+  packed: bool = False,
 ) -> Side:
   """jaxcse's real step on a fresh random model (``config.train.grad_cache_chunk``, ``model.gradient_checkpointing``,
-  ``model.attention_dropout_per_element`` as given); params and optimizer state float32 whatever ``dtype`` computes
-  in."""
+  ``model.attention_dropout_per_element``, ``train.packed`` as given); params and optimizer state float32 whatever
+  ``dtype`` computes in. Packed, the batch's real tokens are laid out in rows as the training loop lays them
+  (``views.PackedViews``), on the host before the timed steps: the loop does it while the device runs."""
   spec = models.build_spec(
     shape.bert_config(),
     None,
@@ -446,13 +448,17 @@ def jaxcse_train_step(
   config = simcse_config(steps)
   config.train.grad_cache_chunk = grad_cache_chunk
   config.model.gradient_checkpointing = gradient_checkpointing
+  config.train.packed = packed
   tx = train_step.make_optimizer(config.train, steps)
   step_fn = jax.jit(train_step.make_train_step(config, spec, tx), donate_argnums=0)
   state = {
     "state": train_step.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params)),
     "loss": None,
   }
-  batch = jax.device_put({"input_ids": ids[:, None], "attention_mask": mask[:, None]})
+  host_batch = {"input_ids": ids[:, None], "attention_mask": mask[:, None]}
+  if packed:
+    host_batch["packed"] = views.PackedViews.for_batches(*host_batch["input_ids"].shape, pad_id=0).lay_out(host_batch)
+  batch = jax.device_put(host_batch)
 
   def run():
     state["state"], metrics = step_fn(state["state"], batch)
@@ -608,6 +614,16 @@ def bench_train(args) -> str:
     profile_train_step(shape, ids, mask, args.repeats, DTYPES[dtype_name])
   steps = args.warmup + args.rounds * args.repeats
   builders = {"jaxcse": lambda: jaxcse_train_step(shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name])}
+  if args.packed_side:  # The same batch's real tokens packed into rows (train.packed), timed in the same rounds.
+    layout = views.PackedViews.for_batches(args.batch_size, 1, args.max_seq_len, pad_id=0)
+    rows = layout.lay_out({"input_ids": ids[:, None], "attention_mask": mask[:, None]})["input_ids"].shape
+    print(
+      f"packed side: {2 * int(mask.sum())} real tokens of {2 * mask.size} padded ({mask.mean():.0%}) in "
+      f"{rows[0]} rows of {rows[1]}"
+    )
+    builders["jaxcse packed"] = lambda: jaxcse_train_step(
+      shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name], packed=True
+    )
   if args.shared_mask_side:  # The old default's attention dropout, timed in the same rounds: the mask's cost.
     builders["jaxcse shared mask"] = lambda: jaxcse_train_step(
       shape, ids, mask, steps=steps, dtype=DTYPES[dtype_name], attention_dropout_per_element=False
@@ -626,10 +642,20 @@ def bench_train(args) -> str:
   )
   peak, peak_label = device_peak(args, dtype_name)  # Its matmul arrays must not count in jaxcse's peak memory.
   flops = train_step_flops(shape, 2 * args.batch_size, args.max_seq_len)
-  medians = report(times, dict.fromkeys(sides, flops), (args.batch_size, "sentences"), peak, peak_label, peaks, cpu)
+  computed = dict.fromkeys(sides, flops)
+  if "jaxcse packed" in sides:  # What the packed step computes: its rows, not the padded batch.
+    computed["jaxcse packed"] = train_step_flops(shape, *rows)
+  medians = report(times, computed, (args.batch_size, "sentences"), peak, peak_label, peaks, cpu)
   for side in sides.values():
     side.release()
   print(f"model FLOPs per step: {flops / 1e9:.1f} G; {machine_line()}")
+  if "jaxcse packed" in medians:
+    by_cpu = (
+      f", by CPU seconds {statistics.median(cpu['jaxcse']) / statistics.median(cpu['jaxcse packed']):.3f}x"
+      if cpu.get("jaxcse") and cpu.get("jaxcse packed")
+      else ""
+    )
+    print(f"packed over padded: {medians['jaxcse'] / medians['jaxcse packed']:.3f}x the speed per step{by_cpu}")
   if "jaxcse shared mask" in medians:
     by_cpu = (
       f", by CPU seconds {statistics.median(cpu['jaxcse']) / statistics.median(cpu['jaxcse shared mask']):.3f}x"
@@ -1059,6 +1085,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--rounds", type=int, default=3)
   p.add_argument("--repeats", type=int, default=3, help="timed steps per side per round")
   p.add_argument("--profile", action="store_true", help="also time forward and forward+backward with XLA's costs")
+  p.add_argument(
+    "--packed_side",
+    action="store_true",
+    help="also time jaxcse's step on the same batch packed into rows of real tokens (train.packed), interleaved "
+    "with the others: what packing saves at these lengths",
+  )
   p.add_argument(
     "--shared_mask_side",
     action="store_true",

@@ -349,6 +349,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   )
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument(
+    "--packed",
+    action="store_true",
+    help="embed with the sentences packed end to end into rows of real tokens (docs/models.md, Packed rows) "
+    "instead of sorted padded batches: the same scores to float32 rounding",
+  )
+  parser.add_argument(
     "--truncate_dim",
     type=int,
     default=None,
@@ -392,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       f"{loaded.spec.pooling.test_pooler!r}",
       file=sys.stderr,
     )
-  embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size)
+  embed_with = embedder_lib.BucketedEmbedder(loaded.spec, pooler, batch_size=args.batch_size, packed=args.packed)
   truncate_dim = args.truncate_dim if args.truncate_dim is not None else loaded.truncate_dim
   if truncate_dim is not None:
     encoder_lib.check_truncate_dim(truncate_dim, loaded.spec.hidden_size)
@@ -426,7 +432,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   results.update(evaluate_own(embedder, own, own_paths))
   summary = summarize(results)
   wall = time.time() - start
-  dims = f"  truncate_dim: {truncate_dim}" if truncate_dim else ""
+  dims = (f"  truncate_dim: {truncate_dim}" if truncate_dim else "") + ("  packed rows" if embed_with.packed else "")
   print(f"model: {args.model}  pooler: {pooler}{dims}  ({wall:.1f} s)")
   if sts_tasks:
     print(format_table(summary))
@@ -449,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       "model": args.model,
       "pooler": pooler,
       **({"truncate_dim": truncate_dim} if truncate_dim else {}),
+      **({"packed": True} if embed_with.packed else {}),  # A layout: the same scores to float32 rounding.
       "tasks": results,
       "summary": summary,
       "wall_seconds": round(wall, 1),

@@ -355,6 +355,12 @@ def main(argv: Sequence[str] | None = None) -> int:
   parser.add_argument("--batch_size", type=int, default=128, help="sentences per forward pass (at least 1)")
   parser.add_argument("--max_seq_len", type=int, default=None, help="cut texts to this many tokens (at least 3)")
   parser.add_argument(
+    "--packed",
+    action="store_true",
+    help="embed with texts packed end to end into rows of real tokens (docs/models.md, Packed rows): the same "
+    "embeddings to float32 rounding",
+  )
+  parser.add_argument(
     "--block_rows",
     type=int,
     default=None,
@@ -416,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     revision=args.revision,
     batch_size=args.batch_size,
     max_seq_len=args.max_seq_len,
+    packed=args.packed,
   )
   mined = mine(job, encoder, query_prompt=args.query_prompt, corpus_prompt=args.corpus_prompt)
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)

@@ -439,3 +439,23 @@ def test_a_load_over_the_cores_is_warned_about():
 
   assert bench.load_warning(1.9, 2) is None
   assert bench.load_warning(2.5, 2).startswith("warning: load average 2.50 exceeds this machine's 2 cores")
+
+
+def test_the_prepared_packing_device_script_runs_and_summarises(tmp_path):
+  """experiments/packing/device.sh (issue 64's device check), its smoke mode: every benchmark it runs on a lent GPU
+  runs here on tiny shapes, ends well, and its summary holds the packed side's ratio and the encode agreement."""
+  pytest.importorskip("torch")
+  pytest.importorskip("sentence_transformers")
+  env = {**os.environ, "SMOKE": "1", "PYTHON": sys.executable}
+  env.pop("OUT", None)
+  done = subprocess.run(
+    ["bash", "experiments/packing/device.sh", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True
+  )
+  assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+  numbers = (tmp_path / "numbers.txt").read_text()
+  assert "=== train_b8_len16 rc=0" in numbers and "=== encode rc=0" in numbers, numbers
+  assert re.search(r"^packed over padded: \d+\.\d{3}x the speed per step, by CPU seconds \d+\.\d{3}x$", numbers, re.M)
+  assert re.search(r"^packed side: \d+ real tokens of 256 padded", numbers, re.M)
+  agreement = re.search(r"max \|packed - padded\| over unit embeddings (\S+)", numbers)
+  assert agreement and float(agreement.group(1)) < 1e-5, numbers  # Float32 rounding of unit vectors.
+  assert numbers.rstrip().endswith("done") and (tmp_path / "machine.txt").exists()

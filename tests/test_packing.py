@@ -276,3 +276,40 @@ def test_the_packed_embedder_calls_few_shapes_and_pads_the_last_only_to_a_power_
   # A call holds a padded batch's tokens (64 x 4 = 2 rows of 128): 64 sentences, then the last 6 in one row.
   assert shapes == [(2, 128), (1, 128)]
   np.testing.assert_allclose(out, np.broadcast_to(out[0], out.shape), rtol=0, atol=1e-6 * float(np.abs(out).max()))
+
+
+def test_the_commands_pack_on_request_and_give_the_padded_results(tiny_model_dir, real_data_dir, tmp_path, capsys):
+  """`jaxcse-encode`, `jaxcse-evaluate` and `jaxcse-mine` with --packed: the same embeddings, scores and mined rows as
+  without it, to float32 rounding (the embedder's own bound above); the records say which layout ran."""
+  import json
+
+  from jaxcse import encode, evaluate, mining
+
+  with compat.enable_x64(False):
+    rng = np.random.default_rng(1)
+    words = ["a", "man", "is", "playing", "the", "guitar", "woman", "slicing", "onion", "dog", "runs"]
+    lines = [" ".join(rng.choice(words, int(n))) for n in rng.integers(1, 30, 40)]
+    text = tmp_path / "in.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = {}
+    for layout in ("padded", "packed"):
+      flag = ["--packed"] if layout == "packed" else []
+      npy = str(tmp_path / f"{layout}.npy")
+      assert encode.main(["--model", tiny_model_dir, "--pooler", "avg", "--input", str(text), "--output", npy, *flag]) == 0
+      assert json.load(open(tmp_path / f"{layout}.json"))["packed"] is (layout == "packed")
+      scores = str(tmp_path / f"{layout}_sts.json")
+      argv = ["--model", tiny_model_dir, "--pooler", "avg", "--tasks", "STSBenchmark", "--output", scores]
+      assert evaluate.main([*argv, "--data_dir", real_data_dir, *flag]) == 0
+      pairs = tmp_path / "pairs.jsonl"
+      pairs.write_text("".join(json.dumps({"anchor": a, "positive": b}) + "\n" for a, b in zip(lines[::2], lines[1::2])))
+      mined = str(tmp_path / f"{layout}_mined.jsonl")
+      argv = ["--model", tiny_model_dir, "--input", str(pairs), "--output", mined, "--num_negatives", "2"]
+      assert mining.main([*argv, "--output_scores", *flag]) == 0
+      out[layout] = (np.load(npy), json.load(open(scores)), [json.loads(r) for r in open(mined)])
+  (emb_a, sts_a, mined_a), (emb_b, sts_b, mined_b) = out["padded"], out["packed"]
+  np.testing.assert_allclose(emb_b, emb_a, rtol=0, atol=512 * np.finfo(np.float32).eps * float(np.abs(emb_a).max()))
+  assert "packed" not in sts_a and sts_b["packed"] is True
+  # A Spearman correlation moves only where float32 rounding swaps two nearly tied similarities: 1e-3 bounds it.
+  assert abs(sts_b["summary"]["STSBenchmark"] - sts_a["summary"]["STSBenchmark"]) <= 1e-3 * 100
+  assert [r["anchor"] for r in mined_b] == [r["anchor"] for r in mined_a]
+  np.testing.assert_allclose([r["scores"] for r in mined_b], [r["scores"] for r in mined_a], rtol=0, atol=1e-5)
