@@ -169,3 +169,69 @@ def test_compile_lowers_the_packed_step_the_trainer_runs(tiny_model_dir, small_d
   program.jitted.lower(*program.args).compile()  # The packed step lowers and compiles as the trainer runs it.
   full = lowering.train_step_program(config, targets.devices(targets.get("cpu")))
   assert full.args[1]["packed"]["input_ids"].shape == (2, 128)  # 16 x 16 = 256 tokens at full length: 2 rows.
+
+
+# --------------------------------------------------------------------------
+# The pre-registered packed-vs-padded comparison's analysis (experiments/packing/quality.py), on fixed numbers.
+
+
+@pytest.fixture(scope="module")
+def quality():
+  import importlib.util
+  import sys
+
+  spec = importlib.util.spec_from_file_location("packing_quality", os.path.join(helpers.REPO, "experiments", "packing", "quality.py"))
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[spec.name] = module
+  spec.loader.exec_module(module)
+  yield module
+  del sys.modules[spec.name]
+
+
+def test_the_comparisons_paired_tost_is_two_one_sample_t_tests(quality):
+  from scipy import stats
+
+  diffs = np.array([0.31, -0.12, 0.05, 0.22, -0.04])
+  t = quality.paired_tost(diffs, 0.5)
+  assert t["p_low"] == pytest.approx(stats.ttest_1samp(diffs, -0.5, alternative="greater").pvalue, rel=1e-10)
+  assert t["p_high"] == pytest.approx(stats.ttest_1samp(diffs, 0.5, alternative="less").pvalue, rel=1e-10)
+  assert t["p_two_sided"] == pytest.approx(stats.ttest_1samp(diffs, 0.0).pvalue, rel=1e-10)
+  low, high = stats.t.interval(0.90, 4, loc=diffs.mean(), scale=stats.sem(diffs))
+  assert t["ci90"] == pytest.approx([low, high], rel=1e-10) and t["verdict"] == "equivalent"
+
+
+@pytest.mark.parametrize(
+  "diffs, verdict",
+  [
+    ([1.2, 1.3, 1.1, 1.25, 1.15], "different"),  # Far outside the margin, tightly.
+    ([0.9, -0.8, 1.5, -1.2, 0.3], "undecided"),  # A spread the registered 5 pairs cannot resolve.
+    ([0.6, 0.5, 0.7, 0.4, 0.65], "undecided"),  # Different from 0, but its 95% interval reaches inside the margin.
+  ],
+)
+def test_the_comparisons_verdicts_follow_the_registered_rule(quality, diffs, verdict):
+  assert quality.paired_tost(np.array(diffs), 0.5)["verdict"] == verdict
+
+
+def test_the_pairs_the_power_needs_grow_with_the_spread_as_registered(quality):
+  needed = [quality.pairs_needed(sd, 0.5) for sd in (0.1, 0.3, 0.5, 1.0)]
+  assert needed == sorted(needed) and needed[0] == 3
+  assert needed[1] == 5  # The README's registration: 5 pairs give 80% power at a paired SD of about 0.3.
+
+
+def test_the_comparisons_analysis_reads_the_runs_records(quality, tmp_path):
+  import json
+
+  for side, dev, avg in (("padded", 0.561, 0.52), ("packed", 0.563, 0.5205)):
+    for seed, shift in ((1, 0.0), (2, 0.004), (3, -0.002)):
+      record = tmp_path / f"{side}_seed{seed}"
+      record.mkdir()
+      rows = [{"step": 0, "eval/stsb_dev": 0.53}, {"step": 125, "eval/stsb_dev": 0.9}, {"step": 250, "loss": 0.1},
+              {"step": 250, "eval/stsb_dev": dev + shift}]
+      (record / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+      (record / "sts.json").write_text(json.dumps({"sts": {"avg": avg + shift}}))
+  (tmp_path / "packed_seed4").mkdir()  # Incomplete (no sts.json, no padded twin): left out.
+  result = quality.analyze(str(tmp_path), str(tmp_path / "analysis.json"))
+  assert result["seeds"] == [1, 2, 3] and json.load(open(tmp_path / "analysis.json"))["seeds"] == [1, 2, 3]
+  assert result["per_seed"][2]["diff"]["stsb_dev"] == pytest.approx(0.2, abs=1e-9)  # x100, the step-250 row.
+  assert result["stsb_dev"]["mean_diff"] == pytest.approx(0.2, abs=1e-9)
+  assert result["sts_avg"]["mean_diff"] == pytest.approx(0.05, abs=1e-9)

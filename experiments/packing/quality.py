@@ -88,11 +88,13 @@ def paired_tost(diffs: np.ndarray, margin: float) -> dict:
   n = len(diffs)
   d, sd = float(diffs.mean()), float(diffs.std(ddof=1))
   se, df = sd / math.sqrt(n), n - 1
-  p_low = float(stats.t.sf((d + margin) / se, df))  # H0: d <= -margin
-  p_high = float(stats.t.cdf((d - margin) / se, df))  # H0: d >= +margin
-  p_diff = float(2 * stats.t.sf(abs(d) / se, df))
-  ci90 = (d - stats.t.ppf(0.95, df) * se, d + stats.t.ppf(0.95, df) * se)
-  ci95 = (d - stats.t.ppf(0.975, df) * se, d + stats.t.ppf(0.975, df) * se)
+  # Every difference equal (se 0): the t statistics are infinite, with d's sign (a zero-width interval at d).
+  tiny = np.finfo(float).tiny
+  p_low = float(stats.t.sf((d + margin) / max(se, tiny), df))  # H0: d <= -margin
+  p_high = float(stats.t.cdf((d - margin) / max(se, tiny), df))  # H0: d >= +margin
+  p_diff = float(2 * stats.t.sf(abs(d) / max(se, tiny), df)) if d or se else 1.0
+  ci90 = (float(d - stats.t.ppf(0.95, df) * se), float(d + stats.t.ppf(0.95, df) * se))
+  ci95 = (float(d - stats.t.ppf(0.975, df) * se), float(d + stats.t.ppf(0.975, df) * se))
   if max(p_low, p_high) < 0.05:
     verdict = "equivalent"
   elif p_diff < 0.05 and (ci95[0] > margin or ci95[1] < -margin):
@@ -117,15 +119,16 @@ def pairs_needed(sd: float, margin: float, power: float = 0.8, draws: int = 20_0
   return -1
 
 
-def analyze() -> dict:
-  seeds = sorted(int(name.split("seed")[1]) for name in os.listdir(RUNS) if name.startswith("packed_seed")
-                 and os.path.exists(os.path.join(RUNS, name, "sts.json"))
-                 and os.path.exists(os.path.join(RUNS, f"padded_seed{name.split('seed')[1]}", "sts.json")))
+def analyze(runs: str = RUNS, output: str = os.path.join(HERE, "analysis.json")) -> dict:
+  """The registered analysis of the complete pairs under ``runs``, written to ``output``."""
+  seeds = sorted(int(name.split("seed")[1]) for name in os.listdir(runs) if name.startswith("packed_seed")
+                 and os.path.exists(os.path.join(runs, name, "sts.json"))
+                 and os.path.exists(os.path.join(runs, f"padded_seed{name.split('seed')[1]}", "sts.json")))
   per_seed = {}
   for seed in seeds:
     row = {}
     for side in SIDES:
-      record = os.path.join(RUNS, f"{side}_seed{seed}")
+      record = os.path.join(runs, f"{side}_seed{seed}")
       row[side] = {"stsb_dev": primary(record), "sts_avg": secondary(record)}
     row["diff"] = {k: row["packed"][k] - row["padded"][k] for k in ("stsb_dev", "sts_avg")}
     per_seed[seed] = row
@@ -133,7 +136,7 @@ def analyze() -> dict:
   if len(seeds) >= 2:
     for key in ("stsb_dev", "sts_avg"):
       result[key] = paired_tost(np.array([per_seed[s]["diff"][key] for s in seeds]), MARGIN)
-  with open(os.path.join(HERE, "analysis.json"), "w") as f:
+  with open(output, "w") as f:
     json.dump(result, f, indent=1)
   return result
 
