@@ -561,3 +561,67 @@ def test_scored_pairs_csv_trains_with_cosent_from_the_command(tiny_model_dir, sm
   )
   assert refused.returncode == 1 and "method cosent needs a label per row" in refused.stderr
   assert not os.path.exists(str(tmp_path / "w2"))
+
+
+def _rewrite_keeping_mtime(path: str, rows: list[dict], suffix: str) -> None:
+  """Rewrites ``path`` with ``rows`` and puts its modification time back, as ``cp -p`` or ``rsync -a`` leave it."""
+  before = os.stat(path)
+  _write_rows(path, rows, suffix)
+  os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+  assert os.stat(path).st_mtime_ns == before.st_mtime_ns
+
+
+def _write_rows(path: str, rows: list[dict], suffix: str) -> None:
+  if suffix == "jsonl":
+    _write_jsonl(path, rows)
+  elif suffix == "csv":
+    datasets.Dataset.from_list(rows).to_csv(path, index=False)
+  else:
+    datasets.Dataset.from_list(rows).to_parquet(path)
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
+def test_a_file_rewritten_with_its_mtime_kept_is_read_anew_and_hashed_as_read(
+  tiny_model_dir, small_data_dir, tmp_path, suffix
+):
+  from jaxcse.core import files
+
+  rows = _triplets(20)
+  path = str(tmp_path / f"t.{suffix}")
+  _write_rows(path, rows, suffix)
+  config = _pairs_config(tiny_model_dir, small_data_dir, path, **{"data.csv_format": "sentence_transformers"})
+  first = inputs_lib.read_corpus(config)
+  assert first.texts([0, 19])[0] == [rows[0]["question"], rows[19]["question"]]
+  # The same rows in reverse: the same size, other content (cp -p of an equal-length file over it).
+  size = os.path.getsize(path)
+  _rewrite_keeping_mtime(path, rows[::-1], suffix)
+  if suffix != "parquet":  # Parquet's column statistics are not byte-stable under reordering; the rows are what count.
+    assert os.path.getsize(path) == size
+  second = inputs_lib.read_corpus(config)
+  # Before: datasets' Arrow cache, keyed by path and mtime, served the first rows again.
+  assert second.texts([0, 19])[0] == [rows[19]["question"], rows[0]["question"]]
+  assert second.content_sha256 != first.content_sha256
+  # What inputs.json records is the sha256 of the bytes that were read.
+  assert inputs_lib.digest_corpus(config, second) == {os.path.basename(path): files.file_sha256(path)}
+
+
+def test_a_file_rewritten_while_it_is_read_is_refused_and_its_cache_dropped(tmp_path, datasets_cache, monkeypatch):
+  from jaxcse.core import files
+
+  rows = _triplets(20)
+  path = _write_jsonl(tmp_path / "t.jsonl", rows)
+  hashed = files.file_sha256(path)
+  load = datasets.load_dataset
+
+  def rewritten_then_read(*args, **kwargs):  # After the digest, before datasets reads: cp -p at the wrong moment.
+    _rewrite_keeping_mtime(path, rows[::-1], "jsonl")
+    return load(*args, **kwargs)
+
+  monkeypatch.setattr(datasets, "load_dataset", rewritten_then_read)
+  with pytest.raises(DataError, match=f"^{path}: changed while it was read"):
+    data_lib.load_corpus(path)
+  # The folder named by the old bytes' digest held the new bytes' rows: gone, so no later read is served them.
+  assert not os.path.exists(os.path.join(datasets_cache, pairs.FILE_CACHE, hashed))
+  monkeypatch.setattr(datasets, "load_dataset", load)
+  corpus = data_lib.load_corpus(path)
+  assert corpus.texts([0])[0] == [rows[19]["question"]] and corpus.file_sha256 == files.file_sha256(path) != hashed

@@ -25,9 +25,11 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 
 import numpy as np
 
+from jaxcse.core import files
 from jaxcse.data.root import DataError, resolve
 
 HF_PREFIX = "hf:"
@@ -36,6 +38,8 @@ IGNORED_COLUMNS = ("dataset_name",)  # sentence-transformers' multi-dataset tag:
 FILE_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 CSV_FORMATS = ("simcse", "sentence_transformers")
 CHUNK_ROWS = 65_536  # Rows per Arrow slice of the checks and digests: bounded memory whatever the dataset's size.
+# Under datasets' cache: one folder per sha256 of a file's bytes (``_load_file``).
+FILE_CACHE = "jaxcse_files"
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # What a csv's label must look like (no nan, no inf).
 
 
@@ -69,6 +73,7 @@ class PairCorpus:
   label_column: str | None
   labels: np.ndarray | None
   skipped_empty_lines: tuple = ()  # Nothing is skipped: a bad row is an error.
+  file_sha256: str | None = None  # sha256 of the bytes the rows were read from (``_load_file``); None: not a file.
 
   def __len__(self) -> int:
     return len(self.dataset)
@@ -155,10 +160,28 @@ def _csv_header(path: str) -> list[str]:
     raise DataError(f"{path}: cannot read its header ({type(e).__name__}: {e})") from None
 
 
+def _stat(path: str) -> tuple:
+  """What changes when a file is written, renamed over or has its times set: ctime too, which no one sets back."""
+  st = os.stat(path)
+  return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
 def _load_file(path: str, kind: str):
-  """A ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file as a ``datasets.Dataset`` (Arrow, cached by datasets)."""
+  """A ``.jsonl``/``.json``, ``.parquet`` or ``.csv`` file as ``(datasets.Dataset, sha256 of the bytes read)``.
+
+  datasets keys its Arrow cache of a local file on the path and modification time only, so a file rewritten with
+  its mtime kept (``cp -p``, ``rsync -a``, ``tar x``, a restored backup) would be served its old rows while its
+  sha256 named the new ones. The cache is read under a folder named by the sha256 of the file's bytes: other bytes,
+  another folder, and the digest a run records is the one its rows were read under. A file that changes while it
+  is hashed and read (its ``_stat`` before and after differ) is refused, and the folder, which may hold rows of
+  other bytes than its name's, removed.
+  """
   import datasets
 
+  try:
+    before = _stat(path)
+  except OSError as e:
+    raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
   kwargs = {}
   if kind == "csv":
     # Every column as written: pandas would read "NA" or "null" as a missing value and "007" as the number 7.
@@ -169,10 +192,16 @@ def _load_file(path: str, kind: str):
       "features": datasets.Features({name: datasets.Value("string") for name in header}),
       "keep_default_na": False,
     }
+  digest = files.file_sha256(path)
+  cache_dir = os.path.join(datasets.config.HF_DATASETS_CACHE, FILE_CACHE, digest)
   try:
-    return datasets.load_dataset(kind, data_files=path, split="train", **kwargs)
+    dataset = datasets.load_dataset(kind, data_files=path, split="train", cache_dir=cache_dir, **kwargs)
   except Exception as e:  # pyarrow's and pandas' parse errors come in many types; each names what is wrong.
     raise DataError(f"{path}: cannot read as {kind}: {_describe(e)}") from None
+  if not os.path.exists(path) or _stat(path) != before:
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    raise DataError(f"{path}: changed while it was read; read it again once it is written")
+  return dataset, digest
 
 
 def _load_folder(path: str):
@@ -217,7 +246,8 @@ def load_pairs(source, *, root: str | None = None) -> PairCorpus:
       kind = FILE_SUFFIXES.get(os.path.splitext(name)[1].lower())
       if kind is None:
         raise DataError(f"{name}: not a .jsonl, .json, .parquet or .csv file, nor a Dataset.save_to_disk folder")
-      dataset = _load_file(name, kind)
+      dataset, digest = _load_file(name, kind)
+      return dataclasses.replace(validate(dataset, name), file_sha256=digest)
   return validate(dataset, name)
 
 

@@ -121,10 +121,12 @@ def data_source(config: ml_collections.ConfigDict) -> str:
 
 def digest_corpus(config: ml_collections.ConfigDict, corpus=None) -> dict[str, str] | None:
   """sha256 of the training corpus: of its files, by path relative to the corpus's folder (a file, or a
-  ``save_to_disk`` folder); of its content for a hub dataset or a ``datasets.Dataset`` (``corpus``, read already);
-  None for a TFDS dataset."""
+  ``save_to_disk`` folder; a pair file's is the digest its rows were read under, ``PairCorpus.file_sha256``); of its
+  content for a hub dataset or a ``datasets.Dataset`` (``corpus``, read already); None for a TFDS dataset."""
   if corpus is not None and (not config.data.train or config.data.train.startswith(data_lib.HF_PREFIX)):
     return {corpus.path: corpus.content_sha256}
+  if getattr(corpus, "file_sha256", None):  # Hashed as its rows were read (pairs._load_file): not hashed again.
+    return {os.path.basename(corpus.path): corpus.file_sha256}
   if config.data.train.startswith(data_lib.TFDS_PREFIX):
     return None  # TFDS versions its datasets itself (the name holds the version).
   path = os.path.abspath(data_lib.resolve(config.data.train, config.data.data_dir or None))
