@@ -33,6 +33,30 @@ def test_cells(c: summarize.Paired | None) -> list[str]:
   return [f"{c.d:+.2f}", f"{c.t:.2f}", f"{c.p:.3f}", f"{c.p_holm:.3f}"]
 
 
+def holm_counting_equal(contrasts: dict[str, summarize.Paired]) -> dict[str, float]:
+  """Holm over every contrast of a table, a row equal to the baseline in every seed counted as p = 1.
+
+  Such a row has no t (no variance), so summarize.paired_contrasts leaves it out of the family; identical runs are
+  no evidence of a difference, so p = 1 is its value if the family is every contrast made."""
+  rows = list(contrasts)
+  ps = [contrasts[r].p if np.isfinite(contrasts[r].p) else 1.0 for r in rows]
+  return dict(zip(rows, summarize.holm(ps)))
+
+
+def equal_rows_line(experiment, contrasts: dict[str, summarize.Paired], metric: str) -> list[str]:
+  """What the rows left out of the Holm family would change, if any was left out."""
+  equal = [r for r, c in contrasts.items() if c.p_holm is None]
+  if not equal:
+    return []
+  labels = {r.row: r.label for r in experiment.rows}
+  counted = holm_counting_equal(contrasts)
+  tested = ", ".join(f"{labels[r]} {counted[r]:.3f}" for r, c in contrasts.items() if c.p_holm is not None)
+  return [
+    f"{metric}: {', '.join(labels[r] for r in equal)} equal to the baseline in every seed, left out of the Holm "
+    f"family; counted as p = 1 (a family of {len(contrasts)}), p Holm: {tested}."
+  ]
+
+
 def table(name: str, experiment, runs, untrained: dict | None) -> list[str]:
   base_group = next(r.group for r in experiment.rows if r.row == BASELINES[name])
   base_runs, base_lr, _ = summarize._row_runs(runs, base_group, BASELINES[name])
@@ -55,6 +79,8 @@ def table(name: str, experiment, runs, untrained: dict | None) -> list[str]:
     "",
     f"Baseline ({BASELINES[name]}): STS avg {base_avg:.2f}, STS-B dev {base_dev:.2f} (mean of {len(base_runs)} seeds).",
   ]
+  for key, label in METRICS:
+    lines += equal_rows_line(experiment, contrasts[key], label.split(" (")[0])
   if untrained is not None:
     lines.append(
       f"The untrained encoder (no training): STS avg {untrained['sts_avg']:.2f}, STS-B dev {untrained['stsb_dev']:.2f}."
@@ -78,7 +104,8 @@ def main() -> None:
     "share seeds and data order); t, p: paired t test (`scipy.stats.ttest_rel`); p Holm: Holm-corrected "
     "within the table, per metric. n = 3 seeds gives the paired t 2 degrees of freedom: only large and "
     "consistent differences reach significance, and a non-significant row is not evidence of no effect. Rows "
-    "equal to the baseline in every seed have no t (they enter no Holm family). Not covered here: the "
+    "equal to the baseline in every seed have no t and enter no Holm family; a line under such a table gives the "
+    "others' Holm p with them counted as p = 1. Not covered here: the "
     "learning-rate grid (one seed) and the main comparison across methods (different learning rates, so "
     "not one family of shared runs); Kendall's tau (tables.md, summarize.py) is not recomputed here.",
     "",
