@@ -34,6 +34,7 @@ import time
 
 import jax
 import ml_collections
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import data as data_lib
@@ -113,6 +114,28 @@ def _interrupted(step: int, latest) -> str:
 # The run.
 
 
+def _packed_rows(packed: views.PackedViews, host_batch: dict, mesh, batch_sharding, chunks: int = 1) -> dict:
+  """The step's ``batch["packed"]``: this process's views laid out in rows, one block of rows a device (each device
+  packs its own examples, so it pools them from its own rows) and, with GradCache, a block a chunk within it, as
+  global arrays split over the data axis like the batch. Every device gets the same number of rows: the most any
+  (device, chunk) needs, agreed between the processes."""
+  if mesh.size == 1 and chunks == 1:
+    return packed.lay_out(host_batch)
+  shards = len(mesh.local_devices)
+  rows = packed.rows_for(packed.parts(host_batch, shards, chunks))
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+
+    rows = int(multihost_utils.process_allgather(np.int32(rows)).max())
+  local = packed.lay_out(host_batch, shards=shards, chunks=chunks, rows=rows)
+  return jax.tree.map(
+    lambda a: jax.make_array_from_process_local_data(
+      batch_sharding, a, (a.shape[0] // shards * mesh.size, *a.shape[1:])
+    ),
+    local,
+  )
+
+
 def train_and_evaluate(
   config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False, train_data=None
 ) -> dict:
@@ -146,10 +169,6 @@ def train_and_evaluate(
     if config.train.batch_size % mesh.size:
       raise configuration.ConfigError(
         f"train.batch_size {config.train.batch_size} must be divisible by the {mesh.size} devices"
-      )
-    if configuration.packed(config) and mesh.size > 1:
-      raise configuration.ConfigError(
-        f"train.packed=True runs on one device, not {mesh.size}; set --config.train.packed=False"
       )
     errors.check_output(workdir, folder=True)
     run_dir.check_ours()
@@ -239,6 +258,8 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
   # what order, depends on the step alone, never on the number of processes.
   local_rows = distributed.process_rows(batch_sharding, config.train.batch_size)
   packed = None  # train.packed: the views' PackedViews, sized from the first batch's shape (every batch's).
+  chunk = config.train.grad_cache_chunk
+  chunks = config.train.batch_size // chunk if chunk else 1  # GradCache's: each packed in rows of its own.
   (complementary, complementary_params), (augment_mlm, augment_params) = inputs.complementary, inputs.augment_mlm
   train_step = step_lib.jit_train_step(
     config, start.spec, start.tx, complementary, mesh, augment_mlm=augment_mlm, needs=inputs.needs
@@ -276,11 +297,11 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
         k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
         for k, v in host_batch.items()
       }  # The global batch, from this process's rows of it.
-      if configuration.packed(config):  # One device: the rows need no sharding.
+      if configuration.packed(config):
         if packed is None:
           pad_id = start.spec.tokenizer.pad_token_id or 0
           packed = views.PackedViews.for_batches(*host_batch["input_ids"].shape, pad_id=pad_id)
-        batch["packed"] = packed.lay_out(host_batch)
+        batch["packed"] = _packed_rows(packed, host_batch, mesh, batch_sharding, chunks)
       state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)

@@ -104,9 +104,10 @@ def _launch(commands: list[tuple[list[str], dict[str, str]]], tmp_path, name: st
   return outputs
 
 
-def _cli(workdir: str, model_dir: str, data_dir: str) -> list[str]:
+def _cli(workdir: str, model_dir: str, data_dir: str, **extra) -> list[str]:
   """``python -m jaxcse.train`` with the same config as the worker's ``tiny_config(..., **OVERRIDES)``."""
-  return [sys.executable, "-m", "jaxcse.train", *helpers.train_cli_args(workdir, model_dir, data_dir, **OVERRIDES)]
+  args = helpers.train_cli_args(workdir, model_dir, data_dir, **OVERRIDES, **extra)
+  return [sys.executable, "-m", "jaxcse.train", *args]
 
 
 def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_dir, tmp_path):
@@ -176,6 +177,36 @@ def test_two_processes_equal_one_process_and_resume(tiny_model_dir, small_data_d
   summary, ref_summary = (json.load(open(os.path.join(w, "summary.json"))) for w in (workdir, reference))
   # The same summary (provenance aside: its wall time and command differ).
   assert {**summary, "workdir": None, "provenance": None} == {**ref_summary, "workdir": None, "provenance": None}
+  helpers.assert_same_params(helpers.saved_params(workdir), helpers.saved_params(reference))
+
+
+def test_two_processes_pack_their_rows_as_one_process_with_two_devices(tiny_model_dir, small_data_dir, tmp_path):
+  """train.packed across processes: each device packs its own examples into rows of its own, the processes agree on
+  the most rows any device needs, and the run equals one process's two devices, bit for bit (the same global
+  program, rows and dropout stream)."""
+  packed = {"train.packed": True}
+  reference = str(tmp_path / "reference")
+  reference_env = _env(XLA_FLAGS=helpers.simulated_devices(2))
+  _launch([(_cli(reference, tiny_model_dir, small_data_dir, **packed), reference_env)], tmp_path, "packed_reference")
+  workdir = str(tmp_path / "two_processes")
+  address = f"127.0.0.1:{helpers.unused_port()}"
+  _launch(
+    [
+      (
+        _cli(workdir, tiny_model_dir, small_data_dir, **packed),
+        _env(JAX_COORDINATOR_ADDRESS=address, JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
+      )
+      for i in range(2)
+    ],
+    tmp_path,
+    "packed_two_processes",
+  )
+  ref_records, records = helpers.metrics_records(reference), helpers.metrics_records(workdir)
+  assert len(records) == len(ref_records) and any("loss" in r for r in records)
+  for ref, got in zip(ref_records, records):
+    assert {k: v for k, v in got.items() if k not in ("steps_per_sec", "eval/seconds")} == {
+      k: v for k, v in ref.items() if k not in ("steps_per_sec", "eval/seconds")
+    }
   helpers.assert_same_params(helpers.saved_params(workdir), helpers.saved_params(reference))
 
 

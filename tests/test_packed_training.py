@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import csv
 import os
+import subprocess
+import sys
+
+if __name__ == "__main__":  # The 2-device step (test_a_packed_step_on_two_devices_...): this file as a script.
+  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import flax
 import jax
@@ -21,7 +26,7 @@ import pytest
 from jaxcse import data as data_lib, models
 from jaxcse.core import compat
 from jaxcse.storage import loading
-from jaxcse.training import configuration, train_step, views
+from jaxcse.training import configuration, distributed, train_step, views
 from tests import helpers
 
 BATCH = 8
@@ -42,6 +47,9 @@ VARIANTS = {
   ),
   "cosent": ("pairs", {"method": "cosent"}),
   "gist": ("pairs", {"method": "gist"}),
+  # GradCache: 2 chunks of 4 examples, each packed in rows of its own (strided, as gradcache.to_chunks cuts them).
+  "simcse_gradcache": ("base", {"train.grad_cache_chunk": 4}),
+  "mnrl_gradcache_mlm": ("pairs", {"train.grad_cache_chunk": 4, "mlm.enabled": True}),
 }
 
 
@@ -58,7 +66,9 @@ def _scored_pairs(data_dir: str) -> str:
   return path
 
 
-def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool) -> tuple[dict, dict]:
+def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool, mesh=None) -> tuple[dict, dict]:
+  """One SGD step (lr 1) of ``variant`` in float64, dropout off: (metrics, flat params). ``mesh``: the trainer's
+  jitted step on that data mesh, the packed rows laid out per device as the trainer lays them."""
   config_name, overrides = VARIANTS[variant]
   if overrides.get("method") == "cosent":
     overrides = {**overrides, "data.train": _scored_pairs(data_dir)}
@@ -77,7 +87,15 @@ def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool) -> tuple
     batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
     if packed:
       layout = views.PackedViews.for_batches(*batch["input_ids"].shape, pad_id=spec.tokenizer.pad_token_id)
-      batch = {**batch, "packed": layout.lay_out(batch)}
+      chunk = config.train.grad_cache_chunk
+      chunks = BATCH // chunk if chunk else 1
+      if mesh is None:
+        batch = {**batch, "packed": layout.lay_out(batch, shards=1 if chunks > 1 else None, chunks=chunks)}
+      else:
+        from jaxcse import train
+
+        _, sharding = distributed.data_shardings(mesh)
+        batch = {**batch, "packed": train._packed_rows(layout, batch, mesh, sharding, chunks)}
     complementary, comp_params = None, None
     if config.method == "gist":
       complementary, comp_params = helpers.in_float64(spec, params)
@@ -86,7 +104,11 @@ def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool) -> tuple
       complementary, comp_params = helpers.in_float64(loaded.spec, loaded.params)
     tx = optax.sgd(1.0)
     state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
-    step = jax.jit(train_step.make_train_step(config, spec, tx, complementary))
+    if mesh is None:
+      step = jax.jit(train_step.make_train_step(config, spec, tx, complementary))
+    else:
+      jitted = train_step.jit_train_step(config, spec, tx, complementary, mesh)
+      step = lambda state, batch, comp: jitted(state, batch, comp, None)  # noqa: E731
     state, metrics = step(state, batch, comp_params)
     return jax.device_get(metrics), flax.traverse_util.flatten_dict(jax.device_get(state.params), sep="/")
 
@@ -121,7 +143,6 @@ def test_the_layout_is_sized_by_the_batch_shape_and_rounds_rows_to_few_buckets()
 @pytest.mark.parametrize(
   "config_name, overrides, named",
   [
-    ("base", {"train.grad_cache_chunk": 4}, "train.grad_cache_chunk"),
     ("base", {"augment.same_dropout_mask": True}, "augment.same_dropout_mask"),
     ("base", {"augment.crop": 0.1}, "augment.*"),
     ("dclr_as_released", {}, "method dclr (it attends the padding)"),
@@ -134,6 +155,48 @@ def test_packed_is_refused_in_one_line_where_it_cannot_run(config_name, override
     configuration.validate(config)
   assert named in str(e.value) and "--config.train.packed=False" in str(e.value)
   assert "\n" not in str(e.value)
+
+
+# [CLS] + MLP, a mean, three columns, GradCache's chunks on every device.
+TWO_DEVICE_VARIANTS = ("simcse", "simcse_avg", "mnrl_triplets", "simcse_gradcache")
+
+
+def _two_devices(model_dir: str, data_dir: str, out: str) -> None:
+  """This file as a script under 2 simulated devices: each variant's packed and padded step on the data mesh."""
+  mesh = distributed.make_mesh()
+  arrays = {"devices": np.int32(mesh.size)}
+  for variant in TWO_DEVICE_VARIANTS:
+    for layout in ("packed", "padded"):
+      metrics, params = _step(model_dir, data_dir, variant, packed=layout == "packed", mesh=mesh)
+      arrays.update({f"{variant}/{layout}/metric/{k}": v for k, v in metrics.items()})
+      arrays.update({f"{variant}/{layout}/param/{k}": v for k, v in params.items()})
+  np.savez(out, **arrays)
+
+
+def test_a_packed_step_on_two_devices_is_the_one_device_padded_step(tiny_model_dir, small_data_dir, tmp_path):
+  """The batch over a 2-device data mesh, each device packing its own examples into rows of its own and pooling
+  them there: in float64 the step equals the padded step on the same mesh and on one device (the negatives still
+  span both devices; a text pooled from the other device's rows, or a device's rows misnumbered, moves it by far
+  more than the reordered sums' 1e-10)."""
+  out = str(tmp_path / "two.npz")
+  env = {**os.environ, "XLA_FLAGS": helpers.simulated_devices(2), "JAX_PLATFORMS": "cpu", "JAX_ENABLE_X64": "1"}
+  subprocess.run(
+    [sys.executable, os.path.abspath(__file__), tiny_model_dir, small_data_dir, out],
+    env=env,
+    check=True,
+    cwd=helpers.REPO,
+  )
+  two = np.load(out)
+  assert int(two["devices"]) == 2
+  for variant in TWO_DEVICE_VARIANTS:
+    metrics, params = _step(tiny_model_dir, small_data_dir, variant, packed=False)
+    for layout in ("packed", "padded"):
+      for key, value in metrics.items():
+        np.testing.assert_allclose(two[f"{variant}/{layout}/metric/{key}"], value, rtol=RTOL, atol=ATOL)
+      for key, value in params.items():
+        np.testing.assert_allclose(
+          two[f"{variant}/{layout}/param/{key}"], value, rtol=RTOL, atol=ATOL, err_msg=f"{variant} {layout} {key}"
+        )
 
 
 def test_a_packed_run_trains_resumes_exactly_and_records_the_switch(tiny_model_dir, small_data_dir, tmp_path):
@@ -169,6 +232,12 @@ def test_compile_lowers_the_packed_step_the_trainer_runs(tiny_model_dir, small_d
   program.jitted.lower(*program.args).compile()  # The packed step lowers and compiles as the trainer runs it.
   full = lowering.train_step_program(config, targets.devices(targets.get("cpu")))
   assert full.args[1]["packed"]["input_ids"].shape == (2, 128)  # 16 x 16 = 256 tokens at full length: 2 rows.
+  chunked = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, "base", **{"train.packed": True, "train.grad_cache_chunk": 4}
+  )
+  rows = lowering.train_step_program(chunked, targets.devices(targets.get("cpu"))).args[1]["packed"]
+  # GradCache's 2 chunks, each 8 views x 16 tokens = 1 row of its own; places a chunk's 8 texts.
+  assert rows["input_ids"].shape == (2, 128) and rows["places"].row.shape == (2, 8)
 
 
 # --------------------------------------------------------------------------
@@ -180,7 +249,9 @@ def quality():
   import importlib.util
   import sys
 
-  spec = importlib.util.spec_from_file_location("packing_quality", os.path.join(helpers.REPO, "experiments", "packing", "quality.py"))
+  spec = importlib.util.spec_from_file_location(
+    "packing_quality", os.path.join(helpers.REPO, "experiments", "packing", "quality.py")
+  )
   module = importlib.util.module_from_spec(spec)
   sys.modules[spec.name] = module
   spec.loader.exec_module(module)
@@ -225,8 +296,12 @@ def test_the_comparisons_analysis_reads_the_runs_records(quality, tmp_path):
     for seed, shift in ((1, 0.0), (2, 0.004), (3, -0.002)):
       record = tmp_path / f"{side}_seed{seed}"
       record.mkdir()
-      rows = [{"step": 0, "eval/stsb_dev": 0.53}, {"step": 125, "eval/stsb_dev": 0.9}, {"step": 250, "loss": 0.1},
-              {"step": 250, "eval/stsb_dev": dev + shift}]
+      rows = [
+        {"step": 0, "eval/stsb_dev": 0.53},
+        {"step": 125, "eval/stsb_dev": 0.9},
+        {"step": 250, "loss": 0.1},
+        {"step": 250, "eval/stsb_dev": dev + shift},
+      ]
       (record / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
       (record / "sts.json").write_text(json.dumps({"sts": {"avg": avg + shift}}))
   (tmp_path / "packed_seed4").mkdir()  # Incomplete (no sts.json, no padded twin): left out.
@@ -235,3 +310,7 @@ def test_the_comparisons_analysis_reads_the_runs_records(quality, tmp_path):
   assert result["per_seed"][2]["diff"]["stsb_dev"] == pytest.approx(0.2, abs=1e-9)  # x100, the step-250 row.
   assert result["stsb_dev"]["mean_diff"] == pytest.approx(0.2, abs=1e-9)
   assert result["sts_avg"]["mean_diff"] == pytest.approx(0.05, abs=1e-9)
+
+
+if __name__ == "__main__":
+  _two_devices(*sys.argv[1:4])

@@ -111,6 +111,28 @@ def test_packed_equals_padded_in_float64_embeddings_and_gradients(family, pooler
     assert err <= EXACT * scale, f"{jax.tree_util.keystr(path)}: {err:.3g} (scale {scale:.3g})"
 
 
+@pytest.mark.parametrize("family,pooler", [c for c in _cases() if c[0] in ("bert", "modernbert")])
+def test_texts_packed_per_shard_pool_from_their_own_rows_as_padded(family, pooler):
+  """``pack_shards``' layout (a data-parallel batch: each device's texts in rows of its own, indices local to the
+  shard; the vmapped gather and segment sum) gives every text its padded embedding, in the batch's order."""
+  module = PooledBackbone(_backbone(family, jnp.float64), pooler)
+  texts = _texts(1)
+  pad = FAMILIES[family].pad_token_id or 0
+  ids, mask = _padded(texts, pad)
+  params = jax.tree.map(lambda x: jnp.asarray(x, jnp.float64), module.init(jax.random.key(0), ids, mask)["params"])
+  shards = [texts[0:3], texts[3:6], texts[6:9]]
+  rows = max(packing.rows_needed([len(t) for t in part], ROW_LEN) for part in shards)
+  packed = packing.pack_shards(shards, rows=rows, row_len=ROW_LEN, pad_id=pad)
+  assert packed.input_ids.shape == (3 * rows, ROW_LEN) and packed.places.row.shape == (3, 3)
+  assert int(packed.places.row.max()) < rows  # Local to each shard's block of rows.
+  a = module.apply({"params": params}, ids, mask)
+  b = module.apply({"params": params}, packed.input_ids, packed.segment_ids, places=packed.places)
+  assert b.shape == a.shape
+  np.testing.assert_array_less(np.abs(np.asarray(a - b)), EXACT * float(jnp.max(jnp.abs(a))))
+  with pytest.raises(ValueError, match="the same number of texts"):
+    packing.pack_shards([texts[:4], texts[4:]], rows=rows + 2, row_len=ROW_LEN, pad_id=pad)
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_a_packed_text_does_not_see_its_neighbours(family):
   """Changing one text changes no other text's embedding in its row (and does change its own)."""
@@ -295,13 +317,17 @@ def test_the_commands_pack_on_request_and_give_the_padded_results(tiny_model_dir
     for layout in ("padded", "packed"):
       flag = ["--packed"] if layout == "packed" else []
       npy = str(tmp_path / f"{layout}.npy")
-      assert encode.main(["--model", tiny_model_dir, "--pooler", "avg", "--input", str(text), "--output", npy, *flag]) == 0
+      assert (
+        encode.main(["--model", tiny_model_dir, "--pooler", "avg", "--input", str(text), "--output", npy, *flag]) == 0
+      )
       assert json.load(open(tmp_path / f"{layout}.json"))["packed"] is (layout == "packed")
       scores = str(tmp_path / f"{layout}_sts.json")
       argv = ["--model", tiny_model_dir, "--pooler", "avg", "--tasks", "STSBenchmark", "--output", scores]
       assert evaluate.main([*argv, "--data_dir", real_data_dir, *flag]) == 0
       pairs = tmp_path / "pairs.jsonl"
-      pairs.write_text("".join(json.dumps({"anchor": a, "positive": b}) + "\n" for a, b in zip(lines[::2], lines[1::2])))
+      pairs.write_text(
+        "".join(json.dumps({"anchor": a, "positive": b}) + "\n" for a, b in zip(lines[::2], lines[1::2]))
+      )
       mined = str(tmp_path / f"{layout}_mined.jsonl")
       argv = ["--model", tiny_model_dir, "--input", str(pairs), "--output", mined, "--num_negatives", "2"]
       assert mining.main([*argv, "--output_scores", *flag]) == 0

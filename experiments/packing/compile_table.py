@@ -1,14 +1,17 @@
 """The compile table of README.md from compile.sh's reports: per target, padded against packed at the same batch.
 
-  python experiments/packing/compile_table.py
+python experiments/packing/compile_table.py
 """
 
 import json
 import os
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VARIANTS = (("padded", "padded, 128 texts x 32"), ("packed28", "packed, texts of 28 tokens"),
-            ("packed16", "packed, texts of 16 tokens"))
+VARIANTS = (
+  ("padded", "padded, 128 texts x 32"),
+  ("packed28", "packed, texts of 28 tokens"),
+  ("packed16", "packed, texts of 16 tokens"),
+)
 
 
 def rows() -> list[str]:

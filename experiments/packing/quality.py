@@ -54,8 +54,17 @@ def run_one(side: str, seed: int, work: str) -> None:
   train = [_command("jaxcse-train"), "--config", "quickstart", "--workdir", workdir, f"--config.seed={seed}"]
   if side == "packed":
     train.append("--config.train.packed=True")
-  evaluate = [_command("jaxcse-evaluate"), "--model", workdir, "--checkpoint", "latest", "--tasks", "sts",
-              "--output", os.path.join(workdir, "sts.json")]
+  evaluate = [
+    _command("jaxcse-evaluate"),
+    "--model",
+    workdir,
+    "--checkpoint",
+    "latest",
+    "--tasks",
+    "sts",
+    "--output",
+    os.path.join(workdir, "sts.json"),
+  ]
   start = time.time()
   with open(os.path.join(record, "log.txt"), "w") as log:
     for argv in (train, evaluate):
@@ -101,9 +110,19 @@ def paired_tost(diffs: np.ndarray, margin: float) -> dict:
     verdict = "different"
   else:
     verdict = "undecided"
-  return {"n": n, "mean_diff": d, "paired_sd": sd, "p_low": p_low, "p_high": p_high, "p_tost": max(p_low, p_high),
-          "p_two_sided": p_diff, "ci90": list(ci90), "ci95": list(ci95), "verdict": verdict,
-          "pairs_for_80pct_power": pairs_needed(sd, margin)}
+  return {
+    "n": n,
+    "mean_diff": d,
+    "paired_sd": sd,
+    "p_low": p_low,
+    "p_high": p_high,
+    "p_tost": max(p_low, p_high),
+    "p_two_sided": p_diff,
+    "ci90": list(ci90),
+    "ci95": list(ci95),
+    "verdict": verdict,
+    "pairs_for_80pct_power": pairs_needed(sd, margin),
+  }
 
 
 def pairs_needed(sd: float, margin: float, power: float = 0.8, draws: int = 20_000) -> int:
@@ -121,9 +140,13 @@ def pairs_needed(sd: float, margin: float, power: float = 0.8, draws: int = 20_0
 
 def analyze(runs: str = RUNS, output: str = os.path.join(HERE, "analysis.json")) -> dict:
   """The registered analysis of the complete pairs under ``runs``, written to ``output``."""
-  seeds = sorted(int(name.split("seed")[1]) for name in os.listdir(runs) if name.startswith("packed_seed")
-                 and os.path.exists(os.path.join(runs, name, "sts.json"))
-                 and os.path.exists(os.path.join(runs, f"padded_seed{name.split('seed')[1]}", "sts.json")))
+  seeds = sorted(
+    int(name.split("seed")[1])
+    for name in os.listdir(runs)
+    if name.startswith("packed_seed")
+    and os.path.exists(os.path.join(runs, name, "sts.json"))
+    and os.path.exists(os.path.join(runs, f"padded_seed{name.split('seed')[1]}", "sts.json"))
+  )
   per_seed = {}
   for seed in seeds:
     row = {}

@@ -109,6 +109,7 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--study", choices=("own_data", "quickstart"), default="own_data")
   parser.add_argument("--steps", type=int, default=20, help="jaxcse's steps per run (s-t runs its 68)")
+  parser.add_argument("--output", default="", help="the results file (default: results_<study>.json beside this)")
   args = parser.parse_args()
   os.makedirs(args.work, exist_ok=True)
   data = sick_triplets(os.path.join(args.work, "data"))
@@ -151,7 +152,7 @@ def main() -> None:
   if "st" in summary:
     result["packed_cost_vs_st"] = summary["packed"] / summary["st"]
     result["padded_cost_vs_st"] = summary["padded"] / summary["st"]
-  with open(os.path.join(HERE, f"results_{args.study}.json"), "w", encoding="utf-8") as f:
+  with open(args.output or os.path.join(HERE, f"results_{args.study}.json"), "w", encoding="utf-8") as f:
     json.dump(result, f, indent=2)
   print(f"CPU: {cpu_model}")
   for side, v in summary.items():

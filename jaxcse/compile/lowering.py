@@ -76,16 +76,21 @@ class StepProgram:
   columns: int
 
 
-def packed_rows(config, spec, shape: tuple[int, int, int], mean_length: int | None) -> dict:
+def packed_rows(config, spec, shape: tuple[int, int, int], mean_length: int | None, shards: int = 1) -> dict:
   """Abstract ``views.PackedViews.lay_out`` rows of a ``[batch, columns, len]`` batch whose texts average
-  ``mean_length`` tokens (None: ``len``)."""
+  ``mean_length`` tokens (None: ``len``), laid out for ``shards`` devices and GradCache's chunks as the trainer
+  does (one block of rows a device and chunk, ``packing.pack_shards``)."""
   layout = views.PackedViews.for_batches(*shape, pad_id=spec.tokenizer.pad_token_id or 0)
   examples, columns, length = shape
-  texts = examples * (2 if columns == 1 else columns)
+  chunk = config.train.grad_cache_chunk
+  chunks = examples // chunk if chunk else 1
+  texts = examples * (2 if columns == 1 else columns) // (shards * chunks)  # A (device, chunk)'s.
   rows = views.rows_bucket(-(-texts * (mean_length or length) // layout.row_len))
   ints = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)  # noqa: E731
-  places = packing.Places(ints(texts), ints(texts), ints(texts), ints(rows, layout.row_len))
-  return {"input_ids": ints(rows, layout.row_len), "segment_ids": ints(rows, layout.row_len), "places": places}
+  parts = () if shards == 1 and chunks == 1 else (shards * chunks,)
+  per_token = (shards * chunks * rows, layout.row_len)
+  places = packing.Places(ints(*parts, texts), ints(*parts, texts), ints(*parts, texts), ints(*per_token))
+  return {"input_ids": ints(*per_token), "segment_ids": ints(*per_token), "places": places}
 
 
 def train_step_program(
@@ -135,9 +140,7 @@ def train_step_program(
   if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
     batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
   if configuration.packed(config):
-    if mesh.size > 1:
-      raise configuration.ConfigError(f"train.packed=True runs on one device, not {mesh.size}")
-    batch["packed"] = packed_rows(config, model.spec, shape, packed_length)
+    batch["packed"] = packed_rows(config, model.spec, shape, packed_length, shards=mesh.size)
   comp_params = complementary and placed(complementary.params, replicated)
   augment_params = augment_mlm and placed(augment_mlm.params, replicated)
   return StepProgram(

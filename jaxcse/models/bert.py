@@ -261,8 +261,9 @@ class BertModel(nn.Module):
   """The encoder: ``(input_ids, attention_mask) -> BackboneOutput``. BERT, RoBERTa or XLM-R by ``config.model_type``.
 
   Packed rows (several texts in one row, ``packing``): ``segment_ids`` instead of a mask, each text attending only
-  to itself and numbered from its own first token (``packed_position_ids``); ``first_tokens`` ``(rows, columns)``,
-  two ``[texts]`` arrays, say where the NSP pooler reads each text's first token (None: column 0 of every row).
+  to itself and numbered from its own first token (``packed_position_ids``); ``first_tokens`` maps the last hidden
+  states ``[rows, row_len, hidden]`` to each text's first token's ``[texts, hidden]``, which the NSP pooler reads
+  (``packing.PackedTokens.first``; None: column 0 of every row).
 
   Attributes:
     config: a transformers config (``BertConfig``, ``RobertaConfig``, ``XLMRobertaConfig``): only its fields are read.
@@ -305,7 +306,7 @@ class BertModel(nn.Module):
     )(hidden, visible, deterministic, output_hidden_states)
     pooled = None
     if self.add_pooling_layer:
-      firsts = hidden[:, 0] if first_tokens is None else hidden[first_tokens[0], first_tokens[1]]
+      firsts = hidden[:, 0] if first_tokens is None else first_tokens(hidden)
       pooled = BertPooler(self.config, self.dtype, name="pooler")(firsts)
     return BackboneOutput(hidden, states, pooled)
 

@@ -219,7 +219,7 @@ class ModernBertModel(nn.Module):
     position_ids: jax.Array | None = None,
     *,
     segment_ids: jax.Array | None = None,
-    first_tokens: tuple[jax.Array, jax.Array] | None = None,
+    first_tokens=None,
     deterministic: bool = True,
     output_hidden_states: bool = False,
   ) -> BackboneOutput:

@@ -29,7 +29,11 @@ class Places:
   """Where each of ``texts`` packed texts lies: ``row``, ``start`` (its first column) and ``length``, each
   ``[texts]`` int32, and ``text`` ``[rows, row_len]``, the text each token belongs to (``texts`` at padding). A
   text of length 0 (a filler for a fixed number of texts) has no tokens: it pools to zeros or to some row's first
-  state, and its caller discards it."""
+  state, and its caller discards it.
+
+  Sharded (``pack_shards``: one layout per device of a data-parallel batch), ``row``, ``start`` and ``length`` are
+  ``[shards, texts per shard]`` and every index is local to its shard's block of ``rows / shards`` rows, so a
+  device pools its own texts from its own rows, with no communication."""
 
   row: jax.Array
   start: jax.Array
@@ -44,13 +48,28 @@ class PackedTokens:
   places: Places
 
   def first(self, h: jax.Array) -> jax.Array:
-    return h[self.places.row, self.places.start]
+    """``[texts, ...]``: each text's first token's state of ``h`` ``[rows, row_len, ...]``."""
+    return self._per_shard(lambda h, p: h[p.row, p.start], h)
 
   def mean(self, h: jax.Array) -> jax.Array:
-    texts = self.places.length.shape[0]
-    # Padding's text id is `texts`, past the last segment: segment_sum drops it.
-    sums = jax.ops.segment_sum(h.reshape(-1, h.shape[-1]), self.places.text.reshape(-1), num_segments=texts)
-    return sums / jnp.maximum(self.places.length, 1).astype(h.dtype)[:, None]
+    def mean(h, p):
+      texts = p.length.shape[0]
+      # Padding's text id is `texts`, past the last segment: segment_sum drops it.
+      sums = jax.ops.segment_sum(h.reshape(-1, h.shape[-1]), p.text.reshape(-1), num_segments=texts)
+      return sums / jnp.maximum(p.length, 1).astype(h.dtype)[:, None]
+
+    return self._per_shard(mean, h)
+
+  def _per_shard(self, fn, h: jax.Array) -> jax.Array:
+    """``fn(h, places)`` of one layout, or of each shard's (vmapped: a gather and a segment sum with the shard as
+    a batch dimension, which XLA partitions along the data axis without moving rows between devices)."""
+    places = self.places
+    if places.row.ndim == 1:
+      return fn(h, places)
+    shards = places.row.shape[0]
+    local = Places(places.row, places.start, places.length, places.text.reshape(shards, -1, places.text.shape[-1]))
+    out = jax.vmap(fn)(h.reshape(shards, -1, *h.shape[1:]), local)
+    return out.reshape(-1, *out.shape[2:])
 
 
 class Packed(NamedTuple):
@@ -130,3 +149,42 @@ def pack(
     segments[r, s : s + n] = in_row[r]
     text[r, s : s + n] = i
   return Packed(ids, segments, Places(row, start, lengths, text))
+
+
+def pack_shards(
+  shards: Sequence[Sequence[Sequence[int]]],
+  *,
+  rows: int,
+  row_len: int,
+  pad_id: int,
+  chunks: int = 1,
+) -> Packed:
+  """Packs each shard's texts (one device's part of a data-parallel batch; every shard the same number of texts)
+  into ``rows`` rows of its own, as ``pack`` does: ``input_ids``, ``segment_ids`` and ``places.text``
+  ``[len(shards) * rows, row_len]`` (shard by shard, so splitting their first axis over the devices gives each
+  device its rows), ``places.row/start/length`` ``[len(shards), texts per shard]``, indices local to the shard.
+
+  ``chunks > 1`` (GradCache's): ``shards`` holds ``devices * chunks`` parts, device by device and chunk by chunk
+  within it, and the arrays interleave the chunks (rows ``[devices * rows * chunks, row_len]``, places
+  ``[devices * chunks, texts]``) so that ``gradcache.to_chunks``' strided split gives chunk ``c`` every device's
+  part ``c``: a packed layout of its own, ``[devices * rows, row_len]`` with places ``[devices, texts]``.
+  """
+  parts = [pack(texts, rows=rows, row_len=row_len, pad_id=pad_id) for texts in shards]
+  if len({p.places.row.shape[0] for p in parts}) > 1:
+    raise ValueError(f"every shard needs the same number of texts, not {[len(t) for t in shards]}")
+  if len(parts) % chunks:
+    raise ValueError(f"{len(parts)} parts are not devices x {chunks} chunks")
+  devices = len(parts) // chunks
+
+  def tokens(field):  # [devices, chunks, rows, row_len] -> rows of every chunk interleaved.
+    x = np.stack([field(p) for p in parts]).reshape(devices, chunks, rows, row_len)
+    return x.transpose(0, 2, 1, 3).reshape(devices * rows * chunks, row_len)
+
+  return Packed(
+    tokens(lambda p: p.input_ids),
+    tokens(lambda p: p.segment_ids),
+    Places(
+      *(np.stack([getattr(p.places, f) for p in parts]) for f in ("row", "start", "length")),
+      tokens(lambda p: p.places.text),
+    ),
+  )

@@ -100,7 +100,7 @@ class PooledBackbone(nn.Module):
         input_ids,
         attention_mask > 0,
         segment_ids=attention_mask,
-        first_tokens=(places.row, places.start),
+        first_tokens=packing.PackedTokens(places).first,
         deterministic=not train,
         output_hidden_states=pooler.needs_hidden_states,
       )

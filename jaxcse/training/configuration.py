@@ -288,7 +288,6 @@ def _check_packed(config: ml_collections.ConfigDict) -> None:
     return
   augment = config.augment
   blockers = [
-    (config.train.grad_cache_chunk > 0, "train.grad_cache_chunk (GradCache cuts the padded batch into chunks)"),
     (augment.same_dropout_mask, "augment.same_dropout_mask"),
     (
       any(augment.get(f) for f in ("crop", "word_deletion", "delete_one_word", "mlm", "crop_before_truncation")),

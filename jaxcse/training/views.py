@@ -47,15 +47,44 @@ class PackedViews:
     del examples, columns  # Every batch of a run has the same; the rows follow each batch's real tokens.
     return cls(max(MIN_ROW_LEN, length), two_views, pad_id)
 
-  def lay_out(self, batch: dict) -> dict:
-    """``{"input_ids", "segment_ids", "places"}`` of the host batch's views (``flat_views``' order: example by
-    example, view by view), packed; the step's ``batch["packed"]``."""
+  def texts(self, batch: dict) -> list[np.ndarray]:
+    """The host batch's views' real tokens, in ``flat_views``' order (example by example, view by view)."""
     ids, mask = np.asarray(batch["input_ids"]), np.asarray(batch["attention_mask"])
     if ids.shape[1] == 1 and self.two_views:
       ids, mask = np.repeat(ids, 2, axis=1), np.repeat(mask, 2, axis=1)
-    texts = [row[keep > 0] for row, keep in zip(ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1]))]
-    rows = rows_bucket(packing.rows_needed([len(t) for t in texts], self.row_len))
-    packed = packing.pack(texts, rows=rows, row_len=self.row_len, pad_id=self.pad_id)
+    return [row[keep > 0] for row, keep in zip(ids.reshape(-1, ids.shape[-1]), mask.reshape(-1, mask.shape[-1]))]
+
+  def parts(self, batch: dict, shards: int, chunks: int) -> list[list[np.ndarray]]:
+    """The texts of each (device, chunk), device by device: device ``d`` holds the ``d``-th consecutive block of
+    examples (the batch's sharding), chunk ``c`` the examples ``c, c + chunks, ...`` (``gradcache.to_chunks``)."""
+    texts = self.texts(batch)
+    examples = len(np.asarray(batch["input_ids"]))
+    views = len(texts) // examples
+    block = examples // shards
+    return [
+      [t for e in range(d * block + c, (d + 1) * block, chunks) for t in texts[e * views : (e + 1) * views]]
+      for d in range(shards)
+      for c in range(chunks)
+    ]
+
+  def rows_for(self, parts: list[list[np.ndarray]]) -> int:
+    """The rows each part is packed into: the most any part needs, bucketed."""
+    return rows_bucket(max(packing.rows_needed([len(t) for t in part], self.row_len) for part in parts))
+
+  def lay_out(self, batch: dict, *, shards: int | None = None, chunks: int = 1, rows: int | None = None) -> dict:
+    """``{"input_ids", "segment_ids", "places"}`` of the host batch's views (``texts``), packed; the step's
+    ``batch["packed"]``. ``shards`` (a data mesh's devices, or a process's part of them) and GradCache's
+    ``chunks``: one part a (device, chunk) (``parts``), each in ``rows`` rows of its own (``packing.pack_shards``;
+    default ``rows_for``; a multi-process run passes the most any process needs, so that every device has the
+    same). None: one layout for one device."""
+    if shards is None and chunks == 1:
+      texts = self.texts(batch)
+      rows = rows or self.rows_for([texts])
+      packed = packing.pack(texts, rows=rows, row_len=self.row_len, pad_id=self.pad_id)
+    else:
+      parts = self.parts(batch, shards or 1, chunks)
+      rows = rows or self.rows_for(parts)
+      packed = packing.pack_shards(parts, rows=rows, row_len=self.row_len, pad_id=self.pad_id, chunks=chunks)
     return {"input_ids": packed.input_ids, "segment_ids": packed.segment_ids, "places": packed.places}
 
 
