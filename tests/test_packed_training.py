@@ -303,7 +303,7 @@ def test_the_comparisons_analysis_reads_the_runs_records(quality, tmp_path):
         {"step": 250, "eval/stsb_dev": dev + shift},
       ]
       (record / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-      (record / "sts.json").write_text(json.dumps({"sts": {"avg": avg + shift}}))
+      (record / "sts.json").write_text(json.dumps({"summary": {"Avg": 100 * (avg + shift)}}))
   (tmp_path / "packed_seed4").mkdir()  # Incomplete (no sts.json, no padded twin): left out.
   result = quality.analyze(str(tmp_path), str(tmp_path / "analysis.json"))
   assert result["seeds"] == [1, 2, 3] and json.load(open(tmp_path / "analysis.json"))["seeds"] == [1, 2, 3]

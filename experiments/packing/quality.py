@@ -88,9 +88,10 @@ def primary(record: str) -> float:
 
 
 def secondary(record: str) -> float:
-  """The average of SentEval's seven STS test sets x100, as jaxcse-evaluate wrote it."""
+  """The average of SentEval's seven STS test sets x100: the ``Avg`` of jaxcse-evaluate's summary (each task's
+  Spearman x100 rounded to 2 decimals, then averaged, as the papers' tables)."""
   with open(os.path.join(record, "sts.json")) as f:
-    return 100 * json.load(f)["sts"]["avg"]
+    return float(json.load(f)["summary"]["Avg"])
 
 
 def paired_tost(diffs: np.ndarray, margin: float) -> dict:
