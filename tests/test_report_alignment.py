@@ -134,9 +134,17 @@ def test_cli_writes_align_uniform_results_and_summary(stsb_root, tmp_path, monke
   monkeypatch.setattr(
     loading, "load_model", lambda path, checkpoint, pooler, revision: loading.Loaded(fake_spec, None, described=True)
   )
-  monkeypatch.setattr(
-    embedder, "BucketedEmbedder", lambda spec, pooler, batch_size: lambda s, params, progress=None: _numeric_embed(s)
-  )
+
+  class ToyEmbedder:  # BucketedEmbedder's call, padded (evaluate records only a packed layout).
+    packed = False
+
+    def __init__(self, spec, pooler, batch_size, packed=False):
+      assert packed is False
+
+    def __call__(self, sentences, params, progress=None):
+      return _numeric_embed(sentences)
+
+  monkeypatch.setattr(embedder, "BucketedEmbedder", ToyEmbedder)
   out = str(tmp_path / "out" / "results.json")
   assert evaluate.main(["--model", "fake", "--tasks", tasks, "--data_dir", stsb_root, "--output", out]) == 0
   result = json.load(open(out))

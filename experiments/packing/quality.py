@@ -5,7 +5,7 @@
 
 ``run`` trains each (side, seed) with ``jaxcse-train --config quickstart --config.seed=N`` (``packed`` adds
 ``--config.train.packed=True``), scores the trained model on SentEval's seven STS test sets, and copies the run's
-records to ``runs/<side>_seed<N>/``; workdirs (checkpoints) stay in ``--work`` (``/tmp/jaxcse_packing_quality`` by
+records to ``runs/<side>_seed<N>/``; workdirs (checkpoints) stay in ``--work`` (``jaxcse_packing_quality`` in the temporary folder by
 default, not committed). Resumable: a run whose ``runs/<side>_seed<N>/sts.json`` exists is skipped; one without it
 starts again from an empty workdir. Two shells may split the seeds between the two cores (``taskset -c 0 ...
 --seeds 1 3 5``, ``taskset -c 1 ... --seeds 2 4``): every run is its own folder.
@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -170,7 +171,7 @@ def main(argv=None):
   parser.add_argument("action", choices=("run", "analyze"))
   parser.add_argument("--seeds", type=int, nargs="+", default=SEEDS)
   parser.add_argument("--sides", nargs="+", choices=SIDES, default=SIDES)
-  parser.add_argument("--work", default="/tmp/jaxcse_packing_quality")
+  parser.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "jaxcse_packing_quality"))
   args = parser.parse_args(argv)
   if args.action == "run":
     for seed in args.seeds:
