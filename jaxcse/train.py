@@ -122,12 +122,13 @@ def _packed_rows(packed: views.PackedViews, host_batch: dict, mesh, batch_shardi
   if mesh.size == 1 and chunks == 1:
     return packed.lay_out(host_batch)
   shards = len(mesh.local_devices)
-  rows = packed.rows_for(packed.parts(host_batch, shards, chunks))
+  parts = packed.parts(host_batch, shards, chunks)
+  rows = packed.rows_for(parts)
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils
 
     rows = int(multihost_utils.process_allgather(np.int32(rows)).max())
-  local = packed.lay_out(host_batch, shards=shards, chunks=chunks, rows=rows)
+  local = packed.pack_parts(parts, chunks=chunks, rows=rows)
   return jax.tree.map(
     lambda a: jax.make_array_from_process_local_data(
       batch_sharding, a, (a.shape[0] // shards * mesh.size, *a.shape[1:])

@@ -81,10 +81,13 @@ class PackedViews:
       texts = self.texts(batch)
       rows = rows or self.rows_for([texts])
       packed = packing.pack(texts, rows=rows, row_len=self.row_len, pad_id=self.pad_id)
-    else:
-      parts = self.parts(batch, shards or 1, chunks)
-      rows = rows or self.rows_for(parts)
-      packed = packing.pack_shards(parts, rows=rows, row_len=self.row_len, pad_id=self.pad_id, chunks=chunks)
+      return {"input_ids": packed.input_ids, "segment_ids": packed.segment_ids, "places": packed.places}
+    return self.pack_parts(self.parts(batch, shards or 1, chunks), chunks=chunks, rows=rows)
+
+  def pack_parts(self, parts: list[list[np.ndarray]], *, chunks: int = 1, rows: int | None = None) -> dict:
+    """``lay_out`` of ``parts`` already split (``parts``), e.g. by a caller that sized ``rows`` from them."""
+    rows = rows or self.rows_for(parts)
+    packed = packing.pack_shards(parts, rows=rows, row_len=self.row_len, pad_id=self.pad_id, chunks=chunks)
     return {"input_ids": packed.input_ids, "segment_ids": packed.segment_ids, "places": packed.places}
 
 
