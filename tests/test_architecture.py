@@ -70,13 +70,33 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
     ),
     ({"train.learning_rate": float("nan")}, r"train.learning_rate must be a finite number >= 0, not nan"),
     ({"train.learning_rate": float("inf")}, r"train.learning_rate must be a finite number >= 0, not inf"),
-    ({"loss.temperature": 0.0}, r"loss.temperature must be a finite number > 0, not 0.0"),
-    ({"loss.temperature": -1.0}, r"loss.temperature must be a finite number > 0, not -1.0"),
+    ({"loss.temperature": 0.0}, r"loss.temperature must be a finite number >= 0.0001, not 0.0"),
+    ({"loss.temperature": -1.0}, r"loss.temperature must be a finite number >= 0.0001, not -1.0"),
     ({"model.dropout": 2.0}, r"model.dropout must be a finite number in \[0, 1\), not 2.0"),
     ({"train.warmup_steps": -5}, r"train.warmup_steps must be an integer >= 0, not -5"),
     ({"train.adam_eps": 0.0}, r"train.adam_eps must be a finite number > 0, not 0.0"),
     ({"mlm.probability": 0.0}, r"mlm.probability must be a finite number in \(0, 1\], not 0.0"),
     ({"seed": -1}, r"seed must be an integer >= 0, not -1"),
+    # A multiplier of the cosines that overflows float32 (inf, 1e39, a temperature near 0): NaN at step 1 before.
+    ({"loss.temperature": 1e-300}, r"loss.temperature must be a finite number >= 0.0001, not 1e-300"),
+    ({"method": "mnrl", "mnrl.scale": float("inf")}, r"mnrl.scale must be a number in \(0, 10000\] .*, not inf"),
+    ({"method": "mnrl", "mnrl.scale": 1e39}, r"mnrl.scale must be a number in \(0, 10000\] .*, not 1e\+39"),
+    (
+      {"method": "mnrl", "mnrl.hardness_mode": "all_negatives", "mnrl.hardness_strength": 1e39},
+      r"mnrl.hardness_strength must be a number in \[0, 10000\] .*, not 1e\+39",
+    ),
+    ({"method": "cosent", "cosent.scale": float("inf")}, r"cosent.scale must be a number in \(0, 10000\] .*, not inf"),
+    (
+      {"method": "gist", "gist.temperature": 1e-300},
+      r"gist.temperature must be a finite number >= 0.0001 .*, not 1e-300",
+    ),
+    # Weights that are all 0 train nothing (before: exit 0, a "best" served).
+    ({"matryoshka.dims": "16,8", "matryoshka.weights": "0,0"}, r"matryoshka.weights are all 0: .*trains nothing"),
+    # A misspelt field set from Python, as --config.data.no_duplicate is refused (before: accepted, ignored).
+    (
+      {"data.no_duplicate": False},
+      r"unknown config field data.no_duplicate; did you mean data.no_duplicates\? \(configs/base.py",
+    ),
     # Needs the model's config (128 positions): checked once it is read, still before the workdir is written.
     (
       {"data.max_seq_len": 200},

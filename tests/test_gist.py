@@ -218,8 +218,8 @@ def _gist_config(model_dir: str, data_dir: str, **overrides):
 @pytest.mark.parametrize(
   "field,value,message",
   [
-    ("temperature", 0.0, r"gist.temperature must be a finite number > 0, not 0.0"),
-    ("temperature", float("inf"), r"gist.temperature must be a finite number > 0, not inf"),
+    ("temperature", 0.0, r"gist.temperature must be a finite number >= 0.0001 .*, not 0.0"),
+    ("temperature", float("inf"), r"gist.temperature must be a finite number >= 0.0001 .*, not inf"),
     ("margin_strategy", "percent", r"gist.margin_strategy must be one of absolute, relative, not 'percent'"),
     ("margin", float("nan"), r"gist.margin must be a finite number, not nan"),
   ],

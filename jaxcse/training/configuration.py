@@ -8,6 +8,7 @@ mistake is one clear line at start-up rather than a traceback deep in a run.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 
 import ml_collections
@@ -15,7 +16,7 @@ import ml_collections
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
 from jaxcse.evaluation import sts_metrics
-from jaxcse.training import matryoshka, objectives
+from jaxcse.training import losses, matryoshka, objectives
 
 
 class ConfigError(JaxcseError, ValueError):
@@ -24,6 +25,7 @@ class ConfigError(JaxcseError, ValueError):
 
 def validate(config: ml_collections.ConfigDict) -> None:
   """Raises ``ConfigError`` naming the first field that cannot run."""
+  _check_known_fields(config)
   try:
     objective = objectives.get(config.method)
     objective.check_config(config)
@@ -112,6 +114,31 @@ def validate(config: ml_collections.ConfigDict) -> None:
       )
 
 
+# A config's own free-form block: model.init=random's Hugging Face config (checked by _check_ranges).
+FREE_FORM = ("model.architecture.",)
+
+
+def _check_known_fields(config: ml_collections.ConfigDict) -> None:
+  """``ConfigError`` naming a field that no shipped config has (``configs/base.py``'s, and the method blocks
+  ``configs/mixcse.py`` and ``configs/dclr.py`` add): a misspelling set from Python or in a config file, which
+  nothing would read, so the run would silently go on without it (``--config.FIELD`` refuses one already)."""
+  import flax
+
+  from jaxcse.configs import base, dclr, mixcse
+
+  def fields(c) -> list[str]:
+    return list(flax.traverse_util.flatten_dict(c.to_dict(), sep="."))
+
+  known = {name for module in (base, mixcse, dclr) for name in fields(module.get_config())}
+  for name in fields(config):
+    if name not in known and not name.startswith(FREE_FORM):
+      close = difflib.get_close_matches(name, sorted(known), n=1)
+      raise ConfigError(
+        f"unknown config field {name}{f'; did you mean {close[0]}?' if close else ''} (configs/base.py lists "
+        "every field; nothing would read this one)"
+      )
+
+
 BY_EPOCHS = -1  # train.max_steps's value for "train.num_epochs passes over the corpus" (base.py's default).
 
 
@@ -151,7 +178,8 @@ NON_NEGATIVE = Range(0.0)
 RANGES = {
   "seed": Range(0, integer=True),  # numpy's generators (the data order) take no negative seed.
   "model.dropout": UNIT,  # A drop probability of 1 keeps nothing.
-  "loss.temperature": Range(0.0, low_open=True),  # Divides the similarities: 0 is a division by zero.
+  # Divides the similarities: near 0 their quotients overflow float32 (losses.MAX_LOGIT_SCALE).
+  "loss.temperature": Range(1 / losses.MAX_LOGIT_SCALE),
   "loss.hard_negative_weight": Range(),  # A log-weight: any real number.
   "mlm.weight": NON_NEGATIVE,
   "mlm.probability": Range(0.0, 1.0, low_open=True),  # 0 chooses no token to predict: the loss is 0 / 0.

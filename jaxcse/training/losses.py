@@ -18,6 +18,11 @@ import optax
 # torch.nn.CosineSimilarity clamps each norm at this value; so do we, so that a
 # zero vector gives similarity 0 instead of NaN, exactly as in the reference code.
 _COSINE_EPS = 1e-8
+# The most a loss may multiply a cosine by (a scale, 1 / a temperature, mnrl's hardness strength; the config checks
+# hold every such field to it). At 1e4, cosines 1e-4 apart already differ by 1 in logit: the softmax is an arg max,
+# so nothing is gained above it, while float32 overflows within reach (from about 1e19 the gradient's squared norm,
+# which clipping computes, is inf; from about 1e38 the logits): NaN at step 1, after the workdir is written.
+MAX_LOGIT_SCALE = 1e4
 
 
 def cosine_similarity_matrix(a: jax.Array, b: jax.Array) -> jax.Array:

@@ -65,6 +65,11 @@ class Matryoshka:
       raise ValueError(f"matryoshka.weights has {len(weights)} values for {len(dims)} matryoshka.dims")
     if any(not (w >= 0 and w < float("inf")) for w in weights):
       raise ValueError(f"matryoshka.weights must be finite and >= 0, not {block.weights!r}")
+    if not any(weights):  # The loss would be 0 at every step: a run that trains nothing and serves a "best".
+      raise ValueError(
+        f"matryoshka.weights are all 0: {block.weights!r} trains nothing (give one dim a positive weight, or leave "
+        "matryoshka.weights empty for all 1)"
+      )
     n = block.get("n_dims_per_step", -1)
     if isinstance(n, bool) or not isinstance(n, int) or not (n == -1 or n >= 1):
       raise ValueError(f"matryoshka.n_dims_per_step must be -1 (every dim) or a positive integer, not {n!r}")

@@ -122,6 +122,9 @@ class Objective:
       ``loss`` as ``labels=``.
     min_columns: the fewest text columns its training data may have (2: an anchor and its positive; the trainer
       refuses a corpus with fewer before it writes anything).
+    in_batch_negatives: every other text of the batch is a negative for each anchor, so a text twice in a batch is
+      a false negative and ``data.no_duplicates`` applies; False for a loss that only compares the batch's own
+      pairs with one another (CoSENT), which a repeated text does not mislead: its batches are plain.
     doc: one line for ``--help`` and errors.
   """
 
@@ -134,6 +137,7 @@ class Objective:
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
   labels: bool = False
   min_columns: int = 1
+  in_batch_negatives: bool = True
   doc: str = ""
 
   def __post_init__(self):
@@ -366,9 +370,7 @@ def _cosent(settings, z, rng, complementary, *, labels):
 def _check_cosent(config):
   if "cosent" not in config:
     raise ValueError("method cosent needs the config block cosent (scale): configs/base.py has it")
-  scale = config.cosent.scale
-  if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-    raise ValueError(f"cosent.scale must be positive, not {scale!r}")
+  ranking_losses.check_multiplier("cosent.scale", config.cosent.scale)
 
 
 def _gist_settings(config) -> dict:
@@ -466,6 +468,7 @@ register(
     settings=lambda config: {"scale": config.cosent.scale},
     check_config=_check_cosent,
     labels=True,
+    in_batch_negatives=False,
     doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score",
   )
 )

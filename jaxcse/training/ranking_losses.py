@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxcse.training.losses import cosine_similarity_matrix, unit_rows
+from jaxcse.training.losses import MAX_LOGIT_SCALE, cosine_similarity_matrix, unit_rows
 
 # s-t's names. query_to_doc holds the positive pair, so every direction set includes it.
 DIRECTIONS = ("query_to_doc", "query_to_query", "doc_to_query", "doc_to_doc")
@@ -51,11 +51,11 @@ def check_mnrl_settings(
 
   The same rules as its constructor: ``scale > 0``; at least one direction, all known, ``query_to_doc`` among them;
   ``per_direction`` without ``query_to_query`` or ``doc_to_doc`` (their candidates never include the positive);
-  a known hardness mode; ``hardness_strength >= 0``. Also: no direction twice. ``prefix`` goes before each
+  a known hardness mode; ``hardness_strength >= 0``. Also: no direction twice, and ``scale`` and
+  ``hardness_strength`` at most ``MAX_LOGIT_SCALE`` (s-t takes any; beyond it float32 overflows). ``prefix`` goes before each
   setting's name in the message (``"mnrl."`` for the config block).
   """
-  if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0:
-    raise ValueError(f"{prefix}scale must be positive, not {scale!r}")
+  check_multiplier(f"{prefix}scale", scale)
   if not directions:
     raise ValueError(f"{prefix}directions is empty: give at least query_to_doc")
   if unknown := [d for d in directions if d not in DIRECTIONS]:
@@ -78,10 +78,29 @@ def check_mnrl_settings(
     )
   if hardness_mode not in HARDNESS_MODES:
     raise ValueError(f"{prefix}hardness_mode must be one of {', '.join(HARDNESS_MODES)}, not {hardness_mode!r}")
-  if (
-    isinstance(hardness_strength, bool) or not isinstance(hardness_strength, (int, float)) or not hardness_strength >= 0
-  ):
-    raise ValueError(f"{prefix}hardness_strength must be >= 0, not {hardness_strength!r}")
+  check_multiplier(f"{prefix}hardness_strength", hardness_strength, zero=True)
+
+
+def check_multiplier(name: str, value, *, zero: bool = False) -> None:
+  """``ValueError`` naming ``name`` unless ``value`` is a number in (0, ``MAX_LOGIT_SCALE``] ([0, ...] with ``zero``):
+  a factor of the cosines (a scale, a hardness strength). Infinite or overflowing ones are NaN at step 1."""
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  if not (number and (value >= 0 if zero else value > 0) and value <= MAX_LOGIT_SCALE):
+    raise ValueError(
+      f"{name} must be a number in {'[' if zero else '('}0, {MAX_LOGIT_SCALE:g}] (it multiplies the cosines; a "
+      f"larger one overflows float32), not {value!r}"
+    )
+
+
+def check_temperature(name: str, value) -> None:
+  """``ValueError`` naming ``name`` unless ``value`` is a finite number >= 1 / ``MAX_LOGIT_SCALE``: it divides the
+  cosines, so near 0 it overflows float32 as a scale does (``check_multiplier``)."""
+  number = isinstance(value, (int, float)) and not isinstance(value, bool)
+  if not (number and 1 / MAX_LOGIT_SCALE <= value < math.inf):
+    raise ValueError(
+      f"{name} must be a finite number >= {1 / MAX_LOGIT_SCALE:g} (it divides the cosines; a smaller one "
+      f"overflows float32), not {value!r}"
+    )
 
 
 def _hardness_penalty_mask(batch: int, num_docs: int, hardness_mode: str) -> jax.Array:
@@ -133,12 +152,12 @@ def mnrl_loss(
 
   Args:
     z: ``[batch, 2 + k, dim]``: anchor, positive, hard negatives 1..k.
-    scale: multiplies the cosines (s-t's ``scale``, ``1 / temperature``; 20 = temperature 0.05); > 0.
+    scale: multiplies the cosines (s-t's ``scale``, ``1 / temperature``; 20 = temperature 0.05); in (0, 1e4].
     directions: a subset of ``DIRECTIONS`` holding ``query_to_doc`` (checked by ``check_mnrl_settings``).
     partition_mode: ``joint`` (one softmax over every direction's logits) or ``per_direction`` (one per direction,
       their log-normalisers averaged; not with ``query_to_query`` or ``doc_to_doc``).
     hardness_mode: ``none``, ``in_batch_negatives``, ``hard_negatives`` or ``all_negatives``.
-    hardness_strength: the penalty's ``alpha`` (>= 0).
+    hardness_strength: the penalty's ``alpha``, in [0, 1e4].
 
   Returns:
     A scalar: the mean over the ``batch`` rows.
@@ -204,13 +223,12 @@ def check_gist_settings(
 ) -> None:
   """Raises ``ValueError`` (one line naming the setting) for a setting ``gist_loss`` cannot take.
 
-  ``temperature`` a finite number > 0 (it divides the cosines); ``margin_strategy`` one of ``MARGIN_STRATEGIES``
-  (s-t's constructor refuses any other); ``margin`` any finite number (s-t takes any float: a negative margin
+  ``temperature`` a finite number >= 1 / ``MAX_LOGIT_SCALE`` (it divides the cosines; s-t takes any > 0);
+  ``margin_strategy`` one of ``MARGIN_STRATEGIES`` (s-t's constructor refuses any other); ``margin`` any finite number (s-t takes any float: a negative margin
   keeps candidates up to ``|margin|`` above the positive); the two flags booleans. ``prefix`` goes before each
   setting's name in the message (``"gist."`` for the config block).
   """
-  if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not 0 < temperature < math.inf:
-    raise ValueError(f"{prefix}temperature must be a finite number > 0, not {temperature!r}")
+  check_temperature(f"{prefix}temperature", temperature)
   if margin_strategy not in MARGIN_STRATEGIES:
     raise ValueError(f"{prefix}margin_strategy must be one of {', '.join(MARGIN_STRATEGIES)}, not {margin_strategy!r}")
   if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not math.isfinite(margin):
@@ -263,7 +281,7 @@ def gist_loss(
     z: ``[batch, 2 + k, dim]``: anchor, positive, hard negatives 1..k (k >= 0), of the model being trained.
     guide: ``[batch, 2 + k, guide_dim]``: the guide model's embeddings of the same texts (any width); it only
       chooses which logits are left out, so no gradient reaches it.
-    temperature: divides the cosines (s-t's default 0.01); > 0.
+    temperature: divides the cosines (s-t's default 0.01); >= 1e-4.
     margin_strategy: ``absolute`` or ``relative`` (``MARGIN_STRATEGIES``).
     margin: the margin below the guide's positive score from which a candidate is left out (any finite number;
       0 leaves out what the guide scores above the positive).
