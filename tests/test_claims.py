@@ -401,6 +401,21 @@ def loop_check() -> dict[tuple[str, int], float]:
   return found
 
 
+@functools.cache
+def word_deletion_step_check() -> dict[str, str]:
+  """experiments/positive_control/word_deletion_step_check.txt's last line: the largest relative differences."""
+  with open(os.path.join(CONTROL, "word_deletion_step_check.txt"), encoding="utf-8") as f:
+    text = f.read()
+  m = re.search(
+    r"over (\d+) batches: largest relative difference of the loss (\S+), of the gradient "
+    r"\(max \|diff\| / largest \|value\|\) (\S+), per tensor (\S+) ",
+    text,
+  )
+  assert m, "word_deletion_step_check.txt: no summary line"
+  assert text.count("views equal to jaxcse's in 128 of 128 rows") == int(m.group(1)), "a batch's views differ"
+  return {"batches": m.group(1), "loss": m.group(2), "grad": m.group(3).rstrip(","), "tensor": m.group(4)}
+
+
 def from_raw_plm(name: str) -> dict:
   return _json(os.path.join(helpers.REPO, "experiments", "from_raw_plm", "results", name))
 
@@ -894,6 +909,12 @@ CLAIMS = (
   ),
   claim(
     DIFFERENCES,
+    "views equal token for token, loss to",
+    lambda: (word_deletion_step_check()["loss"], word_deletion_step_check()["grad"]),
+    "{} and gradient to {}",
+  ),
+  claim(
+    DIFFERENCES,
     "crop 10%'s gain over None is",
     lambda: (
       mean(list(gains("regime_crop", "crop10_before", "mask", "p0.1").values())),
@@ -1030,6 +1051,18 @@ CLAIMS = (
     "official − jaxcse paired by seed:",
     budget_differences,
     BUDGET_DIFFERENCES,
+  ),
+  claim(
+    RESULTS,
+    "not in how the deleted view is encoded: a float64 step check on",
+    lambda: word_deletion_step_check()["batches"],
+    "{}",
+  ),
+  claim(
+    RESULTS,
+    "its loss and gradient equal to the official step's to",
+    lambda: (word_deletion_step_check()["loss"], word_deletion_step_check()["grad"]),
+    "{} and {}",
   ),
   claim(
     RESULTS,
