@@ -134,35 +134,110 @@ def test_columns_in_order_whatever_their_names_and_the_label_wherever_it_is():
 @pytest.mark.parametrize(
   "name,content,message",
   [
-    ("e.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": ""}\n', r"e.jsonl: row 1, column 'b': empty text$"),
-    ("w.jsonl", '{"a": "x", "b": " \\t "}\n', r"w.jsonl: row 0, column 'b': empty text$"),
+    # A file's line (counted from 1, as an editor does), then the row (from 0, as dataset[i]) and the column.
+    ("e.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": ""}\n', r"e.jsonl:2: row 1, column 'b': empty text$"),
+    ("w.jsonl", '{"a": "x", "b": " \\t "}\n', r"w.jsonl:1: row 0, column 'b': empty text$"),
     (
       "n.jsonl",
       '{"a": "x", "b": "y"}\n{"a": "x", "b": "y"}\n{"a": null, "b": "y"}\n',
-      r"n.jsonl: row 2, column 'a': missing value \(null\)$",
+      r"n.jsonl:3: row 2, column 'a': missing value \(null\)$",
     ),
-    ("k.jsonl", '{"a": "x", "b": "y"}\n{"a": "x"}\n', r"k.jsonl: row 1, column 'b': missing value \(null\)$"),
+    ("k.jsonl", '{"a": "x", "b": "y"}\n{"a": "x"}\n', r"k.jsonl:2: row 1, column 'b': missing value \(null\)$"),
     (
       "s.jsonl",
       '{"a": "x", "score": 1}\n{"a": "x", "score": "high"}\n',
-      r"s.jsonl: row 1, column 'score': not a number$",
+      r"s.jsonl:2: row 1, column 'score': not a number$",
     ),
-    ("t.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": 3}\n', r"t.jsonl: row 1, column 'b': not text$"),
-    ("f.jsonl", '{"a": "x", "score": NaN}\n', r"f.jsonl: row 0, column 'score': not a finite number$"),
+    ("t.jsonl", '{"a": "x", "b": "y"}\n{"a": "x", "b": 3}\n', r"t.jsonl:2: row 1, column 'b': not text$"),
+    ("f.jsonl", '{"a": "x", "score": NaN}\n', r"f.jsonl:1: row 0, column 'score': not a finite number$"),
     ("i.jsonl", '{"a": "x", "b": 3}\n', r"i.jsonl: column 'b' holds int64, not text"),
-    ("s.csv", "a,score,b\nx,0.5,y\nx,high,y\n", r"s.csv: row 1, column 'score': 'high' is not a number$"),
-    ("e.csv", "a,b,score\nx,,1\n", r"e.csv: row 0, column 'b': empty text$"),
+    ("s.csv", "a,score,b\nx,0.5,y\nx,high,y\n", r"s.csv:3: row 1, column 'score': 'high' is not a number$"),
+    ("e.csv", "a,b,score\nx,,1\n", r"e.csv:2: row 0, column 'b': empty text$"),
     ("d.csv", "a,a\nx,y\n", r"d.csv:1: header a,a names a column twice$"),
-    ("bad.jsonl", "not json\n", r"bad.jsonl: cannot read as json: "),
-    ("empty.jsonl", "", r"empty.jsonl: "),
+    ("bad.jsonl", "not json\n", r"bad.jsonl:1: row 0: not JSON \(Expecting value at column 1\)$"),
+    # Issue 69: blank lines (which datasets skips) no longer shift the row a message names from its line.
+    (
+      "blank.jsonl",
+      '{"a": "x", "b": "y"}\n\n  \n{"a": "x", "b": ""}\n',
+      r"blank.jsonl:4: row 1, column 'b': empty text$",
+    ),
+    ("blank.csv", "a,b\nx,y\n\nx,\n", r"blank.csv:4: row 1, column 'b': empty text$"),
+    ("quoted.csv", 'a,b\n"x\ny",z\nx,\n', r"quoted.csv:4: row 1, column 'b': empty text$"),
+    # Each one line naming the line, row and column (before: a traceback, or datasets' message naming none).
+    ("empty.jsonl", "", r"empty.jsonl: no rows \(every line of the file is blank\)$"),
+    ("blanks.jsonl", "\n \n", r"blanks.jsonl: no rows \(every line of the file is blank\)$"),
+    ("bad2.jsonl", '{"a": "x"}\n{"a": \n', r"bad2.jsonl:2: row 1: not JSON \(Expecting value at column 6\)$"),
+    (
+      "big.jsonl",
+      '{"a": "x", "score": 1}\n{"a": "y", "score": 1e400}\n',
+      r"big.jsonl:2: row 1, column 'score': 1e400 is not a finite number$",
+    ),
+    (
+      "nan.jsonl",
+      '{"a": "x", "score": 1}\n{"a": "y", "score": NaN}\n',
+      r"nan.jsonl:2: row 1, column 'score': not a finite number$",
+    ),
+    ("big.csv", "a,score\nx,1\ny,1e400\n", r"big.csv:3: row 1, column 'score': '1e400' is not a finite number$"),
+    (
+      "sur.jsonl",
+      '{"a": "x", "b": "y"}\n{"a": "x\\ud800", "b": "y"}\n',
+      r"sur.jsonl:2: row 1, column 'a': a lone surrogate \(U\+D800\), not text$",
+    ),
+    (
+      "mixed.jsonl",
+      '{"a": "x", "score": 1}\n{"a": "y", "score": "0.5"}\n',
+      r"mixed.jsonl:2: row 1, column 'score': a string, where row 0 holds a number \(a column holds one type\)$",
+    ),
+    ("ragged.csv", "a,b\nx,y\nx,y,z\n", r"ragged.csv:3: row 1: 3 fields, the header has 2 \(a,b\)$"),
+    # Bytes that are not UTF-8: passed "every row is checked" before and failed later with a traceback.
+    (
+      "u.jsonl",
+      b'{"a": "x", "b": "y"}\n{"a": "x\xff", "b": "y"}\n',
+      r"u.jsonl:2: row 1, column 'a': not valid UTF-8 \(invalid start byte at byte 1\)$",
+    ),
+    (
+      "cesu.jsonl",
+      b'{"a": "x", "b": "y"}\n{"a": "\xed\xa0\x80", "b": "y"}\n',
+      r"cesu.jsonl:2: row 1, column 'a': not valid UTF-8 \(invalid continuation byte at byte 0\)$",
+    ),
+    ("u.csv", b"a,b\nx,y\nx\xff,y\n", r"u.csv:3: not valid UTF-8 \(invalid start byte at byte 1 of the line\)$"),
+    # Decided (docs/own_data.md): a text of only control or format characters (U+0000, zero-width ones) is empty:
+    # BERT's tokenizer drops them all, so it would train as [CLS] [SEP].
+    (
+      "nul.jsonl",
+      '{"a": "x", "b": "y"}\n{"a": "\\u0000", "b": "y"}\n',
+      r"nul.jsonl:2: row 1, column 'a': no visible character \(only control, format or space characters\)$",
+    ),
+    (
+      "zw.jsonl",
+      '{"a": "x", "b": "\\u200b\\u2060 "}\n',
+      r"zw.jsonl:1: row 0, column 'b': no visible character \(only control, format or space characters\)$",
+    ),
   ],
 )
-def test_a_bad_row_is_one_error_naming_the_file_row_and_column(tmp_path, name, content, message):
+def test_a_bad_row_is_one_error_naming_the_file_row_and_column(tmp_path, name, content, message, capfd):
   path = tmp_path / name
-  path.write_text(content, encoding="utf-8")
+  path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
   with pytest.raises(DataError, match=f"^{tmp_path}/{message}") as error:
     data_lib.load_corpus(str(path), csv_format="sentence_transformers")
   assert "\n" not in str(error.value)
+  # Nothing of datasets' own: no progress bar ("Generating train split"), no "Failed to read file" log line.
+  out, err = capfd.readouterr()
+  assert out + err == ""
+
+
+def test_json_booleans_are_labels_1_and_0_and_other_sources_name_the_row(tmp_path):
+  """Decided (docs/own_data.md): a label column of JSON booleans reads as 1 and 0, as sentence-transformers'
+  collator and Python read them; mixed with numbers it is refused, as any column of two types."""
+  path = tmp_path / "b.jsonl"
+  path.write_text('{"a": "x", "b": "y", "label": true}\n{"a": "z", "b": "w", "label": false}\n', encoding="utf-8")
+  assert data_lib.load_corpus(str(path)).labels.tolist() == [1.0, 0.0]
+  path.write_text('{"a": "x", "label": 1}\n{"a": "z", "label": true}\n', encoding="utf-8")
+  with pytest.raises(DataError, match=r"b.jsonl:2: row 1, column 'label': not a number$"):
+    data_lib.load_corpus(str(path))
+  # A datasets.Dataset has no lines: the row alone.
+  with pytest.raises(DataError, match=r"^d: row 1, column 'a': no visible character"):
+    pairs.validate(datasets.Dataset.from_dict({"a": ["x", "\u200b"]}), "d")
 
 
 def test_csv_reads_as_simcse_unless_asked_and_text_stays_text(tmp_path):
@@ -472,7 +547,7 @@ def test_a_bad_row_leaves_the_workdir_as_it_was(tiny_model_dir, small_data_dir, 
   workdir = tmp_path / "w"
   workdir.mkdir()
   (workdir / "notes.txt").write_text("mine\n")
-  with pytest.raises(DataError, match=r"t.jsonl: row 13, column 'answer': empty text$"):
+  with pytest.raises(DataError, match=r"t.jsonl:14: row 13, column 'answer': empty text$"):
     train.train_and_evaluate(_pairs_config(tiny_model_dir, small_data_dir, path), str(workdir))
   assert sorted(os.listdir(workdir)) == ["notes.txt"]
 

@@ -11,21 +11,30 @@ Columns, as sentence-transformers' data collator reads them: the first column na
 ``score`` or ``scores`` (in that order) is the label, one number per row; a ``dataset_name`` column is ignored;
 every other column, in the dataset's order whatever its name, is text: anchor, positive, negative_1..k.
 
-Every row is checked before training starts (``validate``): a missing value, an empty text or a label that is not a
-finite number is a ``DataError`` naming the source, the row (counted from 0, as ``dataset[i]``) and the column. The
-rows stay in Arrow (memory-mapped for files and folders): batches read their rows when they are made, and checks
+Every row is checked before training starts (``validate``): a missing value, an empty text (or one of only control,
+format or space characters), text that is not valid UTF-8, or a label that is not a finite number is a
+``DataError`` naming the source, the row (counted from 0, as ``dataset[i]``) and the column; for a ``.jsonl`` or
+``.csv`` file also its line (``file:LINE:``, from 1, blank lines counted: datasets skips them, so a row's line is
+not always its number + 1 or + 2). A file datasets cannot parse (a line that is not JSON, a number beyond float64,
+a lone surrogate, a ragged csv row) is one such line too, found by reading the file again (``_json_problem``,
+``_csv_problem``). The rows stay in Arrow (memory-mapped for files and folders): batches read their rows when they are made, and checks
 and digests walk the data in chunks of ``CHUNK_ROWS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
 import hashlib
+import json
+import logging
+import math
 import os
 import re
 import shutil
+import unicodedata
 
 import numpy as np
 
@@ -41,6 +50,53 @@ CHUNK_ROWS = 65_536  # Rows per Arrow slice of the checks and digests: bounded m
 # Under datasets' cache: one folder per sha256 of a file's bytes (``_load_file``).
 FILE_CACHE = "jaxcse_files"
 _NUMBER = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"  # What a csv's label must look like (no nan, no inf).
+# A text of nothing but these Unicode categories (control, format, space, line and paragraph separators: U+0000,
+# the zero-width characters, U+FEFF, ...) has no visible character: BERT's tokenizer drops them all, so it would
+# train as [CLS] [SEP], an empty text. Private-use and unassigned characters count as visible.
+INVISIBLE_CATEGORIES = ("Cc", "Cf", "Zs", "Zl", "Zp")
+_INVISIBLE = r"^[\p{Cc}\p{Cf}\p{Z}]*$"  # The same, as an RE2 pattern for Arrow.
+
+
+def visible(text: str) -> bool:
+  """Whether ``text`` has a character outside ``INVISIBLE_CATEGORIES`` (the own dev sets' texts are held to it too)."""
+  return any(unicodedata.category(c) not in INVISIBLE_CATEGORIES for c in text)
+
+
+class RowError(DataError):
+  """A bad value at a row (from 0, as ``dataset[i]``) and column; ``load_pairs`` adds a file's line to it."""
+
+  def __init__(self, name: str, row: int, column: str, problem: str):
+    super().__init__(f"{name}: row {row}, column {column!r}: {problem}")
+    self.row, self.column, self.problem = row, column, problem
+
+
+class MixedColumn(DataError):
+  """A JSON column whose values are of two types that datasets kept as JSON text, with no row to name."""
+
+  def __init__(self, name: str, column: str):
+    super().__init__(f"{name}: column {column!r} holds values of more than one type (a column holds one type)")
+    self.column = column
+
+
+@contextlib.contextmanager
+def quiet_datasets():
+  """datasets without its progress bars ("Generating train split", "Creating json from Arrow format") and log
+  lines ("Failed to read file ..."): a jaxcse command reports in its own lines, and a file that datasets cannot
+  read is one ``DataError``. The previous settings come back afterwards."""
+  import datasets
+  from datasets.utils import logging as datasets_logging
+
+  bars_were_off = datasets.are_progress_bars_disabled()
+  logger = datasets_logging.get_logger()  # The library's root logger, "datasets".
+  level = logger.level
+  datasets.disable_progress_bars()
+  logger.setLevel(logging.CRITICAL)
+  try:
+    yield
+  finally:
+    logger.setLevel(level)
+    if not bars_were_off:
+      datasets.enable_progress_bars()
 
 
 def is_pairs_source(source, csv_format: str = "simcse") -> bool:
@@ -143,7 +199,8 @@ def _load_hub(spec: str):
     )
   name, config, split = match["name"], match["config"] or None, match["split"] or "train"
   try:
-    return datasets.load_dataset(name, config, split=split)
+    with quiet_datasets():
+      return datasets.load_dataset(name, config, split=split)
   except Exception as e:  # The hub client and datasets raise many types; all mean "cannot load this".
     raise DataError(
       f"{spec}: datasets.load_dataset({name!r}, {config!r}, split={split!r}) failed: {_describe(e)}"
@@ -151,12 +208,16 @@ def _load_hub(spec: str):
 
 
 def _csv_header(path: str) -> list[str]:
+  """The header's names. Only its line is decoded: a bad byte further down is its own line's (``_csv_problem``)."""
   try:
-    with open(path, encoding="utf-8-sig", newline="") as f:
-      return next(csv.reader(f))
+    with open(path, "rb") as f:
+      line = f.readline()
+    return next(csv.reader([line.decode("utf-8-sig")]))
   except StopIteration:
     raise DataError(f"{path}: empty csv (expected a header naming the columns)") from None
-  except (OSError, UnicodeDecodeError, csv.Error) as e:
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}:1: not valid UTF-8 ({e.reason} at byte {e.start} of the line)") from None
+  except (OSError, csv.Error) as e:
     raise DataError(f"{path}: cannot read its header ({type(e).__name__}: {e})") from None
 
 
@@ -195,9 +256,13 @@ def _load_file(path: str, kind: str):
   digest = files.file_sha256(path)
   cache_dir = os.path.join(datasets.config.HF_DATASETS_CACHE, FILE_CACHE, digest)
   try:
-    dataset = datasets.load_dataset(kind, data_files=path, split="train", cache_dir=cache_dir, **kwargs)
+    with quiet_datasets():
+      dataset = datasets.load_dataset(kind, data_files=path, split="train", cache_dir=cache_dir, **kwargs)
   except Exception as e:  # pyarrow's and pandas' parse errors come in many types; each names what is wrong.
-    raise DataError(f"{path}: cannot read as {kind}: {_describe(e)}") from None
+    # datasets' error names no line (for JSON it is its fallback's, reading the file as one document: "Trailing
+    # data"): read the file again for the first line that cannot be read, else say what datasets said.
+    found = _json_problem(path) if kind == "json" else _csv_problem(path) if kind == "csv" else None
+    raise DataError(found or f"{path}: cannot read as {kind}: {_describe(e)}") from None
   if not os.path.exists(path) or _stat(path) != before:
     shutil.rmtree(cache_dir, ignore_errors=True)
     raise DataError(f"{path}: changed while it was read; read it again once it is written")
@@ -208,7 +273,8 @@ def _load_folder(path: str):
   import datasets
 
   try:
-    loaded = datasets.load_from_disk(path)
+    with quiet_datasets():
+      loaded = datasets.load_from_disk(path)
   except Exception as e:  # FileNotFoundError for a folder of something else; others for damaged files.
     raise DataError(f"{path}: not a folder written by Dataset.save_to_disk ({_describe(e)})") from None
   if isinstance(loaded, datasets.DatasetDict):
@@ -247,7 +313,14 @@ def load_pairs(source, *, root: str | None = None) -> PairCorpus:
       if kind is None:
         raise DataError(f"{name}: not a .jsonl, .json, .parquet or .csv file, nor a Dataset.save_to_disk folder")
       dataset, digest = _load_file(name, kind)
-      return dataclasses.replace(validate(dataset, name), file_sha256=digest)
+      try:
+        corpus = validate(dataset, name)
+      except RowError as e:
+        line = _line_of(name, kind, e.row, len(dataset))
+        raise DataError(f"{name}{f':{line}' if line else ''}: row {e.row}, column {e.column!r}: {e.problem}") from None
+      except MixedColumn as e:
+        raise DataError((kind == "json" and _first_of_another_type(name, e.column)) or str(e)) from None
+      return dataclasses.replace(corpus, file_sha256=digest)
   return validate(dataset, name)
 
 
@@ -279,7 +352,7 @@ def validate(dataset, name: str) -> PairCorpus:
   for column in texts:
     kind = types.field(column).type
     if pa.types.is_null(kind):  # No value at all in the column (a key that no JSON line has a value for).
-      raise DataError(f"{name}: row 0, column {column!r}: missing value (null)")
+      raise RowError(name, 0, column, "missing value (null)")
     if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
       _first_bad(name, 0, column, _not_json_text(dataset, column), "not text")
     if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)):
@@ -291,6 +364,7 @@ def validate(dataset, name: str) -> PairCorpus:
     kind = types.field(label).type
     if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
       _first_bad(name, 0, label, _not_json_number(dataset, label), "not a number")
+      raise MixedColumn(name, label)  # Numbers and strings of numbers: datasets kept no row's type.
     if not (
       pa.types.is_integer(kind)
       or pa.types.is_floating(kind)
@@ -304,19 +378,24 @@ def validate(dataset, name: str) -> PairCorpus:
   for start, table in _chunks(arrow):
     for column in texts:
       values = table.column(column)
+      _check_utf8(name, start, column, values)
       _first_bad(name, start, column, pc.is_null(values), "missing value (null)")
-      _first_bad(name, start, column, pc.equal(pc.utf8_trim_whitespace(values), ""), "empty text")
+      invisible = pc.match_substring_regex(values, _INVISIBLE)
+      if pc.any(invisible).as_py():
+        row = int(np.flatnonzero(invisible.to_numpy(zero_copy_only=False))[0])
+        empty = not values[row].as_py().strip()
+        problem = "empty text" if empty else "no visible character (only control, format or space characters)"
+        raise RowError(name, start + row, column, problem)
     if label:
       values = table.column(label)
       _first_bad(name, start, label, pc.is_null(values), "missing label")
-      if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
-        bad = pc.invert(pc.match_substring_regex(values, _NUMBER))
-        if pc.any(bad).as_py():
-          row = int(np.flatnonzero(bad.to_numpy(zero_copy_only=False))[0])
-          raise DataError(f"{name}: row {start + row}, column {label!r}: {values[row].as_py()!r} is not a number")
-      values = pc.cast(values, pa.float64())
-      _first_bad(name, start, label, pc.invert(pc.is_finite(values)), "not a finite number")
-      labels.append(values.to_numpy())
+      text = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
+      if text:
+        _check_utf8(name, start, label, values)
+        _first_bad(name, start, label, pc.invert(pc.match_substring_regex(values, _NUMBER)), "is not a number", values)
+      numbers = pc.cast(values, pa.float64())  # A csv's '1e400' is inf: not finite, named as written.
+      _first_bad(name, start, label, pc.invert(pc.is_finite(numbers)), "not a finite number", values if text else None)
+      labels.append(numbers.to_numpy())
   return PairCorpus(name, arrow, texts, label, np.concatenate(labels) if label else None)
 
 
@@ -340,10 +419,173 @@ def _not_json_number(dataset, column: str):
   return pc.invert(pc.match_substring_regex(_json_values(dataset, column), _NUMBER))
 
 
-def _first_bad(name: str, start: int, column: str, mask, problem: str) -> None:
-  """Raises naming the first row where ``mask`` (a boolean Arrow array of a chunk from row ``start``) is true."""
+def _first_bad(name: str, start: int, column: str, mask, problem: str, written=None) -> None:
+  """Raises ``RowError`` naming the first row where ``mask`` (a boolean Arrow array of a chunk from row ``start``) is
+  true; the problem follows the value as written (``repr``) when ``written``, the chunk's column, is given."""
   import pyarrow.compute as pc
 
   if pc.any(mask).as_py():
     row = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0])
-    raise DataError(f"{name}: row {start + row}, column {column!r}: {problem}")
+    if written is not None:
+      value = written[row].as_py()
+      problem = f"{value!r} {problem}" if problem.startswith("is ") else f"{value!r} is {problem}"
+    raise RowError(name, start + row, column, problem)
+
+
+def _check_utf8(name: str, start: int, column: str, values) -> None:
+  """``RowError`` at the first value of a chunk's text column that is not valid UTF-8. pyarrow's JSON and Parquet
+  readers pass such bytes through; every later use (tokenizing, Arrow's string functions) then fails."""
+  import pyarrow as pa
+
+  try:
+    values.validate(full=True)
+  except pa.ArrowInvalid:
+    for row, raw in enumerate(values.cast(pa.binary()).to_pylist()):  # The bytes as they are; no copy is checked.
+      try:
+        raw is None or raw.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise RowError(name, start + row, column, f"not valid UTF-8 ({e.reason} at byte {e.start})") from None
+    raise
+
+
+# --------------------------------------------------------------------------
+# A file's lines: only when something is wrong, to name the line (datasets' rows skip the blank lines).
+
+
+def _jsonl_lines(path: str):
+  """``(line number from 1, row from 0, bytes)`` of each line of a JSON-lines file that is not blank (datasets
+  skips those; a line of spaces is blank too)."""
+  row = -1
+  with open(path, "rb") as f:
+    for number, line in enumerate(f, start=1):
+      if line.strip():
+        row += 1
+        yield number, row, line
+
+
+def _csv_records(path: str):
+  """``(first line from 1, row from 0, fields)`` of each record under a csv's header that is not blank (pandas
+  skips empty lines and lines of spaces); a quoted field may span lines."""
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    reader = csv.reader(f)
+    next(reader, None)
+    row, before = -1, reader.line_num
+    for fields in reader:
+      if fields and (len(fields) > 1 or fields[0].strip()):
+        row += 1
+        yield before + 1, row, fields
+      before = reader.line_num
+
+
+def _line_of(path: str, kind: str, row: int, rows: int) -> int | None:
+  """The line of ``path`` that holds ``row``, or None where the lines do not map to rows (a ``.json`` that is one
+  JSON document, a file datasets read otherwise than counted here: the count of rows must agree)."""
+  try:
+    found, count = None, 0
+    for line, index, _ in _jsonl_lines(path) if kind == "json" else _csv_records(path) if kind == "csv" else ():
+      found = line if index == row else found
+      count += 1
+    return found if count == rows else None
+  except (OSError, UnicodeDecodeError, csv.Error):
+    return None
+
+
+class _Number(float):
+  """A JSON number that keeps its text (``1e400`` reads as inf: the message names what was written)."""
+
+  def __new__(cls, text: str):
+    number = super().__new__(cls, text)
+    number.text = text
+    return number
+
+
+class _Constant(str):
+  """JSON's ``NaN``, ``Infinity`` or ``-Infinity`` as written (Python's json reads them; JSON has no such values)."""
+
+
+def _json_kind(value) -> str:
+  return {bool: "a boolean", str: "a string", list: "a list", dict: "an object", type(None): "null"}.get(
+    type(value), "a number"
+  )
+
+
+def _json_problem(path: str) -> str | None:
+  """The first line of a JSON-lines file that pyarrow cannot read, as a message naming the line, row and column: not
+  UTF-8, not JSON, a number beyond float64 or NaN/Infinity, a lone surrogate (``"\\ud800"``: no UTF-8 encodes it);
+  no rows at all. None when every line reads (or the file is one JSON document, not lines)."""
+  lines = 0
+  try:
+    for number, row, line in _jsonl_lines(path):
+      lines += 1
+      where = f"{path}:{number}: row {row}"
+      if row == 0 and line.lstrip().startswith(b"["):
+        return None  # A JSON array, one document: datasets' own message.
+      try:
+        value = json.loads(line.decode("utf-8").strip(), parse_float=_Number, parse_constant=_Constant)
+      except UnicodeDecodeError as e:
+        return f"{where}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)"
+      except json.JSONDecodeError as e:
+        if row == 0 and _one_document(path):
+          return None  # A JSON object over several lines, not JSON lines: datasets' own message.
+        return f"{where}: not JSON ({e.msg} at column {e.colno})"
+      if not isinstance(value, dict):
+        return f'{where}: {_json_kind(value)}, where a row is an object ({{"column": value, ...}})'
+      for column, cell in value.items():
+        if isinstance(cell, _Constant) or (isinstance(cell, float) and not math.isfinite(cell)):
+          return f"{where}, column {column!r}: {getattr(cell, 'text', cell)} is not a finite number"
+        if isinstance(cell, str):
+          try:
+            cell.encode("utf-8")
+          except UnicodeEncodeError as e:
+            return f"{where}, column {column!r}: a lone surrogate (U+{ord(cell[e.start]):04X}), not text"
+  except OSError:
+    return None
+  return None if lines else f"{path}: no rows (every line of the file is blank)"
+
+
+def _one_document(path: str) -> bool:
+  try:
+    with open(path, encoding="utf-8") as f:
+      json.load(f)
+    return True
+  except (OSError, ValueError):
+    return False
+
+
+def _first_of_another_type(path: str, column: str) -> str | None:
+  """The first line of a JSON-lines file whose ``column`` holds another JSON type than the first row's."""
+  first = None
+  for number, row, line in _jsonl_lines(path):
+    try:
+      cell = json.loads(line).get(column)
+    except (ValueError, AttributeError):
+      return None
+    if cell is None:
+      continue
+    if first is None:
+      first = _json_kind(cell)
+    elif _json_kind(cell) != first:
+      return (
+        f"{path}:{number}: row {row}, column {column!r}: {_json_kind(cell)}, where row 0 holds {first} (a column "
+        "holds one type)"
+      )
+  return None
+
+
+def _csv_problem(path: str) -> str | None:
+  """The first line of a csv that pandas cannot read, as a message naming the line (and row): not UTF-8, more
+  fields than the header. None when no such line is found."""
+  try:
+    with open(path, "rb") as f:
+      for number, line in enumerate(f, start=1):
+        try:
+          line.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as e:
+          return f"{path}:{number}: not valid UTF-8 ({e.reason} at byte {e.start} of the line)"
+    header = _csv_header(path)
+    for number, row, fields in _csv_records(path):
+      if len(fields) > len(header):
+        return f"{path}:{number}: row {row}: {len(fields)} fields, the header has {len(header)} ({','.join(header)})"
+  except (OSError, csv.Error, DataError):
+    return None
+  return None
