@@ -129,6 +129,16 @@ def test_retrieval_ties_break_by_corpus_id():
       [{"sentence1": "a", "sentence2": "", "score": 1}, {"sentence1": "c", "sentence2": "d", "score": 1}],
       "row 1, column sentence2: empty is not a text",
     ),
+    # A text of only format characters is empty, as in the training data (docs/own_data.md).
+    (
+      [{"sentence1": "a", "sentence2": "\u200b", "score": 1}, {"sentence1": "c", "sentence2": "d", "score": 2}],
+      r"row 1, column sentence2: '\\u200b' is not a text \(no visible character\)",
+    ),
+    # Every score the same: Spearman is NaN at every evaluation, so no best would ever be saved (before: exit 0).
+    (
+      [{"sentence1": "a", "sentence2": "b", "score": 3}, {"sentence1": "c", "sentence2": "d", "score": 3}],
+      r"every score is 3.0: a correlation needs two different scores",
+    ),
   ],
 )
 def test_a_bad_pairs_file_names_the_row_and_column(tmp_path, rows, message):
@@ -144,6 +154,28 @@ def test_a_qrels_row_naming_an_unknown_document_is_an_error(tmp_path):
   helpers.write_jsonl(os.path.join(folder, "qrels.jsonl"), [{"query_id": "q1", "corpus_id": "nope"}])
   with pytest.raises(data_lib.DataError, match="row 1, column corpus_id: 'nope' is not a corpus id"):
     dev_sets.load_retrieval(folder)
+
+
+def test_qrels_scores_nan_is_refused_and_booleans_are_1_and_0(tmp_path):
+  """Decided (docs/evaluation.md): a qrels score must be a finite number (NaN was silently "not relevant"); JSON
+  booleans read as 1 and 0 (true relevant, false not), as in a scored-pairs file and the training labels."""
+  folder = _retrieval_folder(str(tmp_path / "ir"))
+  qrels = os.path.join(folder, "qrels.jsonl")
+  with open(qrels, "w", encoding="utf-8") as f:
+    f.write('{"query_id": "q1", "corpus_id": "1", "score": 1}\n{"query_id": "q2", "corpus_id": "2", "score": NaN}\n')
+  with pytest.raises(data_lib.DataError, match=r"qrels.jsonl: row 2, column score: nan is not a finite number"):
+    dev_sets.load_retrieval(folder)
+  with open(qrels, "w", encoding="utf-8") as f:
+    f.write(
+      '{"query_id": "q1", "corpus_id": "1", "score": true}\n{"query_id": "q2", "corpus_id": "2", "score": false}\n'
+    )
+  assert dev_sets.load_retrieval(folder).relevant == {"q1": {"1"}}
+  pairs_file = str(tmp_path / "pairs.jsonl")
+  helpers.write_jsonl(
+    pairs_file,
+    [{"sentence1": "a", "sentence2": "b", "score": True}, {"sentence1": "c", "sentence2": "d", "score": False}],
+  )
+  assert dev_sets.load_pairs(pairs_file).gold.tolist() == [1.0, 0.0]
 
 
 def test_selection_by_an_own_dev_set_needs_it():
@@ -211,14 +243,20 @@ def test_training_scores_own_dev_sets_and_selects_by_them(tiny_model_dir, small_
   assert summary["best_step"] == best["step"]
 
 
-def test_a_bad_own_dev_set_stops_training_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
+@pytest.mark.parametrize(
+  "scores,message",
+  [("n/a", "row 1, column score: 'n/a' is not a number"), (1, "every score is 1.0: a correlation needs two")],
+)
+def test_a_bad_own_dev_set_stops_training_before_anything_is_written(
+  tiny_model_dir, small_data_dir, tmp_path, scores, message
+):
   bad = str(tmp_path / "pairs.jsonl")
   helpers.write_jsonl(
-    bad, [{"sentence1": "a", "sentence2": "b", "score": "n/a"}, {"sentence1": "c", "sentence2": "d", "score": 1}]
+    bad, [{"sentence1": "a", "sentence2": "b", "score": scores}, {"sentence1": "c", "sentence2": "d", "score": 1}]
   )
   workdir = str(tmp_path / "run")
   config = helpers.tiny_config(tiny_model_dir, small_data_dir, **{"eval.pairs": bad})
-  with pytest.raises(data_lib.DataError, match="row 1, column score: 'n/a' is not a number"):
+  with pytest.raises(data_lib.DataError, match=message):
     train.train_and_evaluate(config, workdir)
   assert not os.path.exists(workdir) or not os.listdir(workdir)
 

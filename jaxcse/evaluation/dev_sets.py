@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
+from jaxcse.data import pairs as pairs_lib
 from jaxcse.evaluation.sts_data import PairSet
 from jaxcse.evaluation.sts_metrics import OWN_PAIR_METRICS, OWN_RETRIEVAL_METRICS, correlations, cosine_scores
 from jaxcse.inference import embedder as embedder_lib
@@ -75,11 +76,14 @@ def _column(table: dict[str, list], path: str, names: Sequence[str]) -> tuple[st
 
 
 def _texts(values: list, path: str, column: str) -> list[str]:
+  """The column's values, each a text with a visible character (``data.pairs.visible``, as the training data)."""
   for row, value in enumerate(values, start=1):
     if not isinstance(value, str) or not value.strip():
       raise data_lib.DataError(
         f"{path}: row {row}, column {column}: {'empty' if value == '' else repr(value)} is not a text"
       )
+    if not pairs_lib.visible(value):  # Only control or format characters: the tokenizer drops them all.
+      raise data_lib.DataError(f"{path}: row {row}, column {column}: {value!r} is not a text (no visible character)")
   return list(values)
 
 
@@ -108,6 +112,10 @@ def load_pairs(path: str) -> PairSet:
     scores.append(score)
   if len(scores) < 2:
     raise data_lib.DataError(f"{path}: {len(scores)} pair(s); a correlation needs at least 2")
+  if len(set(scores)) == 1:  # Spearman and Pearson would be NaN at every evaluation: no best is ever saved.
+    raise data_lib.DataError(
+      f"{path}: every score is {scores[0]}: a correlation needs two different scores (column {name})"
+    )
   return PairSet(first, second, np.asarray(scores, np.float64))
 
 
@@ -164,9 +172,12 @@ def load_retrieval(folder: str) -> RetrievalSet:
     if c not in corpus:
       raise data_lib.DataError(f"{path}: row {row}, column corpus_id: {c!r} is not a corpus id")
     try:
-      relevant_row = float(score) > 0
+      number = float(score)  # JSON's true and false are 1 and 0, as in a scored-pairs file.
     except (TypeError, ValueError):
       raise data_lib.DataError(f"{path}: row {row}, column score: {score!r} is not a number") from None
+    if not math.isfinite(number):  # NaN > 0 is False: the row would silently be "not relevant".
+      raise data_lib.DataError(f"{path}: row {row}, column score: {score!r} is not a finite number")
+    relevant_row = number > 0
     if relevant_row:
       relevant.setdefault(q, set()).add(c)
   if not relevant:
