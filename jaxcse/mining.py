@@ -276,12 +276,15 @@ def write_dataset(dataset, path: str) -> None:
   kind = OUTPUT_SUFFIXES.get(os.path.splitext(path)[1].lower())
   if kind is None:
     raise MiningError(f"{path}: the output must end in {', '.join(OUTPUT_SUFFIXES)}")
-  if kind == "json":
-    files.write_atomically(path, lambda tmp: dataset.to_json(tmp, lines=True, force_ascii=False))
-  elif kind == "csv":
-    files.write_atomically(path, lambda tmp: dataset.to_csv(tmp, index=False))
-  else:
-    files.write_atomically(path, dataset.to_parquet)
+  from jaxcse.data.pairs import quiet_datasets
+
+  with quiet_datasets():  # No "Creating json from Arrow format" bar: the command says what it wrote.
+    if kind == "json":
+      files.write_atomically(path, lambda tmp: dataset.to_json(tmp, lines=True, force_ascii=False))
+    elif kind == "csv":
+      files.write_atomically(path, lambda tmp: dataset.to_csv(tmp, index=False))
+    else:
+      files.write_atomically(path, dataset.to_parquet)
 
 
 def has_list_columns(output_format: str, output_scores: bool) -> bool:
@@ -425,6 +428,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     packed=args.packed,
   )
   mined = mine(job, encoder, query_prompt=args.query_prompt, corpus_prompt=args.corpus_prompt)
+  if not len(mined):  # An empty output trains nothing (the pair reader refuses it): say so rather than write it.
+    raise MiningError(
+      f"no anchor got a negative: nothing written to {args.output} (the lines above say what each filter skipped; "
+      "loosen the margins or the score limits, or raise --range_max)"
+    )
   os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
   write_dataset(mined, args.output)
   print(f"wrote {args.output}: {len(mined)} rows, columns {', '.join(mined.column_names)}")

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import logging
 import os
+import shlex
 import shutil
 from typing import Any
 
@@ -141,12 +142,12 @@ _MISSING = object()
 
 def resume_flags(here: dict, there: dict) -> list[str]:
   """The ``--config.NAME=VALUE`` flags that give ``here`` the workdir's (``there``) values of its changed fields
-  that a flag can write (numbers, booleans, words); ``result_changes``' ``changed``, as flags."""
+  that a flag can write (numbers, booleans, strings: quoted for the shell where needed, ``''`` for an empty one);
+  ``result_changes``' ``changed``, as flags."""
   flags = []
   for name, (value, mine) in _differences(here, there).items():
-    writable = isinstance(value, (bool, int, float)) or (isinstance(value, str) and value and " " not in value)
-    if mine is not _MISSING and writable:
-      flags.append(f"--config.{name}={value}")
+    if mine is not _MISSING and isinstance(value, (bool, int, float, str)):
+      flags.append(f"--config.{name}={shlex.quote(value) if isinstance(value, str) else value}")
   return flags
 
 

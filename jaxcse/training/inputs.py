@@ -227,10 +227,10 @@ def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
   label = getattr(corpus, "label_column", None)
   uses_labels = objectives.get(config.method).labels
   if label and not uses_labels:
+    flags = " or ".join(f"--config.method={name}" for name in objectives.names() if objectives.get(name).labels)
     raise data_lib.DataError(
       f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
-      f"{config.method} does not use: train scored pairs with a method for them (cosent), or "
-      "drop the column to train the pairs as positives"
+      f"{config.method} does not use: train them with {flags}, or drop the column to train the pairs as positives"
     )
   if uses_labels and not label:
     raise data_lib.DataError(
