@@ -51,3 +51,32 @@ def test_no_datasets_progress_bar_prints_in_a_command(tiny_model_dir, tmp_path, 
   assert "Generating" not in printed and "Creating json" not in printed and "examples/s" not in printed, printed
   with open(out, encoding="utf-8") as f:
     assert len([json.loads(line) for line in f]) > 0
+
+
+@pytest.mark.parametrize(
+  "name,content,message",
+  [
+    (
+      "ragged.csv",
+      b"anchor,positive\nx,y\nx,y,z\n",
+      "ragged.csv:3: row 1: 3 fields, the header has 2 (anchor,positive)",
+    ),
+    ("bytes.jsonl", b'{"a": "x", "b": "y"}\n{"a": "x\xff", "b": "y"}\n', "bytes.jsonl:2: row 1, column 'a': not valid"),
+  ],
+)
+def test_bad_data_is_the_train_commands_only_line(tmp_path, name, content, message):
+  """Before: datasets' "Failed to read file" twice (once as an absl line) and a progress bar before the error:
+  line (ragged); a traceback at step 4 on every resume (invalid UTF-8)."""
+  import subprocess
+  import sys
+
+  (tmp_path / name).write_bytes(content)
+  run = subprocess.run(
+    [sys.executable, "-m", "jaxcse.train", "--config", "pairs", "--workdir", str(tmp_path / "w"),
+     f"--config.data.train={tmp_path / name}", "--config.model.name=jaxcse/bert-mini-wiki-uncased"],
+    cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    env={**os.environ, "PYTHONPATH": helpers.REPO, "HF_DATASETS_CACHE": str(tmp_path / "cache")},
+  )  # fmt: skip
+  lines = (run.stdout + run.stderr).strip().splitlines()
+  assert run.returncode == 1 and len(lines) == 1 and lines[0].startswith(f"error: {tmp_path}/{message}"), lines
+  assert not (tmp_path / "w").exists()
