@@ -76,13 +76,13 @@ def get_config() -> ml_collections.ConfigDict:
   # method="mnrl": sentence-transformers 6's MultipleNegativesRankingLoss on columns anchor, positive, negative_1..k
   # (k >= 0); its defaults. With k = 1 and scale = 1 / loss.temperature it is supervised SimCSE (docs/methods.md).
   config.mnrl = ml_collections.ConfigDict()
-  config.mnrl.scale = 20.0  # Multiplies the cosines: 1 / temperature (20 = temperature 0.05).
+  config.mnrl.scale = 20.0  # Multiplies the cosines: 1 / temperature (20 = temperature 0.05); at most 1e4.
   # Comma-separated, query_to_doc first and always: + doc_to_query (symmetric InfoNCE), query_to_query, doc_to_doc.
   config.mnrl.directions = "query_to_doc"
   config.mnrl.partition_mode = "joint"  # joint: one softmax over every direction; per_direction: one each, averaged.
   # none | in_batch_negatives | hard_negatives | all_negatives: which negatives' logits get the hardness penalty.
   config.mnrl.hardness_mode = "none"
-  config.mnrl.hardness_strength = 0.0  # The penalty's alpha: + alpha x cosine (no gradient) on those logits; >= 0.
+  config.mnrl.hardness_strength = 0.0  # The penalty's alpha: + alpha x cosine (no gradient) on those logits; 0 to 1e4.
 
   # method="cosent": sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs with a gold score.
   config.cosent = ml_collections.ConfigDict()
