@@ -1,7 +1,13 @@
 """jaxcse: contrastive sentence embeddings (SimCSE, MixCSE, DCLR) in JAX/Flax."""
 
-from jaxcse.core import compat as _compat, platforms as _platforms
-from jaxcse.version import __version__  # noqa: F401  (jaxcse.__version__)
+# First of all, in a command's process (``python -m jaxcse.X`` or a console script): Ctrl-C is one line and exit
+# 130 from here on, while JAX and the rest import (core/interrupts.py; it imports nothing but the standard library).
+from jaxcse.core import interrupts as _interrupts
+
+_interrupts.command_starts()
+
+from jaxcse.core import compat as _compat, platforms as _platforms  # noqa: E402  (after the handler)
+from jaxcse.version import __version__  # noqa: E402, F401  (jaxcse.__version__; after the handler)
 
 # Before anything imports jax: no accelerator here -> jax's CPU only (jaxcse/core/platforms.py says why).
 _platforms.cpu_only_without_accelerators()

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from jaxcse import data as data_lib
-from jaxcse.core import errors, files, platforms, provenance
+from jaxcse.core import errors, files, interrupts, platforms, provenance
 from jaxcse.core.errors import JaxcseError
 from jaxcse.core.progress import Progress
 from jaxcse.inference import embedder as embedder_lib
@@ -246,35 +246,43 @@ def encode_file(
       )
       raise KeyboardInterrupt(f"interrupted; {kept}") from None
     raise
-  bar.close()
-  del out
-  os.replace(partial, output_path)
-  if os.path.exists(state_path):
-    os.remove(state_path)
-  sidecar = {
-    k: job[k]
-    for k in (
-      "model",
-      "checkpoint_step",
-      "params_sha256",
-      "pooler",
-      "count",
-      "dim",
-      "dtype",
-      "normalized",
-      "max_seq_len",
-      "prompt",
+  try:
+    bar.close()
+    del out
+    sidecar = {
+      k: job[k]
+      for k in (
+        "model",
+        "checkpoint_step",
+        "params_sha256",
+        "pooler",
+        "count",
+        "dim",
+        "dtype",
+        "normalized",
+        "max_seq_len",
+        "prompt",
+      )
+    }
+    sidecar["input"] = job["input"]
+    sidecar["packed"] = encoder.embedder.packed  # A layout, not part of the job: rows resume across it alike.
+    sidecar["provenance"] = provenance.provenance(
+      model=model_name,
+      checkpoint_step=encoder.step,
+      revision=encoder.spec.revision,
+      data={os.path.basename(input_path): files.file_sha256(input_path)},
     )
-  }
-  sidecar["input"] = job["input"]
-  sidecar["packed"] = encoder.embedder.packed  # A layout, not part of the job: rows resume across it alike.
-  sidecar["provenance"] = provenance.provenance(
-    model=model_name,
-    checkpoint_step=encoder.step,
-    revision=encoder.spec.revision,
-    data={os.path.basename(input_path): files.file_sha256(input_path)},
-  )
-  files.write_json(sidecar_path(output_path), sidecar)
+  except KeyboardInterrupt:  # Every row is in the partial output and its progress: the same command finishes it.
+    raise KeyboardInterrupt(
+      f"interrupted; {start} of {count} rows are in {partial}: rerun the same command to resume"
+    ) from None
+  # The output and its sidecar together: a Ctrl-C between them left an output with no sidecar (which the same
+  # command then refuses to overwrite), so it waits the few milliseconds until both are written.
+  with interrupts.uninterrupted():
+    os.replace(partial, output_path)
+    if os.path.exists(state_path):
+      os.remove(state_path)
+    files.write_json(sidecar_path(output_path), sidecar)
   return sidecar
 
 

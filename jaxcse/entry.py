@@ -2,9 +2,10 @@
 
 A command's module imports JAX, flax, orbax and transformers (seconds on a loaded machine) before its own code
 runs; Ctrl-C then raised ``KeyboardInterrupt`` inside an import, and Python printed a traceback, or inside JAX's
-garbage-collector callback, where Python drops it and the command ran on (``core.interrupts``). Each entry point
-here imports its command's module under ``interrupts.ExitAtOnce`` (one line, exit 130: nothing was written yet),
-then runs the command with Python's own handler back, which the command handles from there on.
+garbage-collector callback, where Python drops it and the command ran on (``core.interrupts``). The start-up
+handler (``interrupts.command_starts``, installed by ``jaxcse/__init__.py`` for a console script as for
+``python -m jaxcse.X``) covers the import (one line, exit 130: nothing was written yet) and stays installed: the
+command's ``main`` puts its own over it while it runs (``errors.cli``; train its own, ``train.run``).
 """
 
 from __future__ import annotations
@@ -16,16 +17,18 @@ from typing import Any
 
 from jaxcse.core import interrupts
 
-STARTING = "interrupted as the command started; nothing was written"
+STARTING = interrupts.STARTING
 
 
 def _entry(module: str, function: str) -> Callable[[], Any]:
   def run() -> Any:
-    interrupts.quiet_at_the_end()
+    # Installed already where jaxcse/__init__.py saw the console script's name; called from Python (a test, a
+    # renamed script), here, and then left for the command (it is the process's).
+    interrupts.command_starts(force=True)
     try:
-      with interrupts.ExitAtOnce(STARTING):
-        command = getattr(importlib.import_module(module), function)
+      command = getattr(importlib.import_module(module), function)
     except KeyboardInterrupt:  # Where ExitAtOnce could not be installed (another handler) and Python's raised.
+      interrupts.release_starting()
       print(STARTING, file=sys.stderr)
       sys.exit(interrupts.INTERRUPTED)
     return command()

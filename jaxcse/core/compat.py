@@ -20,6 +20,8 @@ import threading
 
 from packaging.version import Version
 
+from jaxcse.core import interrupts
+
 
 def version(package: str) -> Version:
   """The installed version of ``package`` (a distribution name)."""
@@ -178,10 +180,12 @@ def harmless_native_lines_dropped():
 
   thread = threading.Thread(target=relay, daemon=True)
   thread.start()
+  interrupts.STDERR.append(saved)  # Ctrl-C's line (os._exit: the relay would not pass it on) to the real stderr.
   try:
     yield
   finally:
     sys.stderr.flush()
     os.dup2(saved, 2)  # Closes the pipe's last write end: the relay reads to its end and stops.
+    interrupts.STDERR.remove(saved)
     os.close(saved)
     thread.join(timeout=5)

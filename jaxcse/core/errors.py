@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Callable
 
+from jaxcse.core import interrupts
+
 
 class JaxcseError(Exception):
   """A problem with the input or the machine, described in the message (which names the file, field or value)."""
@@ -38,16 +40,26 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
   """Wraps a command's ``main`` so that a user error is one line and exit status 1, and Ctrl-C one line and 130.
 
   A ``KeyboardInterrupt`` with a message (say, where the same command resumes) prints it; else ``interrupted``.
+  While ``main`` runs, Ctrl-C raises only where unwinding is safe (``interrupts.RaiseWhereSafe``: not inside
+  JAX's garbage-collector callback, where Python dropped it, nor inside jax's tracing or an import); a second
+  Ctrl-C stops at once. Every command but train comes through here, from either entry (``jaxcse.entry``,
+  ``python -m``), so this is the one place that decides it for all of them.
   """
 
   def wrapped(*args, **kwargs) -> int:
-    try:
-      return main(*args, **kwargs)
-    except USER_ERRORS as e:
-      return print_error(e)
-    except KeyboardInterrupt as e:
-      print(str(e) or "interrupted", file=sys.stderr)
-      return INTERRUPTED
+    with interrupts.RaiseWhereSafe() as ctrl_c:
+      try:
+        status = main(*args, **kwargs)
+        ctrl_c.check("interrupted as the command finished")  # Pressed where it was never safe to raise.
+      except USER_ERRORS as e:
+        status = print_error(e)
+      except KeyboardInterrupt as e:
+        print(str(e) or "interrupted", file=sys.stderr)
+        status = INTERRUPTED
+    starting = interrupts.starting_handler()
+    if starting is not None:  # The command's own process: Ctrl-C as it exits is one more line, 130.
+      starting.message = interrupts.AGAIN if status == INTERRUPTED else interrupts.EXITING
+    return status
 
   wrapped.__doc__, wrapped.__name__, wrapped.__wrapped__ = main.__doc__, main.__name__, main
   return wrapped
