@@ -154,7 +154,6 @@ def _ctrl_c(inputs, command: str, entry: str, at: str, out: str) -> subprocess.C
     "PYTHONPATH": os.pathsep.join([os.path.join(root, "site"), helpers.REPO, os.environ.get("PYTHONPATH", "")]),
     "CTRL_C_AT": at,
     "CTRL_C_OUTPUT": os.path.abspath(out),
-    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",  # datasets' bars are item 3's (one clear line), not Ctrl-C's.
   }
   return subprocess.run(
     [*argv, *_args(command, root, model, out)], cwd=root, env=env, capture_output=True, text=True, timeout=300
