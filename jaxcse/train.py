@@ -31,6 +31,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Callable
 
 import jax
 import ml_collections
@@ -41,7 +42,7 @@ from jaxcse import data as data_lib
 from jaxcse.core import errors, files, interrupts, platforms, provenance
 from jaxcse.core.interrupts import DeferredCtrlC, ExitAtOnce
 from jaxcse.core.progress import Progress
-from jaxcse.evaluation import validation
+from jaxcse.evaluation import sts_metrics, validation
 from jaxcse.storage import checkpoints
 from jaxcse.storage.workdir import (
   BEST_DIR,
@@ -138,7 +139,12 @@ def _packed_rows(packed: views.PackedViews, host_batch: dict, mesh, batch_shardi
 
 
 def train_and_evaluate(
-  config: ml_collections.ConfigDict, workdir: str, *, restart: bool = False, train_data=None
+  config: ml_collections.ConfigDict,
+  workdir: str,
+  *,
+  restart: bool = False,
+  train_data=None,
+  on_evaluation: Callable[[dict], None] | None = None,
 ) -> dict:
   """Trains per ``config`` in ``workdir``, resuming from its newest good checkpoint if there is one.
 
@@ -146,7 +152,14 @@ def train_and_evaluate(
   must then be empty): its columns read as a pair file's (``jaxcse.data.pairs``), its content's sha256 recorded in
   ``inputs.json``, so a resume must pass the same rows.
 
-  Returns a summary: steps, best evaluation and its step, first evaluation. ``restart`` deletes a previous run's
+  ``on_evaluation``, if given, is called with each evaluation's record as it is made (the line metrics.jsonl gets:
+  ``step``, ``eval/metric``, ``eval/<score>``), on every process; an exception it raises stops the run there, as a
+  crash would (the checkpoints saved so far resume).
+
+  Returns the summary that ``summary.json`` holds: ``steps``; ``best_step``, ``best_metric`` (the selection metric,
+  ``eval.metric``) and ``best_eval`` (that evaluation's scores); ``first_eval`` and ``first_metric`` (the first
+  evaluation, step 0's with ``eval.at_start``); ``best_is_untrained`` (the best checkpoint, which evaluate, encode
+  and export serve, is step 0's: no trained step beat the starting model); ``workdir``. ``restart`` deletes a previous run's
   checkpoints and logs first (without it, a workdir holding another run's config and no checkpoint is refused).
   Every input (workdir state, model, corpus, dev sets) is read and checked before anything is written, so a
   mistake leaves the workdir as it was.
@@ -183,14 +196,11 @@ def train_and_evaluate(
       start = start_lib.build(config, run_dir, primary, mesh, inputs, latest, best)
       if ctrl_c.requested:  # Pressed while the workdir was put in order for the run: stop before training.
         raise Interrupted(_interrupted(start.step or 0, latest))
-      best_so_far = _train(config, run_dir, primary, mesh, inputs, start, latest, best, ctrl_c)
-      summary = {
-        "steps": start.total_steps,
-        "best_step": best_so_far.step,
-        "best_metric": best_so_far.metric,
-        "first_eval": best_so_far.first_eval,
-        "workdir": workdir,
-      }
+      evaluations = {}  # This run's evaluation records by step.
+      best_so_far = _train(
+        config, run_dir, primary, mesh, inputs, start, latest, best, ctrl_c, _recording(evaluations, on_evaluation)
+      )
+      summary = _summary(config, run_dir, best_so_far, start.total_steps, evaluations, workdir)
       # A finished run run again trains and evaluates nothing: its summary.json, the record of the run that did
       # the work (its wall time, when it was made), stays as it is.
       finished_before = (start.step or 0) == start.total_steps and not start.reevaluate
@@ -199,6 +209,46 @@ def train_and_evaluate(
     if ctrl_c.requested:  # Pressed while the finished run wrote its summary: it is complete, say so.
       raise Interrupted(f"interrupted as the run finished; {workdir} is complete (nothing to resume)")
     return summary
+
+
+def _recording(evaluations: dict, on_evaluation):
+  """What an evaluation does with its record besides writing it: kept in ``evaluations`` by step, and passed on."""
+
+  def record(evaluation: dict) -> None:
+    evaluations[evaluation["step"]] = evaluation
+    if on_evaluation is not None:
+      on_evaluation(dict(evaluation))
+
+  return record
+
+
+def _summary(config, run_dir: Workdir, best_so_far, steps: int, evaluations: dict, workdir: str) -> dict:
+  """The run's summary (``train_and_evaluate``'s value): the best evaluation's scores from this run's records, or,
+  for a step evaluated before a resume, from metrics.jsonl (which a resume keeps up to its checkpoint)."""
+  best_eval = None
+  if best_so_far.step is not None:
+    record = evaluations.get(best_so_far.step)
+    if record is None and os.path.exists(run_dir.join(METRICS_FILE)):
+      found = [r for r in files.read_jsonl(run_dir.join(METRICS_FILE)) if r.get("step") == best_so_far.step]
+      record = next((r for r in reversed(found) if "eval/metric" in r), None)
+    if record is not None:
+      best_eval = {"step": best_so_far.step, **{k[len("eval/") :]: v for k, v in record.items() if k[:5] == "eval/"}}
+      best_eval.pop("seconds", None)
+  first = best_so_far.first_eval
+  first_metric = None
+  if first is not None:
+    first_metric = sts_metrics.SELECTION_METRICS[config.eval.metric]({k: v for k, v in first.items() if k != "step"})
+  return {
+    "steps": steps,
+    "best_step": best_so_far.step,
+    "best_metric": best_so_far.metric,
+    "best_eval": best_eval,
+    "first_eval": first,
+    "first_metric": first_metric,
+    # Step 0 is the starting model: when nothing trained beats it, the run serves the model it started from.
+    "best_is_untrained": best_so_far.step == 0 and steps > 0,
+    "workdir": workdir,
+  }
 
 
 def _read_under_lock(config, run_dir: Workdir, restart: bool, mesh, train_data, primary: bool, ctrl_c, held):
@@ -244,8 +294,12 @@ def _managed(held: contextlib.ExitStack, mngr):
   return mngr
 
 
-def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best, ctrl_c) -> validation.BestSoFar:
-  """The loop: steps from ``start`` to the last, evaluating and saving as configured; returns the best so far."""
+def _train(
+  config, run_dir: Workdir, primary, mesh, inputs, start, latest, best, ctrl_c, recorded
+) -> validation.BestSoFar:
+  """The loop: steps from ``start`` to the last, evaluating and saving as configured; returns the best so far.
+
+  ``recorded`` gets each evaluation's record after metrics.jsonl."""
   batches, total_steps, state, best_so_far, probe = (
     start.batches,
     start.total_steps,
@@ -279,7 +333,7 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
     dev_sets=inputs.dev_sets,
     own=inputs.own_dev_sets,
     best_manager=best,
-    write=metrics_log.write,
+    write=lambda record: (metrics_log.write(record), recorded(record)),
   )
   if start.step is None and config.eval.at_start:
     best_so_far = evaluate(0, state.params, best_so_far)
@@ -306,12 +360,12 @@ def _train(config, run_dir: Workdir, primary, mesh, inputs, start, latest, best,
       state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.
       step_log.add(done, metrics)
-      progress.update(1)
       evaluate_now = done % config.eval.every == 0 or (config.eval.at_end and done == total_steps)
       save_now = done % config.checkpoint.every == 0 or done == total_steps
       if done % config.train.log_every == 0 or done == total_steps or evaluate_now or save_now:
         record = step_log.flush(done)
-        progress.set(loss=f"{record['loss']:.4g}", lr=f"{record['learning_rate']:.3g}")
+        progress.set(loss=f"{record['loss']:.4g}", lr=f"{record['learning_rate']:.3g}", at=done)
+      progress.update(1)  # After the step's values are set: a progress line names the step they are of.
       if evaluate_now or save_now:
         _check_model(state.params, probe, done, latest, run_dir)
       if evaluate_now:

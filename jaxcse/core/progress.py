@@ -44,6 +44,7 @@ class Progress:
     self.enabled, self.interval = enabled, interval
     self.stream = stream or sys.stdout
     self.values: dict[str, str] = {}
+    self.values_at: int | None = None
     self.t0 = self.t_last = time.time()
     self.start = initial
     # The rate is measured from the end of the first update on: the first unit's time is mostly compiling (a
@@ -56,9 +57,13 @@ class Progress:
 
       self.bar = tqdm(total=total, initial=initial, unit=unit, desc=desc or None, dynamic_ncols=True)
 
-  def set(self, **values) -> None:
-    """Values shown with the count (e.g. ``loss="6.59"``); shown on the bar or in the next line."""
+  def set(self, *, at: int | None = None, **values) -> None:
+    """Values shown with the count (e.g. ``loss="6.59"``); shown on the bar or in the next line.
+
+    ``at``: the unit the values are of (a step's loss); a line drawn after later units names it.
+    """
     self.values.update({k: str(v) for k, v in values.items()})
+    self.values_at = at
     if self.bar is not None:
       self.bar.set_postfix(self.values, refresh=False)
 
@@ -72,7 +77,8 @@ class Progress:
       self._line()
 
   def line(self) -> str:
-    """The plain progress line: ``desc: 120/7000 step (1.7%), 0.61 step/s, elapsed 3m15s, ETA 3h08m, loss 6.59``.
+    """The plain progress line: ``desc: 120/7000 step (1.7%), 0.61 step/s, elapsed 3m15s, ETA 3h08m, loss 6.59``
+    (``..., loss 6.59 (at step 100)`` when the values are of an earlier unit than the count).
 
     The rate (and so the ETA) counts the units done after the first update, over the time since it; until a second
     update there is none, and the line shows the count and the elapsed time only.
@@ -88,6 +94,8 @@ class Progress:
     if self.done < self.total and rate > 0:
       parts.append(f"ETA {_duration((self.total - self.done) / rate)}")
     parts += [f"{k} {v}" for k, v in self.values.items()]
+    if self.values and self.values_at is not None and self.values_at != self.done:
+      parts[-1] += f" (at {self.unit} {self.values_at})"
     return (f"{self.desc}: " if self.desc else "") + ", ".join(parts)
 
   def _line(self) -> None:

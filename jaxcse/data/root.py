@@ -88,20 +88,23 @@ def _announce(relpath: str, given: str | None) -> None:
   if key in _announced:
     return
   _announced.add(key)
-  if given:
+  if given:  # The root the user gave lacks a file: a warning.
     line = (
+      logging.WARNING,
       "%s: not in the data root %s, so it is read from the quickstart data shipped with jaxcse (%s)",
       relpath,
       given,
       EMBEDDED_ROOT,
     )
-  else:
+  else:  # Nothing is missing: the shipped data is where a command without a data root reads. A note, not a warning.
     line = (
-      "%s: reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets)",
-      _NO_ROOT,
+      logging.INFO,
+      "reading the data shipped with jaxcse (a 20,000-sentence corpus, STS-B dev, the STS test sets; --data_dir "
+      "DIR or $%s reads another data root)",
+      DATA_DIR_ENV,
     )
   if _held is None:
-    log.warning(*line)
+    log.log(*line)
   else:
     _held.append((key, line))
 
@@ -123,7 +126,7 @@ def notes_held():
     raise
   else:
     for _, line in _held:
-      log.warning(*line)
+      log.log(*line)
   finally:
     _held = None
 

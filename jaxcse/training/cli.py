@@ -327,18 +327,34 @@ def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
     )
 
 
-def console_logging() -> None:
-  """The console's log lines: jaxcse's progress at INFO, the libraries' (orbax logs every save) from WARNING.
+class _JaxcseLines(logging.Handler):
+  """jaxcse's own log lines as plain lines, as the command's other output: its notes (INFO: evaluations, the
+  resume point) on stdout beside the progress line, its warnings on stderr beside its errors."""
 
-  Both in absl's format (``I1128 12:00:00.000000 ...``), through absl's handler, as absl's ``app.run`` set them.
-  """
+  def emit(self, record: logging.LogRecord) -> None:
+    try:
+      stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
+      print(record.getMessage(), file=stream, flush=True)
+    except Exception:
+      self.handleError(record)
+
+
+def console_logging() -> None:
+  """The console's log lines: jaxcse's own at INFO as plain lines (``_JaxcseLines``), the libraries' (orbax logs
+  every save) from WARNING in absl's format (``W1128 12:00:00.000000 ...``), as absl's ``app.run`` set them."""
   from absl import flags, logging as absl_logging
 
   if not flags.FLAGS.is_parsed():  # absl's handler reads its own flags (--logtostderr, ...): their defaults.
     flags.FLAGS.mark_as_parsed()
   absl_logging.use_absl_handler()
   absl_logging.set_verbosity(absl_logging.WARNING)
-  logging.getLogger("jaxcse").setLevel(logging.INFO)
+  log = logging.getLogger("jaxcse")
+  log.setLevel(logging.INFO)
+  if not any(isinstance(h, _JaxcseLines) for h in log.handlers):  # Once, however often a process calls this.
+    log.addHandler(_JaxcseLines())
+    # jaxcse's records still reach the root logger (where a caller's own handlers see them), but not absl's
+    # handler there: each line is printed once.
+    absl_logging.get_absl_handler().addFilter(lambda record: not record.name.startswith("jaxcse"))
 
 
 def train_flags(args) -> tuple[ml_collections.ConfigDict, str, bool]:
@@ -371,12 +387,26 @@ def one_line_errors() -> Iterator[None]:
 
 
 def print_train_summary(config: ml_collections.ConfigDict, workdir: str, summary: dict) -> None:
-  """What a finished run prints: the first and best dev scores, and the command that evaluates it."""
+  """What a finished run prints: the selection metric before training and at its best, whether training beat the
+  starting model, and the command that evaluates it."""
+  from jaxcse.evaluation import sts_metrics
+
+  metric = config.eval.metric
   first = summary["first_eval"]
   if first is not None and first["step"] == 0:
-    print(f"STS-B dev Spearman before training: {first['stsb_dev'] * 100:.2f}")
+    before = summary.get("first_metric")
+    if before is None:  # A summary from before first_metric was recorded.
+      before = sts_metrics.SELECTION_METRICS[metric]({k: v for k, v in first.items() if k != "step"})
+    # The metric the run selects on, so that the two lines compare one number.
+    label = "STS-B dev Spearman" if metric == "stsb_dev" else f"{metric} x100"
+    print(f"{label} before training: {before * 100:.2f}")
   if summary["best_metric"] is not None:
-    print(f"best {config.eval.metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+    print(f"best {metric} x100: {summary['best_metric'] * 100:.2f} at step {summary['best_step']}")
+  if summary["best_step"] == 0 and summary["steps"] > 0:
+    print(
+      f"note: no trained step beat step 0 on {metric}: the best checkpoint, which evaluate, encode and export "
+      "serve, is the starting model, untrained (--checkpoint latest serves the last step's)"
+    )
   steps, every = summary["steps"], config.eval.every
   if not config.eval.at_end and steps % every:  # The model served is the best evaluated one: say what it misses.
     print(

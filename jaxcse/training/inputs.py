@@ -260,17 +260,18 @@ def make_batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corp
       corpus, spec.tokenizer, batch_size=config.train.batch_size, max_seq_len=config.data.max_seq_len, seed=config.seed
     )
   else:
+    no_duplicates = no_duplicate_batches(config)
     batches = data_lib.Batches(
       corpus,
       spec.tokenizer,
       batch_size=config.train.batch_size,
       max_seq_len=configuration.tokenized_length(config),
       seed=config.seed,
-      no_duplicates=config.data.no_duplicates,
+      no_duplicates=no_duplicates,
       query_prompt=config.data.get("query_prompt", ""),
       document_prompt=config.data.get("document_prompt", ""),
     )
-    if config.data.no_duplicates:
+    if no_duplicates:
       report = batches.epoch_report(0)
       log.info(
         "%s: data.no_duplicates: epoch 0 has %d batches of %d examples with no text twice (plain batching: "
@@ -284,6 +285,13 @@ def make_batches(config: ml_collections.ConfigDict, spec: models.ModelSpec, corp
         report.examples % config.train.batch_size,
       )
   return batches, heldout
+
+
+def no_duplicate_batches(config: ml_collections.ConfigDict) -> bool:
+  """Whether the run's batches keep every text once (``data.no_duplicates``): only for a loss with in-batch
+  negatives, as sentence-transformers recommends its NO_DUPLICATES sampler for; CoSENT's batches stay plain (the
+  ``pairs`` config's default left on for ``--config.method=cosent`` would defer rows for nothing)."""
+  return bool(config.data.no_duplicates) and objectives.get(config.method).in_batch_negatives
 
 
 def count_steps(config, batches) -> int:

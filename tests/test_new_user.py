@@ -1,0 +1,188 @@
+"""What a new user meets in a run's output and its records (issue 69 item 5): the end-of-run lines compare one
+metric, a run whose trained model never beat the starting model says so, the progress line's loss is of the step
+it names, jaxcse's own lines carry no absl prefix, CoSENT's batches are plain, the export states the length the
+model was trained at and the width it serves, and ``train_and_evaluate`` gives a notebook what it needs."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+
+import datasets
+import ml_collections
+import pytest
+
+from jaxcse import data as data_lib, export_hf, train
+from jaxcse.core import progress as progress_lib
+from jaxcse.training import cli, inputs, objectives
+from tests import helpers
+
+
+def _summary_config(metric: str = "stsb_dev") -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({"data": {"data_dir": ""}, "eval": {"metric": metric, "every": 3, "at_end": True}})
+
+
+def test_the_before_line_is_the_selected_metrics(capsys):
+  """A CoSENT run selected on its own dev set printed STS-B dev's value before training beside its own set's best."""
+  first = {"step": 0, "stsb_dev": 0.8, "pairs_spearman": 0.3}
+  summary = {"first_eval": first, "best_metric": 0.5, "best_step": 6, "steps": 6}
+  cli.print_train_summary(_summary_config("pairs_spearman"), "w", summary)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[:2] == ["pairs_spearman x100 before training: 30.00", "best pairs_spearman x100: 50.00 at step 6"]
+  # STS-B dev's selection keeps the line the README shows.
+  cli.print_train_summary(_summary_config(), "w", {**summary, "best_metric": 0.9})
+  assert capsys.readouterr().out.splitlines()[:2] == [
+    "STS-B dev Spearman before training: 80.00",
+    "best stsb_dev x100: 90.00 at step 6",
+  ]
+
+
+def test_the_last_lines_say_when_no_trained_step_beat_step_0(capsys):
+  first = {"step": 0, "stsb_dev": 0.5317}
+  cli.print_train_summary(
+    _summary_config(), "w", {"first_eval": first, "best_metric": 0.5317, "best_step": 0, "steps": 4}
+  )
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[1] == "best stsb_dev x100: 53.17 at step 0"
+  assert lines[2] == (
+    "note: no trained step beat step 0 on stsb_dev: the best checkpoint, which evaluate, encode and export serve, "
+    "is the starting model, untrained (--checkpoint latest serves the last step's)"
+  )
+  assert lines[-1].startswith("evaluate it on STS12-16")
+  cli.print_train_summary(_summary_config(), "w", {"first_eval": first, "best_metric": 0.6, "best_step": 4, "steps": 4})
+  assert not [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+
+
+@pytest.fixture(scope="module")
+def untrained_run(tiny_model_dir, small_data_dir, tmp_path_factory):
+  """A tiny run at learning rate 0 (nothing trained beats step 0), with a per-evaluation callback."""
+  workdir = str(tmp_path_factory.mktemp("untrained") / "w")
+  config = helpers.tiny_config(
+    tiny_model_dir, small_data_dir, **{"eval.at_start": True, "train.learning_rate": 0.0, "train.max_steps": 3}
+  )
+  seen = []
+  summary = train.train_and_evaluate(config, workdir, on_evaluation=seen.append)
+  return config, workdir, summary, seen
+
+
+def test_a_run_that_never_beat_step_0_says_so_in_its_summary(untrained_run):
+  _, workdir, summary, _ = untrained_run
+  assert summary["best_step"] == 0 and summary["best_is_untrained"] is True
+  with open(os.path.join(workdir, "summary.json"), encoding="utf-8") as f:
+    assert json.load(f)["best_is_untrained"] is True
+
+
+def test_train_and_evaluate_returns_the_best_steps_metrics_and_calls_back_each_evaluation(untrained_run):
+  config, workdir, summary, seen = untrained_run
+  evaluations = [r for r in helpers.metrics_records(workdir) if "eval/metric" in r]
+  assert [r["step"] for r in seen] == [r["step"] for r in evaluations] == [0, 3]
+  assert seen == evaluations  # The records metrics.jsonl holds, as each evaluation was made.
+  assert summary["workdir"] == workdir
+  best = evaluations[0]
+  assert summary["best_eval"]["step"] == 0 and summary["best_eval"]["stsb_dev"] == best["eval/stsb_dev"]
+  assert summary["first_metric"] == best["eval/metric"] == summary["best_metric"]
+  # A finished run called again trains nothing: the best evaluation's scores come from metrics.jsonl.
+  assert train.train_and_evaluate(config, workdir)["best_eval"] == summary["best_eval"]
+
+
+def test_the_progress_line_shows_the_step_it_names(tiny_model_dir, small_data_dir, tmp_path, monkeypatch):
+  """A progress line showed the loss and learning rate of the line before: they were set after the count moved."""
+  out = io.StringIO()
+  monkeypatch.setattr(
+    train, "Progress", lambda *a, **k: progress_lib.Progress(*a, **{**k, "interval": 0.0, "stream": out})
+  )
+  # Logged at steps 3 (an evaluation), 4 and 6; step 5's line shows step 4's values, and says so.
+  overrides = {"train.log_every": 4, "train.max_steps": 6, "eval.every": 3, "checkpoint.every": 3}
+  workdir = str(tmp_path / "w")
+  train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **overrides), workdir)
+  logged = {r["step"]: r for r in helpers.metrics_records(workdir) if "loss" in r}
+  assert sorted(logged) == [3, 4, 6]
+  shown = re.findall(r"^train: (\d+)/6 step .*, loss (\S+), lr (\S+?)(?: \(at step (\d+)\))?$", out.getvalue(), re.M)
+  assert [(int(done), int(at) if at else None) for done, _, _, at in shown] == [
+    (3, None),
+    (4, None),
+    (5, 4),
+    (6, None),
+    (6, None),  # The closing line.
+  ], out.getvalue()
+  for done, loss, lr, at in shown:
+    record = logged[int(at or done)]
+    assert (loss, lr) == (f"{record['loss']:.4g}", f"{record['learning_rate']:.3g}"), (done, out.getvalue())
+
+
+def test_progress_names_the_step_its_values_are_of():
+  out = io.StringIO()
+  bar = progress_lib.Progress(10, unit="step", desc="train", interval=1e9, stream=out)
+  bar.update(4)
+  bar.set(loss="1.5", at=4)
+  assert bar.line().endswith(", loss 1.5")
+  bar.update(2)
+  assert bar.line().endswith(", loss 1.5 (at step 4)")
+
+
+def test_jaxcse_lines_have_no_absl_prefix_and_the_shipped_data_is_no_warning(tmp_path):
+  """The quickstart without a data root: no "no data root is given" warning (nothing is missing), and jaxcse's own
+  lines (the note, the evaluations) are plain, not ``I1202 07:59:09.925102 140155967052672 validation.py:157]``."""
+  environment = {k: v for k, v in os.environ.items() if k != "JAXCSE_DATA_DIR"}
+  run = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "jaxcse.train",
+      "--config",
+      "quickstart",
+      "--workdir",
+      str(tmp_path / "w"),
+      "--config.train.max_steps=1",
+      "--config.eval.at_start=False",
+      "--config.eval.every=1",
+      "--config.checkpoint.every=1",
+      "--config.eval.batch_size=256",
+    ],
+    cwd=str(tmp_path),
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env={**environment, "PYTHONPATH": helpers.REPO},
+  )
+  assert run.returncode == 0, run.stderr[-3000:]
+  said = run.stdout + run.stderr
+  assert "no data root is given" not in said
+  assert not re.search(r"^[IWE]\d{4} ", said, re.M), said
+  assert "reading the data shipped with jaxcse" in run.stdout
+  assert re.search(r"^step 1: \{'stsb_dev': ", run.stdout, re.M), run.stdout
+  assert not run.stderr.strip(), run.stderr
+
+
+def test_cosent_batches_are_not_made_duplicate_free(tiny_model_dir, small_data_dir):
+  """--config pairs leaves data.no_duplicates on; CoSENT has no in-batch negatives, so nothing is deferred."""
+  rows = {
+    "sentence1": [f"shared text {i % 12}" for i in range(48)],  # Each text 4 times.
+    "sentence2": [f"other text {i}" for i in range(48)],
+    "score": [float(i % 5) / 4 for i in range(48)],
+  }
+  corpus = data_lib.load_corpus(datasets.Dataset.from_dict(rows))
+  spec_config = helpers.tiny_config(tiny_model_dir, small_data_dir, "pairs", method="cosent")
+  assert spec_config.data.no_duplicates and not objectives.get("cosent").in_batch_negatives
+  from jaxcse.training import configured
+
+  spec = configured.model(spec_config, abstract=True).spec
+  batches, _ = inputs.make_batches(spec_config, spec, corpus)
+  assert batches.epoch_report(0).deferred == 0 and not batches.no_duplicates
+  mnrl = helpers.tiny_config(tiny_model_dir, small_data_dir, "pairs")
+  pairs = data_lib.load_corpus(datasets.Dataset.from_dict({k: v for k, v in rows.items() if k != "score"}))
+  mnrl_batches = inputs.make_batches(mnrl, spec, pairs)[0]  # In-batch negatives: the repeats wait.
+  assert mnrl_batches.no_duplicates and mnrl_batches.epoch_report(0).deferred > 0
+
+
+def _export_of(workdir: str, out: str, **kwargs) -> dict:
+  assert export_hf.main([workdir, out, *[f"--{k}={v}" for k, v in kwargs.items()]]) == 0
+  return {
+    "card": open(os.path.join(out, "README.md"), encoding="utf-8").read(),
+    "st": json.load(open(os.path.join(out, "sentence_bert_config.json"))),
+    "record": json.load(open(os.path.join(out, "jaxcse_export.json"))),
+  }
