@@ -236,13 +236,16 @@ def export(
           base_model=_hub_id(spec.source),
           prompts=prompts,
           run=run,
+          truncate_dim=truncate_dim,
         )
       )
-    record = {"source": spec.source, "revision": spec.revision, "pooler": pooler}
+    record = {"source": spec.source, "revision": spec.revision, "pooler": pooler, "truncate_dim": truncate_dim}
     if trained:
       record.update(
         workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"], base_model=spec.source
       )
+    if run is not None:  # The length it was trained at: sentence_bert_config.json's is the backbone's.
+      record["trained_max_seq_len"] = run.value("data.max_seq_len")
     files.write_json(os.path.join(tmp, "jaxcse_export.json"), record)
 
   _write_folder(out_dir, hf_config, tokenizer, state, pooling_files)

@@ -186,3 +186,18 @@ def _export_of(workdir: str, out: str, **kwargs) -> dict:
     "st": json.load(open(os.path.join(out, "sentence_bert_config.json"))),
     "record": json.load(open(os.path.join(out, "jaxcse_export.json"))),
   }
+
+
+def test_the_export_states_the_trained_length_and_the_served_width(untrained_run, tmp_path):
+  """A model trained at 32 tokens exported "Maximum sequence length: 128"; a 64-dim export said 384 dims, and
+  jaxcse_export.json did not record truncate_dim. Here: trained at 16 on a 128-position model, served at 8 dims;
+  and its best checkpoint is step 0, which the card says is the untrained model."""
+  _, workdir, _, _ = untrained_run
+  full = _export_of(workdir, str(tmp_path / "full"))
+  assert "- Output dimensionality: 32\n" in full["card"]
+  assert "- Maximum sequence length: 128 tokens (trained at 16: longer inputs are embedded up to 128" in full["card"]
+  assert "Step 0 is the model before training" in full["card"]
+  assert full["record"]["trained_max_seq_len"] == 16 and full["record"]["truncate_dim"] is None
+  small = _export_of(workdir, str(tmp_path / "small"), truncate_dim=8)
+  assert "- Output dimensionality: 8 (the first 8 of the backbone's 32 dims: truncate_dim)" in small["card"]
+  assert small["record"]["truncate_dim"] == 8

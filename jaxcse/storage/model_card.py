@@ -255,6 +255,25 @@ def _training(run: TrainingRun) -> str:
   return "\n".join(out) + "\n"
 
 
+def _width(dim: int, truncate_dim: int | None) -> str:
+  """The embedding size the folder serves: sentence-transformers keeps the first ``truncate_dim`` of ``dim``."""
+  if truncate_dim and truncate_dim < dim:
+    return f"{truncate_dim} (the first {truncate_dim} of the backbone's {dim} dims: truncate_dim)"
+  return str(dim)
+
+
+def _length(max_seq_len: int, run: TrainingRun | None) -> str:
+  """The longest input in tokens, and the length the run trained at when shorter (inputs past it embed, but the
+  training never saw them)."""
+  trained = run.value("data.max_seq_len") if run else None
+  if isinstance(trained, int) and 0 < trained < max_seq_len:
+    return (
+      f"{max_seq_len} tokens (trained at {trained}: longer inputs are embedded up to {max_seq_len}, as jaxcse "
+      "embeds them)"
+    )
+  return f"{max_seq_len} tokens"
+
+
 def model_card(
   *,
   pooler: str,
@@ -267,6 +286,7 @@ def model_card(
   base_model: str | None,
   prompts: dict[str, str] | None = None,
   run: TrainingRun | None = None,
+  truncate_dim: int | None = None,
 ) -> str:
   """The README.md of an exported folder.
 
@@ -278,6 +298,8 @@ def model_card(
     base_model: a hub id for the front matter's ``base_model`` (None when the base is a local folder).
     prompts: name -> prompt string, as written into ``config_sentence_transformers.json``.
     run: the workdir's record for a model trained by jaxcse, else None.
+    truncate_dim: the width the folder serves (``config_sentence_transformers.json``), when it keeps fewer dims
+      than the backbone's ``dim``.
   """
   prompts = prompts or {}
   method = run.value("method") if run else None
@@ -289,10 +311,15 @@ def model_card(
     f"- Source: {source}",
     f"- Backbone: `{architecture}`; pooler: `{pooler}` (the sentence vector jaxcse tests this model with)",
     f"- sentence-transformers modules: Transformer, {', '.join(m.split('_', 1)[1] for m in modules)}",
-    f"- Output dimensionality: {dim}",
-    f"- Maximum sequence length: {max_seq_len} tokens",
+    f"- Output dimensionality: {_width(dim, truncate_dim)}",
+    f"- Maximum sequence length: {_length(max_seq_len, run)}",
     "- Similarity function: cosine (embeddings are not normalised)",
   ]
+  if run and run.step == 0 and (run.summary.get("steps") or 0) > 0:
+    details.append(
+      "- Step 0 is the model before training: no trained step of the run beat it on the dev set, so this is the "
+      "base model's weights, untrained"
+    )
   if prompts:
     details.append("- Prompts: " + ", ".join(f"`{name}` = {json.dumps(text)}" for name, text in prompts.items()))
   title = "# Sentence encoder trained with jaxcse" if run else "# Sentence encoder exported from jaxcse"
