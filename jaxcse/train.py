@@ -82,7 +82,7 @@ OUTSIDE_THE_RUN = "interrupted; rerun the same command to resume"
 INTERRUPT_SAVE_AFTER_S = 5.0
 
 
-def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog", probe) -> None:
+def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog", probe, run_id: str | None) -> None:
   """Saves state ``step`` as a latest checkpoint when Ctrl-C stops the run before step ``step + 1``.
 
   Only a state every regular save would keep: the last step's loss finite (its metrics line is written, so the
@@ -100,7 +100,9 @@ def _save_interrupted(latest, step: int, state, best_so_far, step_log: "StepLog"
     return
   if not checkpoints.all_finite(state.params) or probe(state.params):
     return
-  checkpoints.save(latest, step, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+  checkpoints.save(
+    latest, step, meta=best_so_far.to_meta(), run_id=run_id, params=state.params, opt_state=state.opt_state
+  )
 
 
 def _interrupted(step: int, latest) -> str:
@@ -333,6 +335,7 @@ def _train(
     dev_sets=inputs.dev_sets,
     own=inputs.own_dev_sets,
     best_manager=best,
+    run_id=start.run_id,
     write=lambda record: (metrics_log.write(record), recorded(record)),
   )
   if start.step is None and config.eval.at_start:
@@ -346,7 +349,7 @@ def _train(
   try:
     for step, host_batch in enumerate(batches.iterate(first_step, total_steps, positions=local_rows), start=first_step):
       if ctrl_c.requested and step > saved[0] and time.time() - saved[1] >= INTERRUPT_SAVE_AFTER_S:
-        _save_interrupted(latest, step, state, best_so_far, step_log, probe)
+        _save_interrupted(latest, step, state, best_so_far, step_log, probe, start.run_id)
       ctrl_c.check()  # Before a step: the last one, its evaluation and its save are whole.
       batch = {
         k: jax.make_array_from_process_local_data(batch_sharding, v, (config.train.batch_size, *v.shape[1:]))
@@ -371,7 +374,9 @@ def _train(
       if evaluate_now:
         best_so_far = evaluate(done, state.params, best_so_far)
       if save_now:
-        checkpoints.save(latest, done, meta=best_so_far.to_meta(), params=state.params, opt_state=state.opt_state)
+        checkpoints.save(
+          latest, done, meta=best_so_far.to_meta(), run_id=start.run_id, params=state.params, opt_state=state.opt_state
+        )
         saved = (done, time.time())
     step_log.settle()
     ctrl_c.check()  # Pressed during the last step, evaluation or save.

@@ -150,7 +150,9 @@ def test_non_finite_parameters_are_never_saved_or_served(tiny_model_dir, small_d
   spec = description.from_description(os.path.join(nan_dir, workdir_lib.MODEL_DIR))
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
   mngr = checkpoints.manager(os.path.join(nan_dir, workdir_lib.BEST_DIR))
-  checkpoints.save(mngr, 1, meta={}, params=jax.tree.map(lambda x: np.full(x.shape, np.nan, x.dtype), abstract))
+  checkpoints.save(
+    mngr, 1, meta={}, run_id=None, params=jax.tree.map(lambda x: np.full(x.shape, np.nan, x.dtype), abstract)
+  )
   mngr.close()
   with pytest.raises(checkpoints.CheckpointError, match="not finite"):
     loading.load_model(nan_dir)

@@ -245,7 +245,13 @@ def test_resume_sets_aside_an_exploded_best_checkpoint(reference, tiny_model_dir
   # best/9's weights exploded but checksummed (as a jaxcse without the output probe saved them).
   shutil.rmtree(os.path.join(best_dir, "9"))
   mngr = checkpoints.manager(best_dir)
-  checkpoints.save(mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]}, params=exploded_params(good.params))
+  checkpoints.save(
+    mngr,
+    9,
+    meta={"step": 9, "metric": ref_summary["best_metric"]},
+    run_id=workdir_lib.Workdir(workdir).run_id(),
+    params=exploded_params(good.params),
+  )
   mngr.close()
   summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **SCHEDULE), workdir)
   assert len(warnings_naming(caplog, "best/9 is not usable (its outputs")) == 1

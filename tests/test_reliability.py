@@ -389,7 +389,9 @@ def test_every_reader_refuses_or_falls_back_past_an_exploded_checkpoint(referenc
   exploded = exploded_params(good.params)
   assert checkpoints.all_finite(exploded)
   mngr = checkpoints.manager(os.path.join(workdir, workdir_lib.BEST_DIR))
-  checkpoints.save(mngr, 10, meta={"step": 10, "metric": 1.0}, params=exploded)
+  checkpoints.save(
+    mngr, 10, meta={"step": 10, "metric": 1.0}, run_id=workdir_lib.Workdir(workdir).run_id(), params=exploded
+  )
   mngr.close()
   assert loading.load_model(workdir).step == good.step
   assert len(warnings_naming(caplog, "best/10: its outputs (pooler cls, pooler cls_before_pooler) are not finite")) == 1
@@ -494,7 +496,7 @@ def test_after_a_failed_save_orbax_s_unawaited_writes_are_not_warned_of(tmp_path
       "was never awaited"
     ]
     with pytest.raises(checkpoints.CheckpointError, match="could not write checkpoint .*No space left"):
-      checkpoints.save(FailingManager(), 8, meta={}, params={"w": np.zeros(2)})
+      checkpoints.save(FailingManager(), 8, meta={}, run_id=None, params={"w": np.zeros(2)})
     write_fragment()  # After it: dropped.
     gc.collect()
     assert len(caught) == 1, [str(w.message) for w in caught]

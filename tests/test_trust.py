@@ -268,6 +268,7 @@ def test_a_collapsed_evaluation_is_not_saved_as_best(reference, config, small_da
     heldout=None,
     dev_sets=sts_data.load_dev_sets(small_data_dir, sickr=config.eval.sickr_dev),
     best_manager=mngr,
+    run_id=None,
     write=written.append,
   )
   after = evaluator(3, collapsed_params(loaded.params), validation.BestSoFar())
@@ -287,7 +288,11 @@ def test_a_collapsed_encoder_is_refused_at_export_and_encode(reference, tmp_path
   shutil.rmtree(os.path.join(best_dir, "9"))
   mngr = checkpoints.manager(best_dir)
   checkpoints.save(
-    mngr, 9, meta={"step": 9, "metric": ref_summary["best_metric"]}, params=collapsed_params(good.params)
+    mngr,
+    9,
+    meta={"step": 9, "metric": ref_summary["best_metric"]},
+    run_id=workdir_lib.Workdir(workdir).run_id(),
+    params=collapsed_params(good.params),
   )
   mngr.close()
   named = os.path.join(best_dir, "9")
@@ -309,6 +314,85 @@ def test_a_model_that_tells_sentences_apart_passes_the_collapse_probe(reference)
   ref_dir, _ = reference
   loaded = loading.load_model(ref_dir)
   assert checkpoints.output_probe(loaded.spec)(loaded.params, distinct=True) is None
+
+
+# --------------------------------------------------------------------------
+# A checkpoint folder copied in from another run, or renamed to another step: whole, but not this run's.
+
+OTHER_RUN = "f" * 32  # A run id no run here has.
+
+
+def _plant(workdir: str, folder: str, step: int, *, saved_as: int, run_id: str | None, params, meta: dict) -> str:
+  """Replaces ``folder/step`` with a checkpoint saved elsewhere as step ``saved_as`` of run ``run_id``: whole (its
+  own ``sha256.json`` matches), moved in as another run's folder would be. Returns its path."""
+  elsewhere = checkpoints.manager(os.path.join(workdir, "..", "elsewhere", os.path.basename(folder)))
+  checkpoints.save(elsewhere, saved_as, meta=meta, run_id=run_id, params=params[0], **params[1])
+  elsewhere.close()
+  dest = os.path.join(workdir, folder, str(step))
+  shutil.rmtree(dest)
+  shutil.move(os.path.join(str(elsewhere.directory), str(saved_as)), dest)
+  assert checkpoints.verify_folder(dest) is None  # Whole: only its metadata tells it is not this run's step.
+  return dest
+
+
+@pytest.mark.parametrize("whose", ["another run", "another step", "an older jaxcse's run"])
+def test_a_checkpoint_copied_from_another_run_or_step_is_never_served_as_this_runs(
+  reference, tmp_path, capsys, caplog, whose
+):
+  ref_dir, ref_summary = reference
+  workdir = _copy(ref_dir, tmp_path)
+  good = loading.load_model(workdir)
+  assert good.step == 9
+  other = jax.tree.map(lambda x: x * 1.5, good.params)  # Another model: what would be served in its place.
+  run_id = {
+    "another run": OTHER_RUN,
+    "another step": workdir_lib.Workdir(workdir).run_id(),
+    "an older jaxcse's run": None,
+  }
+  saved_as = 7 if whose == "another step" else 9
+  named = _plant(
+    workdir,
+    workdir_lib.BEST_DIR,
+    9,
+    saved_as=saved_as,
+    run_id=run_id[whose],
+    params=(other, {}),
+    meta={"step": saved_as, "metric": ref_summary["best_metric"] + 0.1},
+  )
+  why = "saved as step 7, not 9" if whose == "another step" else "belongs to another run"
+  lines = tmp_path / "in.txt"
+  lines.write_text("a sentence\nanother one\n")
+  for main, argv in [
+    (export_hf.main, [named, str(tmp_path / "export")]),
+    (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
+  ]:
+    capsys.readouterr()
+    assert main(argv) == 1, argv  # Before: exit 0, the other run's model served (and carded) as this run's step 9.
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and why in err[0] and err[0].startswith("error: "), err
+  assert not os.path.exists(tmp_path / "export") and not os.path.exists(tmp_path / "x.npy")
+  caplog.clear()
+  assert loading.load_model(workdir).step == 6  # The workdir's best falls back to this run's newest one.
+  assert len(warnings_naming(caplog, f"best/9: {'its metadata says it was' if whose == 'another step' else 'it'}")) == 1
+
+
+def test_a_latest_checkpoint_from_another_run_is_set_aside_and_the_resume_is_this_runs(
+  reference, config, tmp_path, caplog
+):
+  ref_dir, ref_summary = reference
+  workdir = _copy(ref_dir, tmp_path)
+  latest_9 = os.path.join(workdir, workdir_lib.LATEST_DIR, "9")
+  meta_file = os.path.join(latest_9, "meta", "metadata")
+  with open(meta_file) as f:
+    meta = json.load(f)
+  assert meta[checkpoints.RUN_KEY] == workdir_lib.Workdir(workdir).run_id() and meta[checkpoints.SAVED_STEP_KEY] == 9
+  files.write_json(meta_file, {**meta, checkpoints.RUN_KEY: OTHER_RUN})  # Another run's step 9, its record redone:
+  files.write_json(os.path.join(latest_9, checkpoints.CHECKSUMS), checkpoints._file_digests(latest_9))
+  assert checkpoints.verify_folder(latest_9) is None  # whole, as a folder copied from that run's workdir is.
+  summary = train.train_and_evaluate(config, workdir)  # Before: resumed from the other run's state at step 9.
+  set_aside = warnings_naming(caplog, "latest/9 is not usable (it belongs to another run")
+  assert len(set_aside) == 1, set_aside
+  assert summary["best_metric"] == ref_summary["best_metric"] and summary["best_step"] == ref_summary["best_step"]
 
 
 # --------------------------------------------------------------------------
@@ -369,12 +453,15 @@ def test_the_same_checkpoint_set_aside_twice_is_kept_once(reference, tmp_path, c
   best_dir = os.path.join(workdir, workdir_lib.BEST_DIR)
   mngr = checkpoints.manager(best_dir)
   original = checkpoints.set_aside(mngr, 9, "a test", intact=True)  # The run's own best/9.
+  run_id = workdir_lib.Workdir(workdir).run_id()
   copies = []
   for _ in range(2):  # The same arrays and metadata saved twice: other files (orbax's names and times) each time.
-    checkpoints.save(mngr, 9, meta={"step": 9, "metric": 0.5}, params=params)
+    checkpoints.save(mngr, 9, meta={"step": 9, "metric": 0.5}, run_id=run_id, params=params)
     copies.append(_tree(os.path.join(best_dir, "9")))
     checkpoints.set_aside(mngr, 9, "a test", intact=True)
-  checkpoints.save(mngr, 9, meta={"step": 9, "metric": 0.5}, params=jax.tree.map(lambda x: x + 1, params))
+  checkpoints.save(
+    mngr, 9, meta={"step": 9, "metric": 0.5}, run_id=run_id, params=jax.tree.map(lambda x: x + 1, params)
+  )
   checkpoints.set_aside(mngr, 9, "a test", intact=True)  # Other arrays: kept.
   mngr.close()
   assert copies[0] != copies[1]

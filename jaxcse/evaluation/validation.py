@@ -115,6 +115,7 @@ class Evaluator:
     heldout: data_lib.Corpus | None,
     dev_sets: dict[str, sts_data.PairSet],
     best_manager,
+    run_id: str | None,
     write: Callable[[dict], None],
     own: dev_sets_lib.OwnDevSets | None = None,
   ):
@@ -128,7 +129,7 @@ class Evaluator:
     )
     self.heldout = HeldoutMLM(config, spec, heldout) if heldout is not None else None
     self.select = sts_metrics.SELECTION_METRICS[config.eval.metric]
-    self.best_manager, self.write = best_manager, write
+    self.best_manager, self.run_id, self.write = best_manager, run_id, write
 
   def __call__(self, step: int, params, best: BestSoFar, *, log_record: bool = True) -> BestSoFar:
     """Evaluates ``params`` as of ``step``; saves them as the best checkpoint if they beat ``best``; returns the
@@ -164,5 +165,7 @@ class Evaluator:
         metric,
       )
     if best.improved_by(metric):
-      checkpoints.save(self.best_manager, step, meta={"step": step, "metric": metric, **scores}, params=params)
+      checkpoints.save(
+        self.best_manager, step, meta={"step": step, "metric": metric, **scores}, run_id=self.run_id, params=params
+      )
     return best.after(step, metric, scores)

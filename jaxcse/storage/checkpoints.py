@@ -12,7 +12,12 @@ falls back to an older one; readers skip it with one warning.
 A checkpoint is *good* when its files match the record, its parameters are
 finite and the model's outputs on a fixed probe batch are finite
 (``output_probe``): the trainer checks that before saving, and every reader
-(``loading.load_model``: evaluate, encode, export) after restoring.
+(``loading.load_model``: evaluate, encode, export) after restoring. A record
+vouches only that a folder is whole, so each checkpoint's metadata also names
+the run that saved it and the step it was saved as (``save``), and every read
+of a workdir's checkpoint refuses one that names another run or another step
+(``not_this_runs``): a folder copied in from another run is never served as
+this run's.
 """
 
 from __future__ import annotations
@@ -146,17 +151,22 @@ def _quiet_orbax() -> Iterator[None]:
     sys.unraisablehook = previous_hook
 
 
-def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) -> None:
+def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, run_id: str | None, **trees: Any) -> None:
   """Saves pytrees (e.g. ``params=..., opt_state=...``) and a JSON ``meta`` at ``step``; then records checksums.
 
   The checksum record, written last (atomically), commits the checkpoint: until it exists, ``verify`` calls the
-  checkpoint incomplete.
+  checkpoint incomplete. ``meta`` gains ``SAVED_STEP_KEY`` (``step``) and, for a run that has one, ``RUN_KEY``
+  (``run_id``: ``Workdir.run_id``; None for a run an older jaxcse started), which ``not_this_runs`` checks on
+  every read.
 
   Raises:
     CheckpointError: orbax did not save (a step already there) or the write failed (disk full, permissions);
       the message names the folder and the cause. Nothing is left under the step's name.
   """
   path = _step_dir(mngr, step)
+  meta = {**meta, SAVED_STEP_KEY: step}
+  if run_id is not None:
+    meta[RUN_KEY] = run_id
   content = content_sha256(trees)
   if content is not None:
     meta = {**meta, CONTENT_KEY: content}
@@ -181,6 +191,32 @@ def save(mngr: ocp.CheckpointManager, step: int, *, meta: dict, **trees: Any) ->
 
 
 CONTENT_KEY = "content_sha256"  # In a checkpoint's meta: ``content_sha256`` of what it holds (``set_aside``).
+SAVED_STEP_KEY = "saved_step"  # In a checkpoint's meta: the step it was saved as (its folder's name then).
+RUN_KEY = "run_id"  # In a checkpoint's meta: the id of the run that saved it (``Workdir.run_id``).
+
+
+def not_this_runs(meta: dict, step: int, run_id: str | None) -> str | None:
+  """Why a checkpoint whose metadata is ``meta``, found as ``step`` in a run whose id is ``run_id``, is another's.
+
+  None when it is this run's checkpoint at this step. Its files may all match its own record (a folder copied
+  from another run's workdir carries its record with it): only the metadata says whose it is. A run an older
+  jaxcse started has no id (``run_id`` None) and wrote none into its checkpoints, so a checkpoint there that names
+  a run is another's; the step is checked by ``SAVED_STEP_KEY`` or, in a best checkpoint an older jaxcse saved,
+  by its ``step`` (its latest checkpoints named no step of their own: those are checked by run only).
+  """
+  saved = meta.get(SAVED_STEP_KEY, meta.get("step") if "metric" in meta else None)
+  if saved is not None and saved != step:
+    return f"its metadata says it was saved as step {saved}, not {step}: it was copied or renamed from elsewhere"
+  theirs = meta.get(RUN_KEY)
+  if theirs != run_id:
+    whose = "names no run (an older jaxcse saved it)" if theirs is None else f"names run {theirs}"
+    ours = (
+      f"this workdir's run is {run_id}"
+      if run_id is not None
+      else "this workdir records no run id: an older jaxcse started it, or its inputs.json is missing or unreadable"
+    )
+    return f"it belongs to another run (its metadata {whose}; {ours}): it was copied from another workdir"
+  return None
 
 
 def content_sha256(trees: dict[str, Any]) -> str | None:
@@ -298,34 +334,42 @@ def _read_meta(folder: str) -> dict | None:
   return meta if isinstance(meta, dict) else None
 
 
-def restore(mngr: ocp.CheckpointManager, step: int, **abstract_trees: Any) -> dict:
-  """Restores ``meta`` and the named pytrees of a verified checkpoint, shaped and sharded like ``abstract_trees``.
+def restore(mngr: ocp.CheckpointManager, step: int, *, run_id: str | None, **abstract_trees: Any) -> dict:
+  """Restores ``meta`` and the named pytrees of a verified checkpoint of run ``run_id`` (``Workdir.run_id``),
+  shaped and sharded like ``abstract_trees``.
 
   Raises:
-    CheckpointError: the checkpoint is incomplete, corrupt, or cannot be read; the message names it.
+    CheckpointError: the checkpoint is incomplete, corrupt, cannot be read, or is another run's or another step's
+      (``not_this_runs``); the message names it.
   """
-  _check(mngr, step)
+  meta = restore_meta(mngr, step, run_id=run_id)
   items = {name: ocp.args.StandardRestore(tree) for name, tree in abstract_trees.items()}
   try:
     with _quiet_orbax():
-      restored = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore(), **items))
+      restored = mngr.restore(step, args=ocp.args.Composite(**items))
   except Exception as e:  # Orbax/tensorstore raise many types for unreadable data.
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
-  return {name: restored[name] for name in ("meta", *abstract_trees)}
+  return {"meta": meta, **{name: restored[name] for name in abstract_trees}}
 
 
-def restore_meta(mngr: ocp.CheckpointManager, step: int) -> dict:
-  """The JSON ``meta`` of a verified checkpoint (e.g. a best checkpoint's step and metric), without its arrays.
+def restore_meta(mngr: ocp.CheckpointManager, step: int, *, run_id: str | None) -> dict:
+  """The JSON ``meta`` of a verified checkpoint of run ``run_id`` (e.g. a best checkpoint's step and metric),
+  without its arrays.
 
   Raises:
-    CheckpointError: the checkpoint is incomplete, corrupt, or cannot be read; the message names it.
+    CheckpointError: the checkpoint is incomplete, corrupt, cannot be read, or is another run's or another step's
+      (``not_this_runs``); the message names it.
   """
   _check(mngr, step)
   try:
     with _quiet_orbax():
-      return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+      meta = mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
   except Exception as e:  # Orbax raises many types for unreadable data.
     raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: cannot be read ({_root_cause(e)})") from e
+  problem = not_this_runs(meta, step, run_id)
+  if problem:
+    raise CheckpointError(f"checkpoint {_step_dir(mngr, step)}: {problem}")
+  return meta
 
 
 def newest_good(

@@ -103,9 +103,10 @@ def load_model(
   abstract = checkpoints.abstract_params(spec, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
   probe = checkpoints.output_probe(spec)
+  run_id = workdir.run_id()
 
   def restore_finite(mngr, step):
-    params = checkpoints.restore(mngr, step, params=abstract)["params"]
+    params = checkpoints.restore(mngr, step, run_id=run_id, params=abstract)["params"]
     problem = _not_finite(spec, params, probe)
     if problem:
       raise checkpoints.CheckpointError(

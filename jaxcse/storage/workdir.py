@@ -6,7 +6,8 @@ A workdir holds::
   config.json                 the resolved training config
   model/                      model description: HF config, tokenizer, jaxcse.json (poolers), sha256.json (their
                               record, checked before anything reads them: ``description.check_description``); no weights
-  inputs.json                 the sha256 of the training corpus: a resume must read the same
+  inputs.json                 the sha256 of the training corpus (a resume must read the same) and the run's id, which
+                              every checkpoint's metadata names with its step (a copied-in checkpoint is refused)
   checkpoints/latest/<step>/  full train state (params, optimizer state) + progress metadata; the newest two
   checkpoints/best/<step>/    params of the best evaluation so far + its metrics; the newest two
   checkpoints/set_aside/      checkpoints found corrupt or incomplete, or intact but no longer fitting the run
@@ -45,6 +46,7 @@ log = logging.getLogger("jaxcse")
 CONFIG_FILE = hub.WORKDIR_CONFIG_FILE
 MODEL_DIR = hub.WORKDIR_MODEL_DIR
 INPUTS_FILE = "inputs.json"  # The sha256 of the training corpus; written with the description's record.
+RUN_ID_KEY = "run_id"  # In INPUTS_FILE: the run's id, drawn at its fresh start (``new_run_id``).
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 TENSORBOARD_DIR = "tensorboard"
@@ -353,18 +355,35 @@ class Workdir:
   # ------------------------------------------------------------------------
   # What a run writes besides checkpoints and logs.
 
-  def record_corpus(self, corpus_digests: dict[str, str] | None) -> None:
-    """Writes ``INPUTS_FILE``: the sha256 of the training corpus this run reads (``check_corpus``)."""
-    files.write_json(self.join(INPUTS_FILE), {"corpus_sha256": corpus_digests})
+  def record_corpus(self, corpus_digests: dict[str, str] | None, run_id: str | None = None) -> None:
+    """Writes ``INPUTS_FILE``: the sha256 of the training corpus this run reads (``check_corpus``) and the run's id
+    (``run_id``; None for a run an older jaxcse started, which is recorded without one)."""
+    record = {"corpus_sha256": corpus_digests}
+    if run_id is not None:
+      record[RUN_ID_KEY] = run_id
+    files.write_json(self.join(INPUTS_FILE), record)
 
-  def save_start(self, config, spec: models.ModelSpec, corpus_digests: dict[str, str] | None) -> None:
-    """Writes a fresh start's model description, the sha256 of its corpus and its resolved config.
+  def save_start(self, config, spec: models.ModelSpec, corpus_digests: dict[str, str] | None, run_id: str) -> None:
+    """Writes a fresh start's model description, the sha256 of its corpus with the run's id, and its resolved config.
 
     Each file whole or not at all (a full disk is one error naming it); config.json last.
     """
     description.save_description(spec, self.join(MODEL_DIR))
-    self.record_corpus(corpus_digests)
+    self.record_corpus(corpus_digests, run_id)
     files.write_json(self.join(CONFIG_FILE), config.to_dict())
+
+  def run_id(self) -> str | None:
+    """The id of the run in this workdir (``INPUTS_FILE``'s), which its checkpoints' metadata names.
+
+    None when there is none: a run an older jaxcse started, or no readable ``INPUTS_FILE`` (then every checkpoint
+    that names a run is refused as another's: ``checkpoints.not_this_runs``).
+    """
+    try:
+      with open(self.join(INPUTS_FILE)) as f:
+        run_id = json.load(f).get(RUN_ID_KEY)
+    except (OSError, ValueError, AttributeError):
+      return None
+    return run_id if isinstance(run_id, str) else None
 
   def has_summary(self) -> bool:
     """Whether ``SUMMARY_FILE`` is there and reads as JSON."""

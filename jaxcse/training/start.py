@@ -8,12 +8,15 @@ import functools
 import json
 import logging
 import os
+import uuid
 import zlib
 from typing import Any
 
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxcse import data as data_lib, models
@@ -39,6 +42,7 @@ class Start:
   best: validation.BestSoFar  # The model selection so far: the checkpoint's, or none yet.
   reevaluate: bool  # The run's best checkpoint is gone: evaluate the resume point again (``build``).
   probe: Any  # checkpoints.output_probe(spec): the check every saved checkpoint passes, compiled once.
+  run_id: str | None  # Workdir.run_id: named in every checkpoint this run saves; None for an older jaxcse's run.
 
 
 def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inputs, latest, best) -> Start:
@@ -55,6 +59,7 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
   """
   replicated = NamedSharding(mesh, PartitionSpec())
   spec, batches, heldout, step = inputs.spec, inputs.batches, inputs.heldout, inputs.start.step
+  run_id = workdir.run_id()  # A resume's; a fresh start draws its own below.
   for bad_step, problem in inputs.start.bad:
     checkpoints.set_aside(latest, bad_step, problem)
   if step is None:
@@ -70,10 +75,12 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
     )
   probe = checkpoints.output_probe(spec)  # Compiled on its first call: not at all for a fresh start.
   for best_step in sorted(best.all_steps(), reverse=True):  # Every best checkpoint left must be servable.
-    if problem := checkpoints.verify(best, best_step) or unservable(best, best_step, spec, probe, replicated):
+    if problem := checkpoints.verify(best, best_step) or unservable(best, best_step, spec, probe, replicated, run_id):
       checkpoints.set_aside(best, best_step, problem)
+  if step is None:
+    run_id = new_run_id()
   if step is None and primary:
-    workdir.save_start(config, spec, inputs.corpus_digests)
+    workdir.save_start(config, spec, inputs.corpus_digests, run_id)
   elif primary and not os.path.isfile(workdir.join(INPUTS_FILE)):  # An older jaxcse's run: record it now.
     workdir.record_corpus(inputs.corpus_digests)
   total_steps = inputs_lib.count_steps(config, batches)
@@ -84,7 +91,17 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
     # copies, which every process holds alike, so it places them on the (possibly multi-process) mesh itself.
     state = jax.jit(functools.partial(fresh_state, tx=tx), out_shardings=replicated)(jax.device_get(inputs.params))
     return Start(
-      None, spec, batches, heldout, total_steps, tx, state, validation.BestSoFar(), reevaluate=False, probe=probe
+      None,
+      spec,
+      batches,
+      heldout,
+      total_steps,
+      tx,
+      state,
+      validation.BestSoFar(),
+      reevaluate=False,
+      probe=probe,
+      run_id=run_id,
     )
 
   abstract = jax.eval_shape(functools.partial(fresh_state, tx=tx), checkpoints.abstract_params(spec, replicated))
@@ -92,7 +109,7 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
   try:  # Unreadable although its files match their record: set aside, fall back to an older one.
     step, restored = checkpoints.newest_good(
       latest,
-      lambda mngr, s: checkpoints.restore(mngr, s, params=abstract.params, opt_state=abstract.opt_state),
+      lambda mngr, s: checkpoints.restore(mngr, s, run_id=run_id, params=abstract.params, opt_state=abstract.opt_state),
       set_aside_bad=True,
     )
   except checkpoints.CheckpointError:  # A fresh start needs the configured weights, which this run did not load.
@@ -114,7 +131,9 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
   reevaluate = so_far.step is not None and so_far.step not in best.all_steps()
   if reevaluate:  # Set aside as damaged, or deleted: the best is now the newest good one left, or none.
     try:
-      kept, meta = checkpoints.newest_good(best, checkpoints.restore_meta, set_aside_bad=True)
+      kept, meta = checkpoints.newest_good(
+        best, lambda mngr, s: checkpoints.restore_meta(mngr, s, run_id=run_id), set_aside_bad=True
+      )
     except checkpoints.CheckpointError:
       kept, meta = None, {"metric": None}
     log.warning(
@@ -126,17 +145,28 @@ def build(config, workdir: Workdir, primary: bool, mesh, inputs: inputs_lib.Inpu
       step,
     )
     so_far = dataclasses.replace(so_far, step=kept, metric=meta["metric"])
-  return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate, probe)
+  return Start(step, spec, batches, heldout, total_steps, tx, state, so_far, reevaluate, probe, run_id)
 
 
-def unservable(best, step: int, spec: models.ModelSpec, probe, sharding) -> str | None:
+def new_run_id() -> str:
+  """A fresh start's run id (random), the same on every process (process 0's): checkpoints name it."""
+  drawn = np.frombuffer(uuid.uuid4().bytes, np.uint32)
+  if jax.process_count() > 1:
+    drawn = np.asarray(multihost_utils.broadcast_one_to_all(drawn), np.uint32)
+  return drawn.tobytes().hex()
+
+
+def unservable(best, step: int, spec: models.ModelSpec, probe, sharding, run_id: str | None) -> str | None:
   """Why verified best checkpoint ``step`` cannot embed anything (as every reader would find), or None.
 
-  Its files match their record, but its parameters may still be non-finite or overflow (an exploded model saved by
-  an older jaxcse): readers refuse it (``loading.load_model``), so the trainer sets it aside and evaluates again.
+  Its files match their record, but it may be another run's or another step's (copied in), or its parameters may
+  be non-finite or overflow (an exploded model saved by an older jaxcse): readers refuse it
+  (``loading.load_model``), so the trainer sets it aside and evaluates again.
   """
   try:
-    params = checkpoints.restore(best, step, params=checkpoints.abstract_params(spec, sharding))["params"]
+    params = checkpoints.restore(best, step, run_id=run_id, params=checkpoints.abstract_params(spec, sharding))[
+      "params"
+    ]
   except checkpoints.CheckpointError as e:
     return str(e).split(": ", 1)[-1]
   if not checkpoints.all_finite(params):
