@@ -48,6 +48,7 @@ NO_CI = {
   "docs/install.md": 2,  # pip install from the index; PyTorch's CPU-only build from PyTorch's index
   "docs/methods.md": 1,  # 50 minutes of pretraining
   "docs/mteb.md": 2,  # pip install mteb; MTEB's data from the hub
+  "docs/own_data.md": 1,  # the page's one install, from the index (.ci/run installs these extras)
   "docs/training.md": 3,  # the paper's run; a TPU pod; GPU nodes
 }
 # The checkout as a user's working folder sees it (the scratch folder links these).

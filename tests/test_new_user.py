@@ -201,3 +201,53 @@ def test_the_export_states_the_trained_length_and_the_served_width(untrained_run
   small = _export_of(workdir, str(tmp_path / "small"), truncate_dim=8)
   assert "- Output dimensionality: 8 (the first 8 of the backbone's 32 dims: truncate_dim)" in small["card"]
   assert small["record"]["truncate_dim"] == 8
+
+
+@pytest.mark.parametrize("extra", ["torch", "minilm"])
+def test_the_extras_with_sentence_transformers_can_run_its_trainer(extra):
+  """sentence-transformers' SentenceTransformerTrainer needs its own "train" extra (accelerate, datasets), which
+  the benchmarks and parity studies run: every one of those requirements is in ours, at no lower a floor."""
+  import importlib.metadata
+
+  tomllib = pytest.importorskip("tomllib")  # Python 3.11 on.
+
+  from packaging.requirements import Requirement
+  from packaging.version import Version
+
+  with open(os.path.join(helpers.REPO, "pyproject.toml"), "rb") as f:
+    project = tomllib.load(f)["project"]
+  ours = {
+    r.name.lower(): r for r in map(Requirement, project["optional-dependencies"][extra] + project["dependencies"])
+  }
+  theirs = [
+    r
+    for r in map(Requirement, importlib.metadata.requires("sentence-transformers"))
+    if r.marker is not None and r.marker.evaluate({"extra": "train"})
+  ]
+  assert theirs
+  for needed in theirs:
+    assert needed.name.lower() in ours, f"the {extra} extra lacks {needed}"
+    floors = [Version(s.version) for s in needed.specifier if s.operator == ">="]
+    own = [Version(s.version) for s in ours[needed.name.lower()].specifier if s.operator == ">="]
+    assert all(own and max(own) >= floor for floor in floors), (extra, str(ours[needed.name.lower()]), str(needed))
+
+
+def test_the_readmes_install_and_test_commands_are_what_ci_runs():
+  """The README's two set-up commands for working on jaxcse are the ones .ci/run runs (it adds only quieter output,
+  timings and a compiler flag), so the page cannot drift from what CI checks."""
+  from tests import test_docs_examples
+
+  [block] = [b for b in test_docs_examples.parse("README.md") if b.no_ci and ".ci/run" in b.no_ci]
+  commands = [line.split("#")[0].split() for line in block.code.splitlines() if line.strip()]
+  assert [c[:3] for c in commands] == [["pip", "install", "-e"], ["python", "-m", "pytest"]], commands
+  with open(os.path.join(helpers.REPO, ".ci", "run"), encoding="utf-8") as f:
+    ci = [line.split() for line in f if line.strip() and not line.lstrip().startswith("#")]
+  extra = {"-q", "--durations=30"}
+  for command in commands:
+    runs = [
+      line
+      for line in ci
+      if command[0] in line
+      and [w for w in line[line.index(command[0]) :] if w not in extra and not w.startswith("XLA_FLAGS=")] == command
+    ]
+    assert runs, f"the README's {' '.join(command)!r} is not what .ci/run runs"
