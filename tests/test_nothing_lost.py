@@ -157,6 +157,14 @@ def test_a_description_without_its_record_loads_unverified_and_resuming_records_
   # As an older jaxcse left it (tests/fixtures/legacy_workdir, too): no record, format_version 1, no inputs.json.
   os.remove(record)
   os.remove(os.path.join(workdir, workdir_lib.INPUTS_FILE))
+  for kind in (workdir_lib.LATEST_DIR, workdir_lib.BEST_DIR):  # Its checkpoints name no run (none had an id).
+    for step in os.listdir(os.path.join(workdir, kind)):
+      folder = os.path.join(workdir, kind, step)
+      with open(os.path.join(folder, "meta", "metadata")) as f:
+        meta = json.load(f)
+      del meta[checkpoints.RUN_KEY]
+      files.write_json(os.path.join(folder, "meta", "metadata"), meta)
+      files.write_json(os.path.join(folder, checkpoints.CHECKSUMS), checkpoints._file_digests(folder))
   info_path = os.path.join(model_dir, description.JAXCSE_MODEL_FILE)
   with open(info_path) as f:
     info = json.load(f)
