@@ -280,6 +280,22 @@ def test_a_collapsed_evaluation_is_not_saved_as_best(reference, config, small_da
   mngr.close()
 
 
+def _export_and_encode_refuse(named: str, tmp_path, capsys, says: str) -> None:
+  """``export_hf`` and ``encode`` of checkpoint folder ``named``: each exit 1, one ``error:`` line saying ``says``,
+  nothing written."""
+  lines = tmp_path / "in.txt"
+  lines.write_text("a sentence\nanother one\n")
+  for main, argv in [
+    (export_hf.main, [named, str(tmp_path / "export")]),
+    (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
+  ]:
+    capsys.readouterr()
+    assert main(argv) == 1, argv
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and err[0].startswith("error: "), err
+  assert not os.path.exists(tmp_path / "export") and not os.path.exists(tmp_path / "x.npy")
+
+
 def test_a_collapsed_encoder_is_refused_at_export_and_encode(reference, tmp_path, capsys):
   ref_dir, ref_summary = reference
   workdir = _copy(ref_dir, tmp_path)
@@ -295,18 +311,8 @@ def test_a_collapsed_encoder_is_refused_at_export_and_encode(reference, tmp_path
     params=collapsed_params(good.params),
   )
   mngr.close()
-  named = os.path.join(best_dir, "9")
-  lines = tmp_path / "in.txt"
-  lines.write_text("a sentence\nanother one\n")
-  for main, argv in [
-    (export_hf.main, [named, str(tmp_path / "export")]),
-    (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
-  ]:
-    capsys.readouterr()
-    assert main(argv) == 1, argv  # Before: exit 0, every sentence the same vector.
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "as the same vector" in err[0] and err[0].startswith("error: "), err
-  assert not os.path.exists(tmp_path / "export") and not os.path.exists(tmp_path / "x.npy")
+  # Before: exit 0, every sentence the same vector.
+  _export_and_encode_refuse(os.path.join(best_dir, "9"), tmp_path, capsys, "as the same vector")
   assert loading.load_model(workdir).step == 6  # The workdir's best falls back to the newest good one.
 
 
@@ -360,17 +366,8 @@ def test_a_checkpoint_copied_from_another_run_or_step_is_never_served_as_this_ru
     meta={"step": saved_as, "metric": ref_summary["best_metric"] + 0.1},
   )
   why = "saved as step 7, not 9" if whose == "another step" else "belongs to another run"
-  lines = tmp_path / "in.txt"
-  lines.write_text("a sentence\nanother one\n")
-  for main, argv in [
-    (export_hf.main, [named, str(tmp_path / "export")]),
-    (encode.main, ["--model", named, "--input", str(lines), "--output", str(tmp_path / "x.npy")]),
-  ]:
-    capsys.readouterr()
-    assert main(argv) == 1, argv  # Before: exit 0, the other run's model served (and carded) as this run's step 9.
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and why in err[0] and err[0].startswith("error: "), err
-  assert not os.path.exists(tmp_path / "export") and not os.path.exists(tmp_path / "x.npy")
+  # Before: exit 0, the other run's model served (and carded) as this run's step 9.
+  _export_and_encode_refuse(named, tmp_path, capsys, why)
   caplog.clear()
   assert loading.load_model(workdir).step == 6  # The workdir's best falls back to this run's newest one.
   assert len(warnings_naming(caplog, f"best/9: {'its metadata says it was' if whose == 'another step' else 'it'}")) == 1
