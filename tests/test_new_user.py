@@ -158,6 +158,35 @@ def test_jaxcse_lines_have_no_absl_prefix_and_the_shipped_data_is_no_warning(tmp
   assert not run.stderr.strip(), run.stderr
 
 
+def test_every_commands_warnings_are_plain_lines_once_absl_has_logged():
+  """encode, evaluate, export, mine (every command through ``errors.cli``): jaxcse's warnings are plain lines on
+  stderr, as the trainer's, and its INFO notes stay out of stdout (a command's result may be there). Before, the
+  first absl record (orbax logs one as it is imported) made absl call ``logging.basicConfig()``, and a reader's
+  warning that it set a checkpoint aside printed as ``WARNING:jaxcse:checkpoint ...``."""
+  script = (
+    "import logging, sys\n"
+    "from absl import logging as absl_logging\n"
+    "from jaxcse.core import errors\n"
+    "@errors.cli\n"
+    "def main():\n"
+    "  absl_logging.vlog(1, 'as orbax logs on import')\n"
+    "  logging.getLogger('jaxcse.encode').warning('checkpoint best/15: from another run; trying an older one')\n"
+    "  logging.getLogger('jaxcse.encode').info('a note')\n"
+    "  return 0\n"
+    "sys.exit(main())\n"
+  )
+  run = subprocess.run(
+    [sys.executable, "-c", script],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env={**os.environ, "PYTHONPATH": helpers.REPO},
+  )
+  assert run.returncode == 0, run.stderr
+  assert run.stderr == "checkpoint best/15: from another run; trying an older one\n", run.stderr
+  assert run.stdout == ""
+
+
 def test_cosent_batches_are_not_made_duplicate_free(tiny_model_dir, small_data_dir):
   """--config pairs leaves data.no_duplicates on; CoSENT has no in-batch negatives, so nothing is deferred."""
   rows = {

@@ -1,6 +1,6 @@
 """The third probe's attack families on a tiny run, each case judged "held" or "DEFECT"; one line per case.
 
-  python attack_probe.py [FAMILY ...]    (default: all; families: damage disk workdirs inputs growth exploded)
+  python attack_probe.py [FAMILY ...]    (default: all; families: damage swapped disk workdirs inputs growth exploded)
 
 Run after setup_probe.py, from a checkout, with JAXCSE_DATA_DIR set as for it; CODE=/path/to/checkout runs another
 checkout's jaxcse. Full disks and read-only workdirs are tmpfs mounts: the disk and read-only cases need root (they
@@ -137,6 +137,23 @@ def judge_served(family: str, case: str, run):
   record(family, case, problem is None, problem or detail)
 
 
+def judge_not_served(family: str, case: str, run):
+  """A reader given a workdir whose newest best checkpoint is not this run's at this step: held when it refused in
+  one line, or served an older best after one warning, naming why ("another run" / "saved as step"); never when it
+  served without saying so."""
+  lines = said(run.stderr)
+  problem = crashed(run)
+  errors = [line for line in lines if line.startswith("error:")]
+  why = [line for line in lines if re.search(r"another run|saved as step", line)]
+  if problem is None and run.returncode == 0 and not why:
+    problem = "served without a word"
+  elif problem is None and run.returncode != 0 and (len(errors) != 1 or not why):
+    problem = f"refused without one error line naming why: {lines[-3:]}"
+  elif problem is None and any(line.startswith(("WARNING:", "W1", "W0")) for line in why):
+    problem = f"the warning is not a plain line: {why[0][:80]}"
+  record(family, case, problem is None, problem or f"rc {run.returncode}: {why[0][:150]}")
+
+
 def judge_resumed(family: str, case: str, run, workdir: str):
   """Held: rc 0, no traceback, the final latest parameters the reference's bit for bit."""
   problem = crashed(run)
@@ -144,7 +161,7 @@ def judge_resumed(family: str, case: str, run, workdir: str):
     problem = f"rc {run.returncode}: {said(run.stderr)[-2:]}"
   if problem is None and fingerprint(workdir) != REFERENCE_PRINT:
     problem = "final parameters differ from the reference's"
-  warned = [line for line in said(run.stderr) if "warning" in line.lower() or "set aside" in line]
+  warned = [line for line in said(run.stderr) if re.search(r"warning|set.aside", line, re.I)]
   record(family, case, problem is None, problem or f"same parameters; {len(warned)} warning line(s)")
 
 
@@ -316,6 +333,52 @@ def damage():
       "encode", "--model", folder, "--input", SENTENCES, "--output", os.path.join(HERE, f"enc-{len(results)}.npy")
     )
     judge_refusal(f, f"--model {os.path.relpath(folder, wd)} -> encode", run)
+
+
+def swapped():
+  """Checkpoint folders that are whole but not this run's at this step (issue 69): one copied in from another run
+  (the same config with seed 7; its own sha256.json intact), or one renamed from another step."""
+  f = "swapped"
+  other = os.path.join(HERE, "other-run")
+  if not os.path.exists(os.path.join(other, "summary.json")):
+    shutil.rmtree(other, ignore_errors=True)
+    assert command("train", *train_args(other, seed=7)).returncode == 0
+
+  def swap(wd, sub, source):
+    target = os.path.join(wd, "checkpoints", sub, str(steps(wd, sub)[-1]))
+    shutil.rmtree(target)
+    shutil.copytree(source, target)
+
+  def renamed(wd):
+    best = steps(wd, "best")
+    assert len(best) >= 2, best
+    newest = os.path.join(wd, "checkpoints/best", str(best[-1]))
+    shutil.rmtree(newest)
+    os.rename(os.path.join(wd, "checkpoints/best", str(best[0])), newest)
+
+  other_best = lambda: os.path.join(other, "checkpoints/best", str(steps(other, "best")[-1]))  # noqa: E731
+  other_latest = lambda: os.path.join(other, "checkpoints/latest", str(steps(other, "latest")[-1]))  # noqa: E731
+  for case, act in [
+    ("newest best replaced by another run's newest best", lambda wd: swap(wd, "best", other_best())),
+    ("oldest best renamed as the newest", renamed),
+  ]:
+    for reader in ("encode", "export"):
+      wd = copy_reference(f"d-{len(results)}")
+      act(wd)
+      n = len(results)
+      if reader == "encode":
+        run = command("encode", "--model", wd, "--input", SENTENCES, "--output", os.path.join(HERE, f"enc-{n}.npy"))
+      else:
+        run = command("export", wd, os.path.join(HERE, f"export-{n}"))
+      judge_not_served(f, f"{case} -> {reader}", run)
+  for case, act in [
+    ("newest latest replaced by another run's newest latest", lambda wd: swap(wd, "latest", other_latest())),
+    ("newest best replaced by another run's newest best", lambda wd: swap(wd, "best", other_best())),
+  ]:
+    wd = copy_reference(f"d-{len(results)}")
+    os.remove(os.path.join(wd, "summary.json"))  # So the same command resumes, not leaves a finished run as it is.
+    act(wd)
+    judge_resumed(f, f"{case}, summary.json removed -> train", command("train", *train_args(wd)), wd)
 
 
 def disk():
@@ -599,6 +662,7 @@ def exploded():
 
 FAMILIES = {
   "damage": damage,
+  "swapped": swapped,
   "disk": disk,
   "workdirs": workdirs,
   "inputs": inputs,

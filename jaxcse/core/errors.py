@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import sys
 from collections.abc import Callable
@@ -36,6 +37,40 @@ def print_error(error: BaseException) -> int:
 INTERRUPTED = 130  # The exit status of a command stopped by Ctrl-C (SIGINT): the shell's own for it.
 
 
+class _JaxcseLines(logging.Handler):
+  """jaxcse's own log lines as plain lines, as the command's other output: its notes (INFO: evaluations, the
+  resume point) on stdout beside the progress line, its warnings on stderr beside its errors."""
+
+  def emit(self, record: logging.LogRecord) -> None:
+    try:
+      stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
+      print(record.getMessage(), file=stream, flush=True)
+    except Exception:
+      self.handleError(record)
+
+
+def console_logging(notes: bool) -> None:
+  """A command's log lines: jaxcse's own as plain lines (``_JaxcseLines``: its warnings, and with ``notes`` its
+  INFO notes too, as the trainer prints them), the libraries' (orbax logs every save) from WARNING in absl's format
+  (``W1128 12:00:00.000000 ...``), as absl's ``app.run`` sets them. Without it, the first absl record (orbax logs
+  one on import) makes absl call ``logging.basicConfig()``, and jaxcse's warnings print as ``WARNING:jaxcse:...``.
+  """
+  from absl import flags, logging as absl_logging
+
+  if not flags.FLAGS.is_parsed():  # absl's handler reads its own flags (--logtostderr, ...): their defaults.
+    flags.FLAGS.mark_as_parsed()
+  absl_logging.use_absl_handler()
+  absl_logging.set_verbosity(absl_logging.WARNING)
+  log = logging.getLogger("jaxcse")
+  if notes:
+    log.setLevel(logging.INFO)
+  if not any(isinstance(h, _JaxcseLines) for h in log.handlers):  # Once, however often a process calls this.
+    log.addHandler(_JaxcseLines())
+    # jaxcse's records still reach the root logger (where a caller's own handlers see them), but not absl's
+    # handler there: each line is printed once.
+    absl_logging.get_absl_handler().addFilter(lambda record: not record.name.startswith("jaxcse"))
+
+
 def cli(main: Callable[..., int]) -> Callable[..., int]:
   """Wraps a command's ``main`` so that a user error is one line and exit status 1, and Ctrl-C one line and 130.
 
@@ -47,6 +82,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
   """
 
   def wrapped(*args, **kwargs) -> int:
+    console_logging(notes=False)  # A command's stdout may be its result: only jaxcse's warnings, on stderr.
     with interrupts.RaiseWhereSafe() as ctrl_c:
       try:
         status = main(*args, **kwargs)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import logging
 import os
 import re
 import sys
@@ -327,44 +326,14 @@ def check_fields(config: ml_collections.ConfigDict, config_path: str) -> None:
     )
 
 
-class _JaxcseLines(logging.Handler):
-  """jaxcse's own log lines as plain lines, as the command's other output: its notes (INFO: evaluations, the
-  resume point) on stdout beside the progress line, its warnings on stderr beside its errors."""
-
-  def emit(self, record: logging.LogRecord) -> None:
-    try:
-      stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
-      print(record.getMessage(), file=stream, flush=True)
-    except Exception:
-      self.handleError(record)
-
-
-def console_logging() -> None:
-  """The console's log lines: jaxcse's own at INFO as plain lines (``_JaxcseLines``), the libraries' (orbax logs
-  every save) from WARNING in absl's format (``W1128 12:00:00.000000 ...``), as absl's ``app.run`` set them."""
-  from absl import flags, logging as absl_logging
-
-  if not flags.FLAGS.is_parsed():  # absl's handler reads its own flags (--logtostderr, ...): their defaults.
-    flags.FLAGS.mark_as_parsed()
-  absl_logging.use_absl_handler()
-  absl_logging.set_verbosity(absl_logging.WARNING)
-  log = logging.getLogger("jaxcse")
-  log.setLevel(logging.INFO)
-  if not any(isinstance(h, _JaxcseLines) for h in log.handlers):  # Once, however often a process calls this.
-    log.addHandler(_JaxcseLines())
-    # jaxcse's records still reach the root logger (where a caller's own handlers see them), but not absl's
-    # handler there: each line is printed once.
-    absl_logging.get_absl_handler().addFilter(lambda record: not record.name.startswith("jaxcse"))
-
-
 def train_flags(args) -> tuple[ml_collections.ConfigDict, str, bool]:
   """``(config, workdir, restart)`` of the train flags (``parse_train_arguments``), ``--data_dir`` applied.
 
-  Loads the config with its overrides (``load_config``), sets the console's logging (``console_logging``) and joins
+  Loads the config with its overrides (``load_config``), sets the console's logging (``errors.console_logging``) and joins
   a multi-process run when the flags or the environment say so (``distributed.initialize_distributed``).
   """
   config = load_config(args.config, args.overrides)
-  console_logging()
+  errors.console_logging(notes=True)
   check_fields(config, resolve_config(args.config))
   if args.data_dir:
     config.data.data_dir = args.data_dir
