@@ -371,6 +371,7 @@ def test_command_writes_what_the_function_mines(tiny_model_dir, real_data_dir, t
   # The output is read back as pair data (triplets), and written whole: no temporary file left.
   assert sorted(os.listdir(os.path.dirname(out))) == ["mined.jsonl"]
   # An existing output is refused, one line, before anything runs; --overwrite replaces it.
+  capsys.readouterr()  # The Encoder.load above warned how it pools the tiny model (a command's lines, once run).
   assert mining.main(argv) == 1
   assert capsys.readouterr().err.strip() == (
     f"error: {out} exists; pass --overwrite to replace it, or choose another --output"

@@ -36,7 +36,7 @@ def test_mining_that_finds_no_negative_says_so_and_writes_nothing(tiny_model_dir
   """Before: "wrote ...: 0 rows", an empty file and exit 0 (training on it then fails)."""
   out = str(tmp_path / "mined.jsonl")
   argv = ["--model", tiny_model_dir, "--input", _pairs(str(tmp_path / "pairs.jsonl")), "--output", out]
-  assert mining.main(argv + ["--max_score", "-0.5"]) == 1
+  assert mining.main(argv + ["--max_score", "-0.5", "--pooler", "cls"]) == 1  # The pooler named: no warning of it.
   err = capsys.readouterr().err.strip().splitlines()
   assert len(err) == 1 and err[0].startswith("error: no anchor got a negative: nothing written to "), err
   assert not os.path.exists(out)
