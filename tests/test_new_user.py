@@ -187,6 +187,26 @@ def test_every_commands_warnings_are_plain_lines_once_absl_has_logged():
   assert run.stdout == ""
 
 
+def test_a_command_run_in_process_leaves_the_callers_logging_as_it_found_it(capsys):
+  """A notebook or a test that calls a command's ``main`` gets its warning lines while it runs, and its own logging
+  back afterwards (no jaxcse handler left behind to print the next Python call's warnings)."""
+  import logging
+
+  from jaxcse.core import errors
+
+  log = logging.getLogger("jaxcse")
+  before = list(log.handlers)
+
+  @errors.cli
+  def main():
+    logging.getLogger("jaxcse.encode").warning("a warning while the command runs")
+    return 0
+
+  assert main() == 0
+  assert "a warning while the command runs" in capsys.readouterr().err
+  assert log.handlers == before
+
+
 def test_cosent_batches_are_not_made_duplicate_free(tiny_model_dir, small_data_dir):
   """--config pairs leaves data.no_duplicates on; CoSENT has no in-batch negatives, so nothing is deferred."""
   rows = {

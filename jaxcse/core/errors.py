@@ -49,11 +49,18 @@ class _JaxcseLines(logging.Handler):
       self.handleError(record)
 
 
-def console_logging(notes: bool) -> None:
+def _not_jaxcses(record: logging.LogRecord) -> bool:
+  return not record.name.startswith("jaxcse")
+
+
+def console_logging(notes: bool) -> Callable[[], None] | None:
   """A command's log lines: jaxcse's own as plain lines (``_JaxcseLines``: its warnings, and with ``notes`` its
   INFO notes too, as the trainer prints them), the libraries' (orbax logs every save) from WARNING in absl's format
   (``W1128 12:00:00.000000 ...``), as absl's ``app.run`` sets them. Without it, the first absl record (orbax logs
   one on import) makes absl call ``logging.basicConfig()``, and jaxcse's warnings print as ``WARNING:jaxcse:...``.
+
+  Returns what undoes the plain lines (a command run in-process, from a notebook or a test, leaves the caller's
+  logging as it found it), or None where they were set already.
   """
   from absl import flags, logging as absl_logging
 
@@ -64,11 +71,19 @@ def console_logging(notes: bool) -> None:
   log = logging.getLogger("jaxcse")
   if notes:
     log.setLevel(logging.INFO)
-  if not any(isinstance(h, _JaxcseLines) for h in log.handlers):  # Once, however often a process calls this.
-    log.addHandler(_JaxcseLines())
-    # jaxcse's records still reach the root logger (where a caller's own handlers see them), but not absl's
-    # handler there: each line is printed once.
-    absl_logging.get_absl_handler().addFilter(lambda record: not record.name.startswith("jaxcse"))
+  if any(isinstance(h, _JaxcseLines) for h in log.handlers):  # Once, however often a process calls this.
+    return None
+  lines, absl_handler = _JaxcseLines(), absl_logging.get_absl_handler()
+  log.addHandler(lines)
+  # jaxcse's records still reach the root logger (where a caller's own handlers see them), but not absl's handler
+  # there: each line is printed once.
+  absl_handler.addFilter(_not_jaxcses)
+
+  def undo() -> None:
+    log.removeHandler(lines)
+    absl_handler.removeFilter(_not_jaxcses)
+
+  return undo
 
 
 def cli(main: Callable[..., int]) -> Callable[..., int]:
@@ -82,7 +97,7 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
   """
 
   def wrapped(*args, **kwargs) -> int:
-    console_logging(notes=False)  # A command's stdout may be its result: only jaxcse's warnings, on stderr.
+    undo_lines = console_logging(notes=False)  # A command's stdout may be its result: only its warnings, on stderr.
     with interrupts.RaiseWhereSafe() as ctrl_c:
       try:
         status = main(*args, **kwargs)
@@ -92,6 +107,9 @@ def cli(main: Callable[..., int]) -> Callable[..., int]:
       except KeyboardInterrupt as e:
         print(str(e) or "interrupted", file=sys.stderr)
         status = INTERRUPTED
+      finally:
+        if undo_lines is not None:
+          undo_lines()
     starting = interrupts.starting_handler()
     if starting is not None:  # The command's own process: Ctrl-C as it exits is one more line, 130.
       starting.message = interrupts.AGAIN if status == INTERRUPTED else interrupts.EXITING

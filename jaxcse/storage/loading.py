@@ -71,20 +71,19 @@ def load_model(
     folder, commit = resolved.folder, resolved.commit
     try:
       chosen = pooler or st_format.read_pooler(folder)
-      if chosen is None:
-        chosen = "cls"
-        log.warning(
-          "%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
-          "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose",
-          path,
-        )
-      spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen), mlp_from_backbone_pooler=True)
+      spec, params = models.load_pretrained(folder, models.PoolerSpec(chosen or "cls"), mlp_from_backbone_pooler=True)
     except (OSError, ValueError) as e:  # No model files there, an unknown model type.
       first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
       raise LoadError(f"{path}: cannot load a model (not a jaxcse workdir; {first})") from None
     problem = _not_finite(spec, params)
     if problem:
       raise LoadError(f"{path}: {problem}; it cannot embed anything")
+    if chosen is None:  # Said once the model is known to load: a folder refused is one line, not two.
+      log.warning(
+        "%s: no sentence-transformers pooling config says how to pool it; using pooler 'cls' (its "
+        "pooler layer's output, as SimCSE's evaluation.py); pass --pooler to choose",
+        path,
+      )
     try:
       prompts, truncate_dim = st_format.read_prompts(folder), st_format.read_truncate_dim(folder)
     except ValueError as e:  # A damaged config_sentence_transformers.json: its message names the file.
