@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The eight attack families on this checkout (about 40 minutes on a loaded 2-core machine), raw logs under
+# The attack families on this checkout (about 40 minutes on a loaded 2-core machine), raw logs under
 # results/TAG-*.log. JAXCSE_DATA_DIR: a data root with SentEval and corpora/wiki_offline.txt (setup_probe.py copies a
 # little of it); run as root for the full-disk and read-only cases (tmpfs mounts).
 set -u
