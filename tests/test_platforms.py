@@ -77,6 +77,62 @@ def test_mallopt_is_set_when_jax_runs_on_the_cpu_only(environ, tmp_path):
   assert libc.calls == [(platforms.M_ARENA_MAX, 1), (platforms.M_MMAP_MAX, 0), (platforms.M_TRIM_THRESHOLD, -1)]
 
 
+def test_cpu_programs_run_inline_once_jax_is_imported():
+  meta_path = []
+  assert platforms.run_cpu_programs_inline(modules={}, meta_path=meta_path)
+  assert platforms.run_cpu_programs_inline(modules={}, meta_path=meta_path)  # Called twice: one finder.
+  assert [type(finder).__name__ for finder in meta_path] == ["_AfterImport"]
+
+
+@pytest.mark.parametrize(
+  "choice,arenas,wanted",
+  [("", 1, False), ("", 2, True), ("", None, False), ("1", 1, True), ("0", 3, False), ("auto", 2, True)],
+)
+def test_inline_where_a_thread_allocated_before_jaxcse_or_where_asked(choice, arenas, wanted):
+  assert platforms.inline_wanted({platforms.INLINE_CHOICE: choice}, arenas) is wanted
+
+
+@pytest.mark.skipif(platforms.glibc() is None, reason="malloc_info is glibc's")
+def test_glibc_arenas_counts_a_threads_own_arena():
+  script = (
+    "import threading\n"
+    "from jaxcse.core import platforms\n"
+    "libc = platforms.glibc()\n"
+    "before = platforms.glibc_arenas(libc)\n"
+    "t = threading.Thread(target=lambda: [bytearray(1000) for _ in range(100)])\n"
+    "t.start(); t.join()\n"
+    "print(before, platforms.glibc_arenas(libc))\n"
+  )
+  env = {**os.environ, "PYTHONPATH": REPO, "JAXCSE_MALLOPT": "0"}  # Its M_ARENA_MAX=1 would keep the thread's off.
+  out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True).stdout
+  assert out.split() == ["1", "2"]
+
+
+_INLINE = """
+import sys
+order = sys.argv[1]
+if order == "jax_first":
+  import jax
+import jaxcse
+import jax, jax.numpy as jnp
+jnp.ones(2).block_until_ready()
+print(jax.config.read("jax_cpu_enable_async_dispatch"))
+"""
+
+
+@pytest.mark.parametrize(
+  "order,choice,inline",
+  [("jaxcse_first", "1", True), ("jax_first", "1", True), ("jaxcse_first", "0", False), ("jaxcse_first", "", False)],
+)
+def test_jax_runs_cpu_programs_inline_whichever_is_imported_first(order, choice, inline):
+  env = {k: v for k, v in os.environ.items() if k not in ("JAXCSE_MALLOPT",)}
+  env.update(PYTHONPATH=REPO, JAX_PLATFORMS="cpu", **{platforms.INLINE_CHOICE: choice})
+  out = subprocess.run(
+    [sys.executable, "-c", _INLINE, order], capture_output=True, text=True, env=env, check=True, cwd=REPO
+  ).stdout.split()
+  assert out == [str(not inline)]  # jax's flag: asynchronous dispatch.
+
+
 def test_mallopt_is_left_alone_where_jax_may_find_an_accelerator(tmp_path):
   (tmp_path / "accel0").touch()
   libc = _Libc()
@@ -104,6 +160,15 @@ def test_mallopt_is_left_alone(environ):
 _FAULTS_PER_CALL = """
 import os, resource, sys
 os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+if sys.argv[1] == "thread_first":  # As in a Jupyter kernel: a thread allocated before jaxcse was imported.
+  import threading
+  started = threading.Event()
+  def allocate():
+    kept = [bytearray(1000) for _ in range(1000)]  # Its first mallocs: glibc gives the thread an arena of its own.
+    started.set()
+    threading.Event().wait()
+  threading.Thread(target=allocate, daemon=True).start()
+  started.wait()
 if sys.argv[1] == "jax_first":  # As benchmarks/bench.py and many programs do, JAX_PLATFORMS unset.
   import jax, jax.numpy as jnp, jaxcse
 else:
@@ -111,7 +176,7 @@ else:
 f = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b.T)
 a, b = jnp.ones((4096, 16)), jnp.ones((16, 8192)) / 16
 temp = f.lower(a, b).compile().memory_analysis().temp_size_in_bytes
-for _ in range(2):
+for _ in range(6):  # glibc's heap settles: a late growth by one buffer is faults once, not every call.
   f(a, b).block_until_ready()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(4):
@@ -121,12 +186,22 @@ print(temp, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 4)
 
 
 @pytest.mark.skipif(platforms.glibc() is None, reason="mallopt is glibc's")
-@pytest.mark.parametrize("order", ["jaxcse_first", "jax_first"])
+@pytest.mark.parametrize("order", ["jaxcse_first", "jax_first", "thread_first"])
 @pytest.mark.parametrize("opt_out", [False, True])
 def test_xlas_cpu_buffers_are_not_mapped_afresh_every_call(opt_out, order):
-  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "JAXCSE_MALLOPT", "JAX_PLATFORMS")}
-  env.update(PYTHONPATH=REPO, **({"JAXCSE_MALLOPT": "0"} if opt_out else {}))
-  if order == "jaxcse_first":
+  """thread_first, opted out: ``JAXCSE_INLINE_CPU=0`` only (the mallopt settings kept): a thread that allocated
+  before ``import jaxcse`` has its own arena, which glibc hands to XLA's dispatch threads, so mallopt alone leaves
+  one fault per page; jaxcse sees the second arena and runs CPU programs inline, on the calling thread, whose
+  buffers are the main arena's."""
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("GLIBC_TUNABLES", "JAXCSE_MALLOPT", "JAX_PLATFORMS", platforms.INLINE_CHOICE)
+  }
+  env["PYTHONPATH"] = REPO
+  if opt_out:
+    env.update({platforms.INLINE_CHOICE: "0"} if order == "thread_first" else {"JAXCSE_MALLOPT": "0"})
+  if order != "jax_first":
     env["JAX_PLATFORMS"] = "cpu"
   elif platforms.has_accelerator():
     pytest.skip("jax would choose an accelerator here")

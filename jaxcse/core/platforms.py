@@ -23,13 +23,17 @@ leave the faults as they were). The buffer is then allocated once and reused: 0 
 two threads 35k of 142k remain, from a source not found yet), and the process keeps its peak heap until it exits
 instead of returning it to the system between steps (with two threads: 2.6 GiB peak resident against 1.6 GiB). Left alone: other C
 libraries (musl, macOS), machines where jax may use an accelerator, a ``GLIBC_TUNABLES`` that sets any
-``glibc.malloc`` tunable (the user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out).
+``glibc.malloc`` tunable (the user's own choice), and ``JAXCSE_MALLOPT=0`` (the opt-out). Where a thread allocated
+before jaxcse was imported (a notebook's), glibc's settings cannot reach its arena: then CPU programs run inline
+(``run_cpu_programs_inline``).
 """
 
 from __future__ import annotations
 
 import ctypes
 import glob
+import importlib.abc
+import importlib.util
 import os
 import sys
 
@@ -97,7 +101,121 @@ def keep_xla_cpu_buffers(environ=os.environ, libc=None, patterns: tuple[str, ...
   if libc is None:
     return False
   # mallopt returns 1 on success; every parameter is set even if one is refused (each helps the others' effect).
-  return all([libc.mallopt(parameter, value) == 1 for parameter, value in MALLOPT_SETTINGS])
+  kept = all([libc.mallopt(parameter, value) == 1 for parameter, value in MALLOPT_SETTINGS])
+  if inline_wanted(environ, glibc_arenas(libc)):
+    run_cpu_programs_inline()
+  return kept
+
+
+INLINE_CHOICE = "JAXCSE_INLINE_CPU"  # 1: CPU programs always inline; 0: never; unset: where mallopt cannot reach.
+
+
+def inline_wanted(environ, arenas: int | None) -> bool:
+  """Whether CPU programs should run on the thread that calls them (``run_cpu_programs_inline``).
+
+  ``JAXCSE_INLINE_CPU=1`` always, ``=0`` never; otherwise where glibc already has more than one arena (``arenas``)
+  when jaxcse is imported: a thread allocated before it, which ``M_ARENA_MAX=1`` cannot reach.
+  """
+  choice = environ.get(INLINE_CHOICE, "").strip()
+  if choice in ("0", "1"):
+    return choice == "1"
+  return arenas is not None and arenas > 1
+
+
+def glibc_arenas(libc) -> int | None:
+  """How many arenas glibc's malloc has now (``malloc_info``'s heaps), or None where that cannot be asked."""
+  try:
+    buffer, size = ctypes.c_void_p(), ctypes.c_size_t()
+    libc.open_memstream.restype = ctypes.c_void_p
+    libc.open_memstream.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t)]
+    libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    libc.fclose.argtypes = libc.free.argtypes = [ctypes.c_void_p]
+    stream = libc.open_memstream(ctypes.byref(buffer), ctypes.byref(size))
+    if not stream:
+      return None
+    written = libc.malloc_info(0, stream)
+    libc.fclose(stream)  # Flushes the text into ``buffer``.
+    text = ctypes.string_at(buffer.value, size.value).decode("ascii", "replace") if buffer.value else ""
+    libc.free(buffer)
+  except (AttributeError, OSError):  # Not glibc's functions (a test's stand-in, another C library).
+    return None
+  return text.count("<heap nr=") if written == 0 else None
+
+
+def run_cpu_programs_inline(modules=sys.modules, meta_path=sys.meta_path) -> bool:
+  """Asks jax to run each CPU program on the thread that calls it (``jax_cpu_enable_async_dispatch=False``), before
+  jax's CPU client exists; returns whether it did or will (once jax is imported). ``keep_xla_cpu_buffers`` calls
+  it where ``inline_wanted``.
+
+  ``M_ARENA_MAX=1`` reaches only threads that first allocate after it: a thread that allocated before ``import
+  jaxcse`` (every Jupyter kernel has some) has an arena of its own, and glibc hands that arena to other new threads
+  in turn, so XLA's dispatch threads map and unmap the step's temporary buffer again every step (159k minor faults
+  and +40% CPU seconds a quickstart-shaped step on one core: experiments/bench/cpu_step/README.md). Inline, the
+  program runs on the calling thread, which is the main one in a command and in a notebook: the main arena, 0
+  faults. Inline also keeps no second temporary buffer in flight (a third less peak memory on two cores), at a cost
+  of 0-5% CPU seconds where mallopt works alone, which is why it is not the default there. The host work a step
+  overlaps with runs in jaxcse's prefetch threads, which go on meanwhile.
+
+  jax reads this flag from ``jax.config`` only (no environment variable), so where jax is not imported yet this
+  sets it the moment jax's import finishes (``_AfterImport``): before anything can start jax's backends. Left
+  alone: a process whose jax backends started before jaxcse was imported.
+  """
+  jax = modules.get("jax")
+  if jax is None:
+    if not any(isinstance(finder, _AfterImport) for finder in meta_path):
+      meta_path.insert(0, _AfterImport("jax", _inline))
+    return True
+  return _inline(jax)
+
+
+def _inline(jax) -> bool:
+  try:
+    from jax._src import xla_bridge
+
+    if xla_bridge.backends_are_initialized():  # Too late: the CPU client has its dispatch threads already.
+      return False
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+  except (ImportError, AttributeError):  # A jax without this flag (or that moved it): its own dispatch.
+    return False
+  return True
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+  """Calls ``then(module)`` once module ``name`` has been imported, then leaves ``sys.meta_path``.
+
+  Python has no post-import hook: this finder, first in ``sys.meta_path``, finds the module as the others would and
+  wraps its loader so that ``then`` runs right after the module's own code.
+  """
+
+  def __init__(self, name: str, then):
+    self.name, self.then = name, then
+
+  def find_spec(self, name, path=None, target=None):
+    if name != self.name:
+      return None
+    if self in sys.meta_path:
+      sys.meta_path.remove(self)
+    spec = importlib.util.find_spec(name)
+    if spec is not None and spec.loader is not None:
+      spec.loader = _ThenLoader(spec.loader, self.then)
+    return spec
+
+
+class _ThenLoader(importlib.abc.Loader):
+  """``loader``, which runs ``then(module)`` after the module's code; everything else is the loader's own."""
+
+  def __init__(self, loader, then):
+    self._loader, self._then = loader, then
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    self._loader.exec_module(module)
+    self._then(module)
+
+  def __getattr__(self, name):  # get_resource_reader, is_package, ...: the wrapped loader's.
+    return getattr(self._loader, name)
 
 
 COMPILATION_CACHE_OPT_OUT = "JAXCSE_COMPILATION_CACHE"  # =0: no persistent compilation cache unless jax's own is set.
