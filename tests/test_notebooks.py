@@ -93,3 +93,27 @@ def test_tpu_notebook_on_four_devices_keeps_the_global_batch(kernel, tmp_path, m
   assert "rows 0:2, shape (2, 1, 32)" in out and "rows 6:8, shape (2, 1, 32)" in out
   assert "trained 2 steps of global batch 8 on 4 devices" in out
   assert os.path.isfile(os.path.join(workdir, "sts.json"))
+
+
+@pytest.mark.parametrize("inline_choice", ["", "0"])
+def test_a_jupyter_kernel_keeps_xlas_cpu_buffers(kernel, monkeypatch, inline_choice):
+  """In a Jupyter kernel (its threads allocated before the first cell), a program's 128 MiB temporary buffer is
+  not mapped afresh every call (issue 68): glibc's one-arena setting cannot reach the kernel's threads' arenas, so
+  jaxcse runs CPU programs inline there. With ``JAXCSE_INLINE_CPU=0`` the kernel pays one fault per page a call, as
+  every notebook did before."""
+  from tests import test_platforms
+
+  monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  monkeypatch.setenv("PYTHONPATH", helpers.REPO)
+  monkeypatch.delenv("JAXCSE_MALLOPT", raising=False)
+  monkeypatch.setenv("JAXCSE_INLINE_CPU", inline_choice)
+  code = "import sys\nsys.argv = ['kernel', 'kernel']\n" + test_platforms._FAULTS_PER_CALL
+  nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code)])
+  nbclient.NotebookClient(nb, kernel_name=kernel, timeout=300).execute()
+  temp, faults = text_output(nb).split()
+  pages = int(temp) / 4096
+  assert pages >= 2**15  # Over glibc's 64 MiB arena heap.
+  if inline_choice == "0":
+    assert float(faults) >= pages
+  else:
+    assert float(faults) < pages / 8  # As test_platforms' bound: 0 measured.
