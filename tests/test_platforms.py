@@ -176,12 +176,14 @@ else:
 f = jax.jit(lambda a, b: jnp.tanh(a @ b) @ b.T)
 a, b = jnp.ones((4096, 16)), jnp.ones((16, 8192)) / 16
 temp = f.lower(a, b).compile().memory_analysis().temp_size_in_bytes
-for _ in range(6):  # glibc's heap settles: a late growth by one buffer is faults once, not every call.
+for _ in range(2):
   f(a, b).block_until_ready()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(4):
+calls = []  # Each call's faults: a buffer mapped afresh faults at every call, a heap still growing at a few.
+for _ in range(8):
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   f(a, b).block_until_ready()
-print(temp, (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 4)
+  calls.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(temp, *sorted(calls))
 """
 
 
@@ -208,14 +210,20 @@ def test_xlas_cpu_buffers_are_not_mapped_afresh_every_call(opt_out, order):
   out = subprocess.run(
     [sys.executable, "-c", _FAULTS_PER_CALL, order], capture_output=True, text=True, env=env, check=True, cwd=REPO
   ).stdout.split()
-  pages, faults = int(out[0]) / 4096, float(out[1])
+  pages, calls = int(out[0]) / 4096, [int(faults) for faults in out[1:]]
   assert pages >= 2**15  # Over glibc's 64 MiB arena heap: mapped afresh on a worker thread's arena.
-  # Measured on one core: 0 faults per call with jaxcse's mallopt, one per page of the buffer (32,769) without. The
-  # bound, an eighth of the pages, leaves room for the program's other allocations.
-  if opt_out:
-    assert faults >= pages
+  assert_mapped_afresh_every_call(calls, pages, expected=opt_out)
+
+
+def assert_mapped_afresh_every_call(calls: list[int], pages: float, *, expected: bool) -> None:
+  """``calls``: each of 8 calls' minor faults, sorted. Measured on one core: 0 faults a call with jaxcse's settings,
+  one per page of the buffer (32,769) at every call without. Mapped afresh: every call at least a fault a page.
+  Kept: most calls (5 of 8) under an eighth of the pages, which leaves room for the program's other allocations and
+  for glibc's heap still growing by a buffer at a few calls (seen with jax 0.7's CPU client)."""
+  if expected:
+    assert calls[0] >= pages, calls
   else:
-    assert faults < pages / 8
+    assert calls[4] < pages / 8, calls
 
 
 _CACHE_ENV = ("JAX_COMPILATION_CACHE_DIR", "JAX_ENABLE_COMPILATION_CACHE", "JAXCSE_COMPILATION_CACHE", "XDG_CACHE_HOME")
