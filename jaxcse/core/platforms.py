@@ -153,7 +153,7 @@ def run_cpu_programs_inline(modules=sys.modules, meta_path=sys.meta_path) -> boo
   and +40% CPU seconds a quickstart-shaped step on one core: experiments/bench/cpu_step/README.md). Inline, the
   program runs on the calling thread, which is the main one in a command and in a notebook: the main arena, 0
   faults. Inline also keeps no second temporary buffer in flight (a third less peak memory on two cores), at a cost
-  of 0-5% CPU seconds where mallopt works alone, which is why it is not the default there. The host work a step
+  of 1-6% CPU seconds where mallopt works alone (measured there), which is why it is not the default there. The host work a step
   overlaps with runs in jaxcse's prefetch threads, which go on meanwhile.
 
   jax reads this flag from ``jax.config`` only (no environment variable), so where jax is not imported yet this
