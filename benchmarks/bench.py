@@ -146,9 +146,12 @@ def machine_line() -> str:
   device = jax.devices()[0]
   memory = "".join(f", {k}={os.environ[k]}" for k in _MEMORY_ENV if k in os.environ)
   cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+  cpuinfo = platforms._read_cpuinfo()
+  model = next((line.partition(":")[2].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
   line = (
-    f"machine: {os.cpu_count()} cpus (this process on {cpus}), load average {load[0]:.2f} {load[1]:.2f} "
-    f"{load[2]:.2f}, jax {jax.__version__} on {device.platform} ({device.device_kind}), "
+    f"machine: {os.cpu_count()} cpus{f' {model}' if model else ''} (kind {platforms.cpu_kind(cpuinfo)}; this "
+    f"process on {cpus}), load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, jax {jax.__version__} on "
+    f"{device.platform} ({device.device_kind}), CPU dots {platforms.cpu_dot_path()}, "
     f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}{memory}"
   )
   warning = load_warning(load[0], os.cpu_count() or 1)

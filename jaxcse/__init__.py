@@ -13,6 +13,8 @@ from jaxcse.version import __version__  # noqa: E402, F401  (jaxcse.__version__;
 _platforms.cpu_only_without_accelerators()
 # And, on the CPU only, XLA's per-step buffers kept by malloc rather than mapped afresh each step (same docstring).
 _platforms.keep_xla_cpu_buffers()
+# And XLA:CPU's dots on the path measured fastest on this CPU's kind (same file, choose_cpu_dot_path).
+_platforms.choose_cpu_dot_path()
 # Before anything imports transformers: jaxcse needs no PyTorch, so its absence is no news (compat.py).
 _compat.without_transformers_torch_notice()
 

@@ -64,6 +64,13 @@ def cpu_only_without_accelerators(
   return True
 
 
+def jax_cpu_only(environ=os.environ, patterns: tuple[str, ...] = ACCELERATOR_DEVICE_NODES) -> bool:
+  """Whether jax will run on the CPU alone: ``JAX_PLATFORMS=cpu``, or ``JAX_PLATFORMS`` unset and no accelerator
+  device node (a program that imported jax before jaxcse)."""
+  chosen = environ.get("JAX_PLATFORMS")
+  return chosen.strip() == "cpu" if chosen is not None else not has_accelerator(patterns)
+
+
 MALLOPT_OPT_OUT = "JAXCSE_MALLOPT"  # =0: leave glibc's malloc as it is.
 
 # glibc's <malloc.h> parameters and the values set: one arena, no mmapped chunks, never trim (-1, documented).
@@ -91,9 +98,7 @@ def keep_xla_cpu_buffers(environ=os.environ, libc=None, patterns: tuple[str, ...
   glibc); a no-op where it is not glibc, where ``GLIBC_TUNABLES`` sets a malloc tunable and where
   ``JAXCSE_MALLOPT=0``.
   """
-  chosen = environ.get("JAX_PLATFORMS")
-  cpu_only = chosen.strip() == "cpu" if chosen is not None else not has_accelerator(patterns)
-  if environ.get(MALLOPT_OPT_OUT, "").strip() == "0" or not cpu_only:
+  if environ.get(MALLOPT_OPT_OUT, "").strip() == "0" or not jax_cpu_only(environ, patterns):
     return False
   if "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""):
     return False
@@ -216,6 +221,127 @@ class _ThenLoader(importlib.abc.Loader):
 
   def __getattr__(self, name):  # get_resource_reader, is_package, ...: the wrapped loader's.
     return getattr(self._loader, name)
+
+
+DOT_CHOICE = "JAXCSE_CPU_DOTS"  # xla | onednn | no_ynn; unset: the path measured fastest on this CPU's kind.
+
+# XLA:CPU's ways to compute a dot, as XLA flags. ``xla``: XLA's default (its own dot emitter, with YNNPACK's
+# fusions where XLA picks them); ``onednn``: every dot on its own through oneDNN's matmul; ``no_ynn``: XLA's
+# emitter without YNNPACK's fusions.
+DOT_PATHS = {
+  "xla": (),
+  "onednn": (
+    "--xla_cpu_use_onednn=true",
+    "--xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_INDIVIDUAL_DOT",
+  ),
+  "no_ynn": ("--xla_cpu_experimental_ynn_fusion_type=",),
+}
+# A user's XLA_FLAGS naming any of these is the user's choice of dot path: left as it is.
+DOT_FLAG_NAMES = (
+  "xla_cpu_use_onednn",
+  "xla_cpu_experimental_onednn_fusion_type",
+  "xla_cpu_experimental_ynn_fusion_type",
+)
+# The first jaxlib whose XLA knows every flag above: XLA ends the process on a flag it does not know, and 0.7.2's
+# and 0.8.0's lack the YNN flag and INDIVIDUAL_DOT (read from the wheels' libraries; 0.8.3, 0.9.0, 0.10.2 and
+# 0.12.0.1 have them).
+DOT_FLAGS_SINCE = (0, 8, 3)
+# The path whole train steps ran fastest on, per CPU kind and jaxlib release, by alternated processes
+# (experiments/bench/cpu_step/dot_path.txt); any other kind or release keeps ``xla`` until it is measured there.
+MEASURED_FASTEST = {}
+
+
+def cpu_kind(cpuinfo: str) -> str | None:
+  """``vendor-isa`` of the first CPU in ``/proc/cpuinfo``'s text: vendor ``amd``, ``intel`` or ``other``, the widest
+  vector ISA the dot kernels care for ``amx``, ``avx512``, ``avx2`` or ``older``; None where there is no such text."""
+  fields = {}
+  for line in cpuinfo.splitlines():
+    key, _, value = line.partition(":")
+    fields.setdefault(key.strip(), value.strip())
+  if "flags" not in fields:
+    return None
+  vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(fields.get("vendor_id", ""), "other")
+  flags = set(fields["flags"].split())
+  isa = next(
+    (name for name, flag in (("amx", "amx_tile"), ("avx512", "avx512f"), ("avx2", "avx2")) if flag in flags), "older"
+  )
+  return f"{vendor}-{isa}"
+
+
+def _read_cpuinfo() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+      return f.read(1 << 16)  # The first CPU's lines are all that cpu_kind reads.
+  except OSError:
+    return ""
+
+
+def _jaxlib_release() -> tuple[int, ...] | None:
+  from importlib import metadata
+
+  try:
+    version = metadata.version("jaxlib")
+  except metadata.PackageNotFoundError:
+    return None
+  return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+def dot_path_wanted(environ, kind: str | None, jaxlib: tuple[int, ...] | None) -> str:
+  """The dot path for this process: ``JAXCSE_CPU_DOTS`` if set (a name of ``DOT_PATHS``), else the one measured
+  fastest on CPU ``kind`` with this ``jaxlib`` (its first two numbers), else ``xla``; ``xla`` wherever this jaxlib
+  does not know the flags. A name not in ``DOT_PATHS`` is a ``ValueError`` naming the variable and the choices."""
+  choice = environ.get(DOT_CHOICE, "").strip()
+  if choice and choice not in DOT_PATHS:
+    raise ValueError(f"{DOT_CHOICE}={choice!r}: expected one of {', '.join(DOT_PATHS)}")
+  if jaxlib is None or jaxlib < DOT_FLAGS_SINCE:
+    return "xla"
+  return choice or MEASURED_FASTEST.get((kind, jaxlib[:2]), "xla")
+
+
+def choose_cpu_dot_path(
+  environ=os.environ, patterns=ACCELERATOR_DEVICE_NODES, modules=sys.modules, cpuinfo=None
+) -> str | None:
+  """Adds the dot path ``dot_path_wanted`` picks to ``XLA_FLAGS`` before jax's CPU client reads them; returns its
+  name, or None where it left the flags alone: jax may use an accelerator, the user's ``XLA_FLAGS`` name a dot flag
+  (``DOT_FLAG_NAMES``), or jax's backends started before jaxcse was imported (XLA has read its flags by then).
+
+  Why per CPU: which of XLA:CPU's dot paths is fastest differs between CPUs (on the AMD EPYC with AVX-512 oneDNN
+  took 12-22% off a train step; on the Intel Xeon flag trials found nothing), so the default is a measured table,
+  not a guess. A misspelt ``JAXCSE_CPU_DOTS`` is a warning and today's path: this runs at ``import jaxcse``.
+  """
+  flags = environ.get("XLA_FLAGS", "")
+  if not jax_cpu_only(environ, patterns) or any(name in flags for name in DOT_FLAG_NAMES) or _backends_started(modules):
+    return None
+  try:
+    path = dot_path_wanted(environ, cpu_kind(cpuinfo if cpuinfo is not None else _read_cpuinfo()), _jaxlib_release())
+  except ValueError as e:
+    import warnings
+
+    warnings.warn(f"{e}; XLA's own dots are used", stacklevel=2)
+    return None
+  if DOT_PATHS[path]:
+    environ["XLA_FLAGS"] = " ".join([flags.strip(), *DOT_PATHS[path]]).strip()
+  return path
+
+
+def _backends_started(modules) -> bool:
+  if "jax" not in modules:
+    return False
+  try:
+    from jax._src import xla_bridge
+
+    return xla_bridge.backends_are_initialized()
+  except (ImportError, AttributeError):
+    return True  # Cannot tell: as if started, leaving the flags alone.
+
+
+def cpu_dot_path(environ=os.environ) -> str:
+  """The dot path ``XLA_FLAGS`` asks of XLA:CPU now: a name of ``DOT_PATHS``, or ``custom`` for other dot flags."""
+  flags = environ.get("XLA_FLAGS", "").split()
+  for name, path_flags in DOT_PATHS.items():
+    if path_flags and all(flag in flags for flag in path_flags):
+      return name
+  return "custom" if any(name in " ".join(flags) for name in DOT_FLAG_NAMES) else "xla"
 
 
 COMPILATION_CACHE_OPT_OUT = "JAXCSE_COMPILATION_CACHE"  # =0: no persistent compilation cache unless jax's own is set.
