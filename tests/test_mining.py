@@ -300,17 +300,28 @@ def test_seeded_random_is_deterministic_and_the_seed_matters(data):
 
 
 def test_search_blocks_do_not_change_the_result():
+  # Blocks of another row count are dots of another shape, which XLA may accumulate in another order: each float32
+  # score is within gamma_K * sum_i |q_i c_i| of the exact one (K = 16 products, gamma_K = K u / (1 - K u), u =
+  # 2^-24), so two blockings agree within twice that, and the order agrees wherever neighbours are further apart.
   rng = np.random.default_rng(0)
   queries, corpus = rng.normal(size=(37, 16)).astype(np.float32), rng.normal(size=(50, 16)).astype(np.float32)
   corpus[7] = corpus[3]  # A tie: the earlier row first.
   whole = mining.top_k(queries, corpus, 9)
+  unit = 2.0**-24
+  gamma = 16 * unit / (1 - 16 * unit)
+  magnitudes = np.abs(queries.astype(np.float64)) @ np.abs(corpus.T.astype(np.float64))
+  bound = gamma * np.take_along_axis(magnitudes, whole[1], axis=1)
+  exact = queries.astype(np.float64) @ corpus.T.astype(np.float64)
+  assert np.all(np.abs(whole[0] - np.take_along_axis(exact, whole[1], axis=1)) <= bound)
+  np.testing.assert_array_equal(whole[1], np.argsort(-exact, axis=1, kind="stable")[:, :9])
+  neighbours = -np.diff(np.sort(exact, axis=1)[:, ::-1][:, :10], axis=1)
+  assert np.all((neighbours == 0) | (neighbours > 4 * np.max(bound))), "a near tie would let the order differ"
   for rows in (1, 5, 36):
     blocked = mining.top_k(queries, corpus, 9, block_rows=rows)
     np.testing.assert_array_equal(blocked[1], whole[1])
-    np.testing.assert_array_equal(blocked[0], whole[0])
-  exact = queries.astype(np.float64) @ corpus.T.astype(np.float64)
-  np.testing.assert_allclose(whole[0], np.sort(exact, axis=1)[:, ::-1][:, :9], atol=1e-5)
+    assert np.all(np.abs(blocked[0] - whole[0]) <= 2 * bound)
   ties = np.flatnonzero((whole[1] == 3).any(axis=1) & (whole[1] == 7).any(axis=1))
+  assert len(ties)
   for q in ties:
     row = list(whole[1][q])
     assert row.index(3) < row.index(7)
