@@ -146,7 +146,7 @@ def machine_line() -> str:
   device = jax.devices()[0]
   memory = "".join(f", {k}={os.environ[k]}" for k in _MEMORY_ENV if k in os.environ)
   cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-  cpuinfo = platforms._read_cpuinfo()
+  cpuinfo = platforms.read_cpuinfo()
   model = next((line.partition(":")[2].strip() for line in cpuinfo.splitlines() if line.startswith("model name")), "")
   line = (
     f"machine: {os.cpu_count()} cpus{f' {model}' if model else ''} (kind {platforms.cpu_kind(cpuinfo)}; this "

@@ -91,7 +91,7 @@ def test_train_tiny(capsys):
   pinned = re.compile(r"machine: .*; this process on \[\d+\]\)")
   assert any(map(pinned.match, lines)) != platforms.has_accelerator()
   # With the CPU's kind and the dot path XLA:CPU was asked for beside every result (issue 68 item 6).
-  kind = platforms.cpu_kind(platforms._read_cpuinfo())
+  kind = platforms.cpu_kind(platforms.read_cpuinfo())
   assert any(f"(kind {kind};" in line and f"CPU dots {platforms.cpu_dot_path()}," in line for line in lines)
   assert os.sched_getaffinity(0) == affinity
 

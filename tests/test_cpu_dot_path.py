@@ -14,7 +14,7 @@ import pytest
 from jaxcse.core import platforms
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-JAXLIB = platforms._jaxlib_release()
+JAXLIB = platforms.jaxlib_release()
 KNOWS_FLAGS = JAXLIB is not None and JAXLIB >= platforms.DOT_FLAGS_SINCE
 
 ZEN2 = "vendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse2 avx avx2 fma\n"
@@ -130,7 +130,7 @@ def test_the_chosen_path_is_the_one_xla_compiles_and_every_path_is_exact_to_floa
 
 
 def test_the_default_here_is_the_tables_entry_for_this_machine():
-  kind = platforms.cpu_kind(platforms._read_cpuinfo())
+  kind = platforms.cpu_kind(platforms.read_cpuinfo())
   expected = platforms.MEASURED_FASTEST.get((kind, JAXLIB[:2]), "xla") if KNOWS_FLAGS else "xla"
   assert _dot_process("jaxcse_first")["path"] == expected
 

@@ -271,7 +271,8 @@ def cpu_kind(cpuinfo: str) -> str | None:
   return f"{vendor}-{isa}"
 
 
-def _read_cpuinfo() -> str:
+def read_cpuinfo() -> str:
+  """The start of ``/proc/cpuinfo`` (what ``cpu_kind`` reads); "" where there is none (not Linux)."""
   try:
     with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
       return f.read(1 << 16)  # The first CPU's lines are all that cpu_kind reads.
@@ -279,7 +280,8 @@ def _read_cpuinfo() -> str:
     return ""
 
 
-def _jaxlib_release() -> tuple[int, ...] | None:
+def jaxlib_release() -> tuple[int, ...] | None:
+  """The installed jaxlib's version numbers, e.g. ``(0, 10, 2)``, read without importing it; None if absent."""
   from importlib import metadata
 
   try:
@@ -316,7 +318,7 @@ def choose_cpu_dot_path(
   if not jax_cpu_only(environ, patterns) or any(name in flags for name in DOT_FLAG_NAMES) or _backends_started(modules):
     return None
   try:
-    path = dot_path_wanted(environ, cpu_kind(cpuinfo if cpuinfo is not None else _read_cpuinfo()), _jaxlib_release())
+    path = dot_path_wanted(environ, cpu_kind(cpuinfo if cpuinfo is not None else read_cpuinfo()), jaxlib_release())
   except ValueError as e:
     import warnings
 

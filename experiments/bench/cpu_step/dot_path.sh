@@ -7,7 +7,7 @@ shape=$1 rounds=$2
 shift 2
 sides=("$@")
 core=${CORE:-1}
-echo "# $(date -u +%F' '%H:%M) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), core $core, $(python -c 'import jaxlib; print("jaxlib", jaxlib.__version__)'), cpu kind $(python -c 'from jaxcse.core import platforms as p; print(p.cpu_kind(p._read_cpuinfo()))')"
+echo "# $(date -u +%F' '%H:%M) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), core $core, $(python -c 'import jaxlib; print("jaxlib", jaxlib.__version__)'), cpu kind $(python -c 'from jaxcse.core import platforms as p; print(p.cpu_kind(p.read_cpuinfo()))')"
 for ((r = 0; r < rounds; r++)); do
   n=${#sides[@]}
   for ((i = 0; i < n; i++)); do
