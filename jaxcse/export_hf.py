@@ -137,6 +137,7 @@ def export(
   trained: dict | None = None,
   prompts: dict[str, str] | None = None,
   truncate_dim: int | None = None,
+  soup: dict | None = None,
 ) -> dict:
   """Writes a model (``spec`` and ``params``) with ``pooler`` (default: its test pooler) as a HF + ST folder.
 
@@ -220,6 +221,9 @@ def export(
       if trained
       else base
     )
+    if soup:
+      kept = ", ".join(f"`{path}`" for path in soup["kept"])
+      source = f"a {soup['recipe']} model soup (the weights averaged) of {kept}, models of {base}"
     run = None
     if trained and trained.get("path"):
       run = model_card.TrainingRun.read(trained["path"], trained["workdir"], trained["step"], trained["checkpoint"])
@@ -244,6 +248,8 @@ def export(
       record.update(
         workdir=trained["workdir"], checkpoint=trained["checkpoint"], step=trained["step"], base_model=spec.source
       )
+    if soup:
+      record["soup"] = soup
     if run is not None:  # The length it was trained at: sentence_bert_config.json's is the backbone's.
       record["trained_max_seq_len"] = run.value("data.max_seq_len")
     files.write_json(os.path.join(tmp, "jaxcse_export.json"), record)

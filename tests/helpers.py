@@ -102,12 +102,13 @@ def numeric_embed(sentences):
   return np.array([[float(t) for t in s.split()] for s in sentences], np.float32)
 
 
-def make_tiny_model_dir(path: str, seed: int = 0) -> str:
+def make_tiny_model_dir(path: str, seed: int = 0, **config_changes) -> str:
   """A randomly initialised 2-layer BERT (hidden 32) with bert-base-uncased's tokenizer, saved as safetensors.
 
   Built with jaxcse's own BERT from the key transformers' Flax BERT ``(config, seed=0)`` initialised with (the
   first half of ``PRNGKey(0)`` split): the same weights, bit for bit, as the tiny model earlier versions saved.
-  Another ``seed``: another model of the same shape and vocabulary (``PRNGKey(seed)``'s first half).
+  Another ``seed``: another model of the same shape and vocabulary (``PRNGKey(seed)``'s first half);
+  ``config_changes``: ``BertConfig`` fields changed (another shape).
   """
   import jax
   import numpy as np
@@ -116,7 +117,7 @@ def make_tiny_model_dir(path: str, seed: int = 0) -> str:
 
   from jaxcse.models import bert, weights
 
-  config = BertConfig(
+  shape = dict(
     vocab_size=30522,
     hidden_size=32,
     num_hidden_layers=2,
@@ -124,6 +125,7 @@ def make_tiny_model_dir(path: str, seed: int = 0) -> str:
     intermediate_size=64,
     max_position_embeddings=128,
   )
+  config = BertConfig(**{**shape, **config_changes})
   ids = np.ones((1, 4), np.int32)
   params = bert.BertModel(config).init(jax.random.split(jax.random.PRNGKey(seed))[0], ids, ids)["params"]
   os.makedirs(path, exist_ok=True)

@@ -263,6 +263,7 @@ LAYERS = (
       "jaxcse.evaluate",
       "jaxcse.encode",
       "jaxcse.mining",
+      "jaxcse.soup",
       "jaxcse.export_hf",
       "jaxcse.report",
       "jaxcse.plot",

@@ -75,6 +75,7 @@ def test_every_command_is_a_console_script():
     "jaxcse-wordpiece",
     "jaxcse-compile",
     "jaxcse-mine",
+    "jaxcse-soup",
   } <= set(_console_scripts())
 
 

@@ -79,6 +79,7 @@ MODULES = {
   "jaxcse-evaluate": "jaxcse.evaluate",
   "jaxcse-export": "jaxcse.export_hf",
   "jaxcse-mine": "jaxcse.mining",
+  "jaxcse-soup": "jaxcse.soup",
   "jaxcse-train": "jaxcse.train",
   "jaxcse-data": "jaxcse.data",
   "jaxcse-report": "jaxcse.report",
@@ -132,6 +133,7 @@ def _args(command: str, root: str, model: str, out: str) -> list[str]:
       f"{out}/eval.json",
     ],
     "jaxcse-export": [model, f"{out}/export", "--pooler", "cls"],
+    "jaxcse-soup": [model, model, "--pooler", "cls", "--metric", "none", "--output", f"{out}/soup"],
     "jaxcse-mine": [
       "--model",
       model,
@@ -178,8 +180,10 @@ def _half_written(out: str, line: str) -> list[str]:
       json.load(open(f"{out}/eval.json"))
     if os.path.exists(f"{out}/mined.jsonl"):
       assert len(files.read_jsonl(f"{out}/mined.jsonl")) > 0
-    if os.path.exists(f"{out}/export"):
-      assert os.path.exists(f"{out}/export/model.safetensors") and os.path.exists(f"{out}/export/jaxcse_export.json")
+    for folder in ("export", "soup"):
+      if os.path.exists(f"{out}/{folder}"):
+        assert os.path.exists(f"{out}/{folder}/model.safetensors")
+        assert os.path.exists(f"{out}/{folder}/jaxcse_export.json")
   except Exception as e:  # noqa: BLE001 -- any failure to read it back is the finding.
     bad.append(f"an output that does not read back: {e!r}")
   return bad
@@ -195,6 +199,9 @@ CASES = [
   *[(c, e, "run_gc") for c in MODEL_COMMANDS for e in ("script", "-m")],
   *[(c, "-m", "output") for c in MODEL_COMMANDS],
   *[(c, "-m", "tracing") for c in ("jaxcse-encode", "jaxcse-mine")],
+  # The soup loads and writes as export does (its start is the other commands' test's): once the model loads, and
+  # as it writes.
+  *[("jaxcse-soup", "-m", at) for at in ("run_gc", "output")],
 ]
 
 
