@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -151,6 +152,10 @@ def _tokenizer(spec: models.ModelSpec) -> Any:
   return {k: v for k, v in described.items() if k not in ("truncation", "padding")}
 
 
+def _poolers(pooling: models.PoolerSpec) -> str:
+  return f"with {pooling.pooler} in training, {pooling.dev_pooler} on dev sets, {pooling.test_pooler} at test time"
+
+
 def check_compatible(first: loading.Loaded, other: loading.Loaded, name: str, first_name: str) -> None:
   """Raises ``SoupError`` where ``other`` (the ingredient ``name``) cannot be averaged with ``first``."""
   if other.spec.family.model_type != first.spec.family.model_type:
@@ -164,7 +169,7 @@ def check_compatible(first: loading.Loaded, other: loading.Loaded, name: str, fi
   if _tokenizer(other.spec) != _tokenizer(first.spec):
     raise SoupError(f"{name}: has another tokenizer than {first_name} (its vocabulary or normalisation differs)")
   if other.spec.pooling != first.spec.pooling:
-    raise SoupError(f"{name}: pools as {other.spec.pooling}, {first_name} as {first.spec.pooling}")
+    raise SoupError(f"{name}: pools {_poolers(other.spec.pooling)}, {first_name} {_poolers(first.spec.pooling)}")
   if other.prompts != first.prompts:
     raise SoupError(f"{name}: has the prompts {other.prompts}, {first_name} {first.prompts}")
   if other.truncate_dim != first.truncate_dim:
@@ -237,7 +242,9 @@ def make_soup(
     soup_score = score(params) if score else None
     kept = tuple(models_)
   else:
-    order = sorted(range(len(loaded)), key=lambda i: -scores[i])  # Stable: ties keep the order given.
+    # Best first; ties keep the order given (a stable sort); a model whose dev score is not a number (a collapsed
+    # one) goes last, and the soup leaves it out (a comparison with NaN is false).
+    order = sorted(range(len(loaded)), key=lambda i: (not math.isfinite(scores[i]), -scores[i]))
     chosen = [order[0]]
     params, soup_score = loaded[order[0]].params, scores[order[0]]
     for i in order[1:]:
@@ -248,8 +255,6 @@ def make_soup(
       if taken:
         chosen.append(i)
         params, soup_score = candidate, candidate_score
-    if len(chosen) == 1:
-      params = jax.device_get(params)
     kept = tuple(models_[i] for i in chosen)
   return Soup(
     spec, params, "greedy" if greedy else "uniform", metric, ingredients, kept, soup_score,
