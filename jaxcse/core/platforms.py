@@ -250,7 +250,9 @@ DOT_FLAGS_SINCE = (0, 8, 3)
 # (experiments/bench/cpu_step/dot_path.txt); any other kind or release keeps ``xla`` until it is measured there.
 # Empty so far: on the AMD EPYC without AVX-512 (amd-avx2, jaxlib 0.10.2) oneDNN was faster in 7 of 7 rounds
 # (mini 2.94-3.27 against 3.29-5.46 CPU s a step, minilm 8.66-10.19 against 10.35-10.66) but its peak memory was
-# 1.5-1.7x XLA's (minilm 4.4 against 2.6 GiB), against issue 68's memory aim; ``JAXCSE_CPU_DOTS=onednn`` opts in.
+# 1.5-1.7x XLA's (minilm 4.4 against 2.6 GiB), against issue 68's memory aim; with AVX-512 (amd-avx512) it took
+# 0.64-0.77x XLA's time where neither process faulted, but was slower in one round and again 1.7x the memory
+# (experiments/bench/cpu_step/README.md). ``JAXCSE_CPU_DOTS=onednn`` opts in.
 MEASURED_FASTEST = {}
 
 
