@@ -108,32 +108,33 @@ def average(trees: Sequence[Any]) -> Any:
   (``check_same_shapes``)."""
   if not trees:
     raise SoupError("a soup needs at least one model")
-  leaves = [jax.tree.leaves(jax.device_get(t)) for t in trees]
-  mean = []
-  for i, first in enumerate(leaves[0]):
-    total = np.zeros(np.shape(first), np.float64)
-    for tree_leaves in leaves:
-      total += np.asarray(tree_leaves[i], np.float64)
-    mean.append((total / len(trees)).astype(np.asarray(first).dtype))
-  return jax.tree.unflatten(jax.tree.structure(trees[0]), mean)
+
+  def mean(*leaves):
+    total = sum(np.asarray(leaf, np.float64) for leaf in leaves)
+    return (total / len(leaves)).astype(np.asarray(leaves[0]).dtype)
+
+  return jax.tree.map(mean, *jax.device_get(list(trees)))
 
 
 def check_same_shapes(first: Any, other: Any, name: str) -> None:
-  """Raises ``SoupError`` naming ``name`` and the first parameter that ``other`` lacks, adds or shapes otherwise."""
-  a = {jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_flatten_with_path(first)[0]}
-  b = {jax.tree_util.keystr(p): np.shape(x) for p, x in jax.tree_util.tree_flatten_with_path(other)[0]}
-  dtypes_a = {jax.tree_util.keystr(p): np.asarray(x).dtype for p, x in jax.tree_util.tree_flatten_with_path(first)[0]}
+  """Raises ``SoupError`` naming ``name`` and the first parameter that ``other`` lacks, adds, or shapes or types
+  otherwise."""
+
+  def described(tree):
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(p): (np.shape(x), np.asarray(x).dtype) for p, x in leaves}
+
+  a, b = described(first), described(other)
   for key in sorted(a.keys() | b.keys()):
     if key not in b:
       raise SoupError(f"{name}: has no parameter {key} (the first model has); a soup averages models of one shape")
     if key not in a:
       raise SoupError(f"{name}: has a parameter {key} the first model lacks; a soup averages models of one shape")
-    if a[key] != b[key]:
-      raise SoupError(f"{name}: parameter {key} is {b[key]}, the first model's {a[key]}; a soup needs one shape")
-  for p, x in jax.tree_util.tree_flatten_with_path(other)[0]:
-    key = jax.tree_util.keystr(p)
-    if np.asarray(x).dtype != dtypes_a[key]:
-      raise SoupError(f"{name}: parameter {key} is {np.asarray(x).dtype}, the first model's {dtypes_a[key]}")
+    (shape_a, dtype_a), (shape_b, dtype_b) = a[key], b[key]
+    if shape_a != shape_b:
+      raise SoupError(f"{name}: parameter {key} is {shape_b}, the first model's {shape_a}; a soup needs one shape")
+    if dtype_a != dtype_b:
+      raise SoupError(f"{name}: parameter {key} is {dtype_b}, the first model's {dtype_a}")
 
 
 def _config(spec: models.ModelSpec) -> dict:

@@ -156,3 +156,16 @@ def test_a_soup_that_cannot_be_made_is_one_line_and_writes_nothing(mistake, mess
   assert sorted(os.listdir(tmp_path)) == before
   if mistake == "output not empty":
     assert os.listdir(out) == ["keep.txt"]
+
+
+def test_parameters_of_another_path_shape_or_dtype_are_named():
+  first = {"a": np.zeros((2, 3), np.float32), "b": np.zeros(4, np.float32)}
+  soup.check_same_shapes(first, {"a": np.ones((2, 3), np.float32), "b": np.ones(4, np.float32)}, "x")
+  for other, message in [
+    ({"a": np.zeros((2, 3), np.float32)}, r"x: has no parameter \['b'\]"),
+    ({**first, "c": np.zeros(1, np.float32)}, r"x: has a parameter \['c'\] the first model lacks"),
+    ({**first, "b": np.zeros(5, np.float32)}, r"x: parameter \['b'\] is \(5,\), the first model's \(4,\)"),
+    ({**first, "b": np.zeros(4, np.float16)}, r"x: parameter \['b'\] is float16, the first model's float32"),
+  ]:
+    with pytest.raises(soup.SoupError, match=message):
+      soup.check_same_shapes(first, other, "x")
