@@ -109,6 +109,26 @@ def get_config() -> ml_collections.ConfigDict:
   config.gist.contrast_anchors = True  # Also contrast each anchor with the other anchors (the paper's, s-t's default).
   config.gist.contrast_positives = True  # Also each positive with the other positives (False may help retrieval).
 
+  # Learning from a teacher whose embeddings or scores the training data holds as each row's label (s-t 6's
+  # convention): method="embed_distill" (EmbedDistillLoss; MSELoss = distance "mse"), "margin_mse" (MarginMSELoss),
+  # "distill_kl_div" (DistillKLDivLoss). docs/own_data.md#learn-from-a-teacher.
+  config.distill = ml_collections.ConfigDict()
+  # embed_distill's distance to the teacher's embedding: mse (MSELoss), l2 (Euclidean) or cosine (1 - cosine;
+  # EmbedDistillLoss's default).
+  config.distill.distance = "mse"
+  config.distill.similarity = "dot"  # margin_mse / distill_kl_div score query-candidate pairs: dot (s-t's) or cosine.
+  config.distill.student_temperature = 1.0  # distill_kl_div: divides the student's scores; the loss is x its square.
+  config.distill.teacher_temperature = 1.0  # distill_kl_div: divides the teacher's scores (the labels).
+
+  # The spread-out regulariser (s-t 6's GlobalOrthogonalRegularizationLoss; Zhang et al. 2017, as EmbeddingGemma
+  # adds it): method="gor" alone, or added to any method's loss with gor.enabled.
+  config.gor = ml_collections.ConfigDict()
+  config.gor.enabled = False  # Add it to the method's loss (each text column's embeddings, on the global batch).
+  config.gor.mean_weight = 1.0  # x (mean off-diagonal similarity)^2; 0 leaves the term out; at most 1e4.
+  config.gor.second_moment_weight = 1.0  # x max(0, mean squared off-diagonal similarity - 1 / dim); at most 1e4.
+  config.gor.aggregation = "mean"  # Of the per-column terms: mean or sum.
+  config.gor.similarity = "cosine"  # cosine (s-t's cos_sim) or dot.
+
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
   # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.

@@ -358,7 +358,9 @@ def _train(
       if configuration.packed(config):
         if packed is None:
           pad_id = start.spec.tokenizer.pad_token_id or 0
-          packed = views.PackedViews.for_batches(*host_batch["input_ids"].shape, pad_id=pad_id)
+          packed = views.PackedViews.for_batches(
+            *host_batch["input_ids"].shape, pad_id=pad_id, two_views=inputs.needs.two_views
+          )
         batch["packed"] = _packed_rows(packed, host_batch, mesh, batch_sharding, chunks)
       state, metrics = train_step(state, batch, complementary_params, augment_params)
       done = step + 1  # Labelled like checkpoints: step n is the update that produces state n.

@@ -47,7 +47,10 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
 @pytest.mark.parametrize(
   "overrides, message",
   [
-    ({"method": "foo"}, r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, gist, mlm"),
+    (
+      {"method": "foo"},
+      r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, gist, embed_distill, margin_mse, distill_kl_div, gor, mlm",
+    ),
     ({"eval.metric": "foo"}, r"unknown eval.metric 'foo'; choose one of stsb_dev, stsb_sickr_dev"),
     ({"model.pooler": "foo"}, r"unknown pooler 'foo'; choose one of cls, cls_before_pooler, avg"),
     ({"model.test_pooler": "max"}, r"unknown pooler 'max'"),
@@ -135,7 +138,7 @@ def test_every_numeric_config_field_has_its_range_checked():
     "augment.crop",
     "augment.word_deletion",
     "augment.mlm",
-    # Checked by their method's own check (objectives: _check_mnrl, _check_cosent, _check_gist), the only one
+    # Checked by their method's own check (st_methods: check_mnrl, check_cosent, check_gist), the only one
     # that reads them.
     "mnrl.scale",
     "mnrl.hardness_strength",
@@ -143,6 +146,10 @@ def test_every_numeric_config_field_has_its_range_checked():
     "matryoshka.n_dims_per_step",  # matryoshka.Matryoshka.from_config, with the dims it draws from.
     "gist.temperature",
     "gist.margin",
+    "distill.student_temperature",  # st_methods.check_distill.
+    "distill.teacher_temperature",
+    "gor.mean_weight",  # st_methods.check_gor.
+    "gor.second_moment_weight",
   }
   unchecked = set()
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
@@ -286,9 +293,11 @@ LAYERS = (
       "jaxcse.training.views",
       "jaxcse.training.masked_lm",
       "jaxcse.training.objectives",
+      "jaxcse.training.st_methods",
       "jaxcse.training.losses",
       "jaxcse.training.dclr_losses",
       "jaxcse.training.ranking_losses",
+      "jaxcse.training.distill_losses",
       "jaxcse.training.matryoshka",
       "jaxcse.training.gradcache",
       "jaxcse.training.augment",

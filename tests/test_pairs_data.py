@@ -534,8 +534,8 @@ def test_scored_pairs_for_a_method_without_labels_are_refused_before_anything_is
   with pytest.raises(
     DataError,
     # The flag that trains them (before: the method's name only).
-    match=r"scored.csv: column 'score' holds a label per row \(scored pairs\), which "
-    r"method mnrl does not use: train them with --config.method=cosent, or drop the column",
+    match=r"scored.csv: column 'score' holds a label per row \(scored pairs, a teacher's scores or embeddings\), "
+    r"which method mnrl does not use: train them with --config.method=cosent, or drop the column",
   ):
     train.train_and_evaluate(_pairs_config(tiny_model_dir, small_data_dir, str(path)), str(workdir))
   assert not workdir.exists()

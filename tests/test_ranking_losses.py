@@ -31,7 +31,16 @@ import optax  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
 from jaxcse.core import compat  # noqa: E402
-from jaxcse.training import configuration, configured, distributed, losses, objectives, ranking_losses, train_step
+from jaxcse.training import (  # noqa: E402
+  configuration,
+  configured,
+  distributed,
+  losses,
+  objectives,
+  ranking_losses,
+  st_methods,
+  train_step,
+)
 from jaxcse import data as data_lib, models, train
 from tests import helpers  # noqa: E402
 
@@ -180,7 +189,7 @@ def test_cosent_config_errors_name_the_field():
 
 
 def test_mnrl_directions_setting_is_read_as_a_list():
-  assert objectives.mnrl_directions("query_to_doc, doc_to_query") == ("query_to_doc", "doc_to_query")
+  assert st_methods.mnrl_directions("query_to_doc, doc_to_query") == ("query_to_doc", "doc_to_query")
 
 
 # --------------------------------------------------------------------------
@@ -359,7 +368,7 @@ def test_cosent_without_labels_is_a_clear_error(tiny_model_dir, small_data_dir):
   tx = optax.sgd(1.0)
   state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
   batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), False, 0)
-  with pytest.raises(ValueError, match="method cosent needs a gold score per pair"):
+  with pytest.raises(ValueError, match="method cosent needs a label per row"):
     train_step.make_train_step(config, spec, tx)(state, batch)
 
 

@@ -80,11 +80,12 @@ def packed_rows(config, spec, shape: tuple[int, int, int], mean_length: int | No
   """Abstract ``views.PackedViews.lay_out`` rows of a ``[batch, columns, len]`` batch whose texts average
   ``mean_length`` tokens (None: ``len``), laid out for ``shards`` devices and GradCache's chunks as the trainer
   does (one block of rows a device and chunk, ``packing.pack_shards``)."""
-  layout = views.PackedViews.for_batches(*shape, pad_id=spec.tokenizer.pad_token_id or 0)
+  two_views = objectives.needs(config).two_views
+  layout = views.PackedViews.for_batches(*shape, pad_id=spec.tokenizer.pad_token_id or 0, two_views=two_views)
   examples, columns, length = shape
   chunk = config.train.grad_cache_chunk
   chunks = examples // chunk if chunk else 1
-  texts = examples * (2 if columns == 1 else columns) // (shards * chunks)  # A (device, chunk)'s.
+  texts = examples * (2 if columns == 1 and two_views else columns) // (shards * chunks)  # A (device, chunk)'s.
   rows = views.rows_bucket(-(-texts * (mean_length or length) // layout.row_len))
   ints = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)  # noqa: E731
   parts = () if shards == 1 and chunks == 1 else (shards * chunks,)
@@ -137,8 +138,10 @@ def train_step_program(
   )
   shape = (batch_size, columns, configuration.tokenized_length(config))
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
-  if objectives.get(config.method).labels:  # A gold score per row (cosent), as the trainer's batches carry it.
-    batch["labels"] = jax.ShapeDtypeStruct((batch_size,), jnp.float32)
+  objective = objectives.get(config.method)
+  if objective.labels:  # A label per row (cosent's gold score, a teacher's), as the trainer's batches carry it.
+    label_shape = objective.label_shapes(columns, model.spec.hidden_size)[0]
+    batch["labels"] = jax.ShapeDtypeStruct((batch_size, *label_shape), jnp.float32)
   if configuration.packed(config):
     batch["packed"] = packed_rows(config, model.spec, shape, packed_length, shards=mesh.size)
   comp_params = complementary and placed(complementary.params, replicated)

@@ -8,8 +8,10 @@ Sources (``config.data.train``, or a ``datasets.Dataset`` given to ``train.train
     cache only).
 
 Columns, as sentence-transformers' data collator reads them: the first column named ``label``, ``labels``,
-``score`` or ``scores`` (in that order) is the label, one number per row; a ``dataset_name`` column is ignored;
-every other column, in the dataset's order whatever its name, is text: anchor, positive, negative_1..k.
+``score`` or ``scores`` (in that order) is the label: one number per row, or a list of numbers (a teacher's scores
+or embedding) or a list of such lists (a teacher embedding per text column) of the same shape in every row; a
+``dataset_name`` column is ignored; every other column, in the dataset's order whatever its name, is text: anchor,
+positive, negative_1..k.
 
 Every row is checked before training starts (``validate``): a missing value, an empty text (or one of only control,
 format or space characters), text that is not valid UTF-8, or a label that is not a finite number is a
@@ -120,14 +122,15 @@ class PairCorpus:
   """Training rows of a ``datasets.Dataset``: text columns in order (anchor, positive, negatives), maybe a label.
 
   ``dataset`` holds only those columns, in Arrow format (``dataset[rows]`` is a ``pyarrow.Table``). ``labels`` is
-  the label column as float64, or None.
+  the label column as float64 (``labels[rows]``: ``[rows, *label_shape]``), or None: a number per row in memory, a
+  list per row read from the (memory-mapped) rows a batch asks for (``ListLabels``).
   """
 
   path: str  # The source, as messages name it.
   dataset: object  # datasets.Dataset, with_format("arrow"), its columns text_columns (+ label_column).
   text_columns: tuple[str, ...]
   label_column: str | None
-  labels: np.ndarray | None
+  labels: np.ndarray | ListLabels | None
   skipped_empty_lines: tuple = ()  # Nothing is skipped: a bad row is an error.
   file_sha256: str | None = None  # sha256 of the bytes the rows were read from (``_load_file``); None: not a file.
 
@@ -144,10 +147,37 @@ class PairCorpus:
     table = self.dataset[0 : len(self)]
     return [table.column(name) for name in self.text_columns]
 
+  @property
+  def label_shape(self) -> tuple[int, ...] | None:
+    """One row's label's shape (``()``: a number), or None without labels."""
+    return None if self.labels is None else tuple(self.labels.shape[1:])
+
   @functools.cached_property
   def content_sha256(self) -> str:
     """sha256 of the rows' content (column names, texts, labels), whatever the Arrow chunking."""
     return content_sha256(self.dataset, self.text_columns, self.label_column)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListLabels:
+  """A label column of lists (a teacher's scores or embeddings), each row's of ``row_shape``: read as float64 only
+  for the rows asked for, so a corpus of millions of teacher embeddings stays on disk (Arrow, memory-mapped)."""
+
+  dataset: object  # datasets.Dataset in Arrow format, holding ``column``.
+  column: str
+  row_shape: tuple[int, ...]
+
+  @property
+  def shape(self) -> tuple[int, ...]:
+    return (len(self.dataset), *self.row_shape)
+
+  def __len__(self) -> int:
+    return len(self.dataset)
+
+  def __getitem__(self, rows) -> np.ndarray:
+    rows = np.asarray(rows)
+    values = _flat_numbers(self.dataset[rows.reshape(-1).tolist()].column(self.column))
+    return values.to_numpy().reshape(*rows.shape, *self.row_shape)
 
 
 def _chunks(dataset):
@@ -173,7 +203,9 @@ def content_sha256(dataset, text_columns, label_column) -> str:
       lengths[name].update(np.diff(offsets).astype("<i8").tobytes())
       values[name].update(memoryview(data)[offsets[0] : offsets[-1]])
     if label_column:
-      values[label_column].update(table.column(label_column).cast(pa.float64()).to_numpy().astype("<f8").tobytes())
+      column = table.column(label_column)
+      numbers = _flat_numbers(column) if _list_depth(column.type) else column.cast(pa.float64())
+      values[label_column].update(numbers.to_numpy().astype("<f8").tobytes())
   whole = hashlib.sha256()
   for name in names:
     whole.update(f"{name}\0{lengths[name].hexdigest()}\0{values[name].hexdigest()}\0".encode())
@@ -365,16 +397,18 @@ def validate(dataset, name: str) -> PairCorpus:
     if isinstance(kind, pa.BaseExtensionType) and pa.types.is_string(kind.storage_type):  # JSON of mixed types.
       _first_bad(name, 0, label, _not_json_number(dataset, label), "not a number")
       raise MixedColumn(name, label)  # Numbers and strings of numbers: datasets kept no row's type.
-    if not (
-      pa.types.is_integer(kind)
-      or pa.types.is_floating(kind)
-      or pa.types.is_string(kind)
-      or pa.types.is_large_string(kind)
-      or pa.types.is_boolean(kind)
+    depth = _list_depth(kind)
+    if depth > 2 or not (
+      pa.types.is_integer(_innermost(kind))
+      or pa.types.is_floating(_innermost(kind))
+      or (not depth and (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_boolean(kind)))
     ):
-      raise DataError(f"{name}: label column {label!r} holds {kind}, not numbers")
+      raise DataError(
+        f"{name}: label column {label!r} holds {kind}, not numbers (a number per row, a list of numbers, or a "
+        "list of lists of numbers)"
+      )
   arrow = dataset.select_columns(list(texts) + ([label] if label else [])).with_format("arrow")
-  labels = []
+  labels, row_shape = [], None
   for start, table in _chunks(arrow):
     for column in texts:
       values = table.column(column)
@@ -386,7 +420,9 @@ def validate(dataset, name: str) -> PairCorpus:
         empty = not values[row].as_py().strip()
         problem = "empty text" if empty else "no visible character (only control, format or space characters)"
         raise RowError(name, start + row, column, problem)
-    if label:
+    if label and _list_depth(types.field(label).type):
+      row_shape = _check_list_labels(name, start, label, table.column(label), row_shape)
+    elif label:
       values = table.column(label)
       _first_bad(name, start, label, pc.is_null(values), "missing label")
       text = pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
@@ -396,7 +432,68 @@ def validate(dataset, name: str) -> PairCorpus:
       numbers = pc.cast(values, pa.float64())  # A csv's '1e400' is inf: not finite, named as written.
       _first_bad(name, start, label, pc.invert(pc.is_finite(numbers)), "not a finite number", values if text else None)
       labels.append(numbers.to_numpy())
+  if row_shape is not None:
+    return PairCorpus(name, arrow, texts, label, ListLabels(arrow, label, row_shape))
   return PairCorpus(name, arrow, texts, label, np.concatenate(labels) if label else None)
+
+
+def _list_depth(kind) -> int:
+  """How many list types wrap a column's values (0: a number or a string)."""
+  import pyarrow as pa
+
+  depth = 0
+  while pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+    kind, depth = kind.value_type, depth + 1
+  return depth
+
+
+def _innermost(kind):
+  for _ in range(_list_depth(kind)):
+    kind = kind.value_type
+  return kind
+
+
+def _flat_numbers(column):
+  """A list column's numbers, row after row, as one float64 Arrow array (``pyarrow.ChunkedArray`` in)."""
+  import pyarrow as pa
+
+  array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+  for _ in range(_list_depth(array.type)):
+    array = array.flatten()
+  return array.cast(pa.float64())
+
+
+def _check_list_labels(name: str, start: int, column: str, values, row_shape: tuple[int, ...] | None):
+  """``RowError`` at the first row of a chunk's list labels that is missing, empty, of another shape than the
+  corpus's first row (``row_shape``, once known), or holds a missing or non-finite number; returns the shape."""
+  import pyarrow.compute as pc
+
+  values = values.combine_chunks()
+  _first_bad(name, start, column, pc.is_null(values), "missing label")
+  level, owner = values, np.arange(len(values))  # owner: the row each element of this level belongs to.
+  shape = []
+  for depth in range(_list_depth(values.type)):
+    lengths = pc.list_value_length(level).to_numpy(zero_copy_only=False)
+    expected = row_shape[depth] if row_shape is not None else int(lengths[0])
+    inner = " inner" if depth else ""
+    if expected == 0:
+      raise RowError(name, start + int(owner[0]), column, f"an empty{inner} list, not numbers")
+    wrong = np.flatnonzero(lengths != expected)
+    if len(wrong):
+      problem = f"an{inner} list of {int(lengths[wrong[0]])} numbers, where row 0's has {expected}"
+      raise RowError(name, start + int(owner[wrong[0]]), column, problem)
+    shape.append(expected)
+    owner, level = np.repeat(owner, lengths), level.flatten()
+    _first_bad_owner(name, start, column, owner, pc.is_null(level).to_numpy(zero_copy_only=False), "a missing number")
+  numbers = pc.cast(level, "float64").to_numpy(zero_copy_only=False)
+  _first_bad_owner(name, start, column, owner, ~np.isfinite(numbers), "a number that is not finite (nan or inf)")
+  return tuple(shape)
+
+
+def _first_bad_owner(name: str, start: int, column: str, owner: np.ndarray, bad: np.ndarray, problem: str) -> None:
+  """``RowError`` naming the row (``owner`` of the first ``bad`` element) whose label holds ``problem``."""
+  if bad.any():
+    raise RowError(name, start + int(owner[np.flatnonzero(bad)[0]]), column, f"{problem} in the label")
 
 
 def _json_values(dataset, column: str):

@@ -85,6 +85,8 @@ FORMER_DEFAULTS = {
   "model.attention_dropout_per_element": False,
   # Padded batches: every run before packed rows existed.
   "train.packed": False,
+  # No spread-out regulariser: every run before it existed.
+  "gor.enabled": False,
 }
 
 

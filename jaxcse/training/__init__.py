@@ -11,9 +11,12 @@ losses, devices.
   views.py          a batch's views as encoder rows and their embeddings, in one forward pass
   masked_lm.py      the step's masked-LM term (pretraining, or SimCSE's auxiliary loss): targets and sums
   objectives.py     methods by name: their loss on the global batch, their needs, the scores they log
+  st_methods.py     sentence-transformers' losses as methods (ranking, distillation, the spread-out regulariser)
   losses.py         SimCSE's and MixCSE's contrastive losses (and the cosines all share), pure functions on embeddings
   dclr_losses.py    DCLR's noise negatives (an ascent written with jax.grad), instance weights and loss
   ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
+  distill_losses.py its distillation losses (EmbedDistill/MSE, MarginMSE, DistillKLDiv) and global orthogonal
+                    regulariser, pure functions on embeddings and a teacher's labels
   matryoshka.py     any method's loss over nested prefixes of the embeddings (Matryoshka), summed with weights
   gradcache.py      chunked value-and-grad over a whole batch's embeddings
   augment.py        discrete augmentations of token ids, pure

@@ -16,7 +16,7 @@ import ml_collections
 from jaxcse import models
 from jaxcse.core.errors import JaxcseError
 from jaxcse.evaluation import sts_metrics
-from jaxcse.training import losses, matryoshka, objectives
+from jaxcse.training import losses, matryoshka, objectives, st_methods
 
 
 class ConfigError(JaxcseError, ValueError):
@@ -29,9 +29,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
   try:
     objective = objectives.get(config.method)
     objective.check_config(config)
+    st_methods.check_gor(config)  # Method gor's block, which gor.enabled adds to any method.
     objectives.pooling_of(config)
     if matryoshka.Matryoshka.from_config(config) and objective.loss is None:
       raise ValueError(f"matryoshka.dims: method {config.method} has no sentence embeddings to truncate")
+    if objectives.needs(config).regularizer and objective.loss is None:
+      raise ValueError(f"gor.enabled: method {config.method} has no sentence embeddings to spread out")
   except ValueError as e:
     raise ConfigError(str(e)) from None
   if config.eval.metric not in sts_metrics.SELECTION_METRICS:

@@ -68,6 +68,7 @@ def read(config: ml_collections.ConfigDict, workdir: Workdir, restart: bool, mes
   else:
     built = configured.model(config, needs=needs)
     spec, params = built.spec, built.params
+  check_label_shape(config, corpus, spec.hidden_size)
   batches, heldout = make_batches(config, spec, corpus)
   dev_sets = sts_data.load_dev_sets(config.data.data_dir or None, sickr=config.eval.sickr_dev)
   # .get: a config.json from before these fields (a resumed older workdir) has none.
@@ -227,15 +228,39 @@ def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
   label = getattr(corpus, "label_column", None)
   uses_labels = objectives.get(config.method).labels
   if label and not uses_labels:
-    flags = " or ".join(f"--config.method={name}" for name in objectives.names() if objectives.get(name).labels)
+    # The methods that read labels of this shape with this many text columns (a teacher's embedding: of its width).
+    shape, columns = corpus.label_shape, len(corpus.text_columns)
+    readers = [
+      name
+      for name in objectives.names()
+      if objectives.get(name).labels and shape in objectives.get(name).label_shapes(columns, (shape or (0,))[-1])
+    ]
+    train = f"train them with {' or '.join(f'--config.method={name}' for name in readers)}, or " if readers else ""
     raise data_lib.DataError(
-      f"{corpus.path}: column {label!r} holds a label per row (scored pairs), which method "
-      f"{config.method} does not use: train them with {flags}, or drop the column to train the pairs as positives"
+      f"{corpus.path}: column {label!r} holds a label per row (scored pairs, a teacher's scores or embeddings), "
+      f"which method {config.method} does not use: {train}drop the column to train the pairs as positives"
     )
   if uses_labels and not label:
     raise data_lib.DataError(
       f"{corpus.path}: method {config.method} needs a label per row (a column named "
       f"{' or '.join(data_lib.LABEL_COLUMNS)})"
+    )
+
+
+def check_label_shape(config: ml_collections.ConfigDict, corpus, embedding_dim: int) -> None:
+  """Refuses labels of a shape the method's loss cannot read (``objectives.Objective.label_shapes``): a teacher
+  embedding of another width than the model's embeddings, scores for another number of candidates."""
+  shape = getattr(corpus, "label_shape", None)
+  objective = objectives.get(config.method)
+  if shape is None or not objective.labels:
+    return
+  columns = len(corpus.text_columns)
+  allowed = objective.label_shapes(columns, embedding_dim)
+  if shape not in allowed:
+    said = lambda s: "a number" if s == () else "a list of " + " x ".join(map(str, s)) + " numbers"  # noqa: E731
+    raise data_lib.DataError(
+      f"{corpus.path}: column {corpus.label_column!r} holds {said(shape)} per row; method {config.method} with "
+      f"{columns} text columns and {embedding_dim}-dimensional embeddings reads {' or '.join(map(said, allowed))}"
     )
 
 

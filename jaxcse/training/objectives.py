@@ -28,13 +28,13 @@ import ml_collections
 
 from jaxcse import models
 from jaxcse.core.registry import Registry
-from jaxcse.training import dclr_losses, losses, ranking_losses
+from jaxcse.training import dclr_losses, losses, st_methods
 
 # The fields of the config an objective's loss and scores read, by name: its ``settings(config)``, resolved once when
 # the step is built, so that a loss never sees the whole config.
 Settings = Mapping[str, Any]
 # (settings, z [batch, views, hidden], rng, complementary [batch, views, hidden] | None) -> (loss, metrics); an
-# objective with ``labels=True`` also gets ``labels=`` the batch's [batch] float gold scores.
+# objective with ``labels=True`` also gets ``labels=`` the batch's float labels ([batch, *a label's shape]).
 SentenceLoss = Callable[[Settings, jax.Array, jax.Array, Any], tuple[jax.Array, dict]]
 
 
@@ -97,10 +97,15 @@ class Needs(EncoderNeeds):
     token_loss: the step's masked-LM term: ``"pretraining"`` (the ``masked_lm`` objective: the masked positions
       only, weight 1, the batch's rows as they are), ``"auxiliary"`` (SimCSE's ``config.mlm.enabled``: every
       position of every view, weight ``config.mlm.weight``) or None.
+    two_views: a one-column batch is embedded as two views (``Objective.two_views``).
+    regularizer: ``config.gor``'s settings when the spread-out regulariser is added to the method's loss
+      (``gor.enabled``), else None.
   """
 
   sentence_loss: bool = True
   token_loss: str | None = None
+  two_views: bool = True
+  regularizer: Settings | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,8 +123,12 @@ class Objective:
     scores: extra metrics from the step's own embeddings, no gradient.
     check_config: raises ``ValueError`` for a config this method cannot run (called when the config is loaded).
     encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
-    labels: the loss reads a gold score per example: the batch's ``"labels"`` (float ``[batch]``), passed to
-      ``loss`` as ``labels=``.
+    labels: the loss reads a label per example: the batch's ``"labels"`` (float ``[batch, *label_shape]``: a gold
+      score, or a teacher's scores or embeddings), passed to ``loss`` as ``labels=``.
+    label_shapes: ``(text columns, embedding width) -> the shapes one row's label may have`` (``()``: a number);
+      the trainer refuses data whose labels have another before it writes anything.
+    two_views: a one-column batch is embedded twice, SimCSE's two dropout views; False: once, as its one column
+      (a loss that compares each text with its teacher, not with itself).
     min_columns: the fewest text columns its training data may have (2: an anchor and its positive; the trainer
       refuses a corpus with fewer before it writes anything).
     in_batch_negatives: every other text of the batch is a negative for each anchor, so a text twice in a batch is
@@ -136,6 +145,8 @@ class Objective:
   check_config: Callable[[ml_collections.ConfigDict], None] = lambda config: None
   encoder: Callable[[ml_collections.ConfigDict], EncoderNeeds] = lambda config: EncoderNeeds()
   labels: bool = False
+  label_shapes: Callable[[int, int], tuple[tuple[int, ...], ...]] = lambda columns, dim: ((),)
+  two_views: bool = True
   min_columns: int = 1
   in_batch_negatives: bool = True
   doc: str = ""
@@ -165,8 +176,13 @@ def needs(config: ml_collections.ConfigDict) -> Needs:
   """
   objective = get(config.method)
   token_loss = "pretraining" if objective.masked_lm else "auxiliary" if config.mlm.enabled else None
+  gor = config.get("gor")  # A config.json from before the block: no regulariser.
   return Needs(
-    **dataclasses.asdict(objective.encoder(config)), sentence_loss=objective.loss is not None, token_loss=token_loss
+    **dataclasses.asdict(objective.encoder(config)),
+    sentence_loss=objective.loss is not None,
+    token_loss=token_loss,
+    two_views=objective.two_views,
+    regularizer=st_methods.gor_settings(config) if gor is not None and gor.enabled else None,
   )
 
 
@@ -324,93 +340,6 @@ def _check_mlm(config):
     raise ValueError("method mlm has no in-batch negatives: use a smaller batch instead of train.grad_cache_chunk")
 
 
-def mnrl_directions(value) -> tuple[str, ...]:
-  """``mnrl.directions`` as a tuple: a comma-separated string (``"query_to_doc,doc_to_query"``) or a sequence."""
-  if isinstance(value, str):
-    return tuple(d.strip() for d in value.split(",") if d.strip())
-  return tuple(value)
-
-
-def _mnrl_settings(config) -> dict:
-  m = config.mnrl
-  return dict(
-    scale=m.scale,
-    directions=mnrl_directions(m.directions),
-    partition_mode=m.partition_mode,
-    hardness_mode=m.hardness_mode,
-    hardness_strength=m.hardness_strength,
-  )
-
-
-def _mnrl(settings, z, rng, complementary):
-  """sentence-transformers 6's MultipleNegativesRankingLoss: columns anchor, positive, hard negatives 1..k."""
-  del rng, complementary
-  return ranking_losses.mnrl_loss(z, **settings), {}
-
-
-def _check_mnrl(config):
-  if "mnrl" not in config:
-    raise ValueError(
-      "method mnrl needs the config block mnrl (scale, directions, partition_mode, hardness_mode, "
-      "hardness_strength): configs/base.py has it"
-    )
-  ranking_losses.check_mnrl_settings(**_mnrl_settings(config), prefix="mnrl.")
-
-
-def _cosent(settings, z, rng, complementary, *, labels):
-  """sentence-transformers 6's CoSENTLoss on (sentence1, sentence2) pairs and their gold scores."""
-  del rng, complementary
-  if z.shape[1] != 2:
-    raise ValueError(
-      f"method cosent scores pairs: a batch of 2 sentence columns and a score per row, not {z.shape[1]} columns"
-    )
-  return ranking_losses.cosent_loss(z[:, 0], z[:, 1], labels, **settings), {}
-
-
-def _check_cosent(config):
-  if "cosent" not in config:
-    raise ValueError("method cosent needs the config block cosent (scale): configs/base.py has it")
-  ranking_losses.check_multiplier("cosent.scale", config.cosent.scale)
-
-
-def _gist_settings(config) -> dict:
-  g = config.gist
-  return dict(
-    temperature=g.temperature,
-    margin_strategy=g.margin_strategy,
-    margin=g.margin,
-    contrast_anchors=g.contrast_anchors,
-    contrast_positives=g.contrast_positives,
-  )
-
-
-def _gist(settings, z, rng, complementary):
-  """sentence-transformers 6's GISTEmbedLoss: columns anchor, positive, hard negatives 1..k; ``complementary`` the
-  guide's embeddings of the batch's columns (``[batch, columns, guide_dim]``)."""
-  del rng
-  if complementary.shape[1] < 2:
-    raise ValueError(
-      f"method gist trains on pairs (anchor, positive, hard negatives): this batch has {complementary.shape[1]} "
-      "text column (jaxcse-compile: pass --columns 2 or more)"
-    )
-  left_out = ranking_losses.gist_left_out_share(complementary, **settings)
-  return ranking_losses.gist_loss(z, complementary, **settings), {"gist/left_out_frac": left_out}
-
-
-def _check_gist(config):
-  if "gist" not in config:
-    raise ValueError(
-      "method gist needs the config block gist (guide_model, temperature, margin_strategy, margin, "
-      "contrast_anchors, contrast_positives): configs/base.py has it"
-    )
-  ranking_losses.check_gist_settings(**_gist_settings(config), prefix="gist.")
-  if not config.gist.guide_model and config.model.init != "pretrained":
-    raise ValueError(
-      "gist.guide_model is empty, which means the starting model (model.name), and model.init="
-      f"{config.model.init} has none: name a guide (a jaxcse workdir, Hugging Face folder or hub id)"
-    )
-
-
 def _gist_encoder(config) -> EncoderNeeds:
   """The guide: ``gist.guide_model``, else the starting model (``model.name`` at ``model.revision``), frozen and
   without dropout (s-t's guide runs under ``no_grad`` in eval mode), embedding as it encodes."""
@@ -455,18 +384,18 @@ register(
 register(
   Objective(
     "mnrl",
-    loss=_mnrl,
-    settings=_mnrl_settings,
-    check_config=_check_mnrl,
+    loss=st_methods.mnrl,
+    settings=st_methods.mnrl_settings,
+    check_config=st_methods.check_mnrl,
     doc="sentence-transformers' MultipleNegativesRankingLoss: anchor, positive, k >= 0 hard negatives",
   )
 )
 register(
   Objective(
     "cosent",
-    loss=_cosent,
+    loss=st_methods.cosent,
     settings=lambda config: {"scale": config.cosent.scale},
-    check_config=_check_cosent,
+    check_config=st_methods.check_cosent,
     labels=True,
     in_batch_negatives=False,
     doc="sentence-transformers' CoSENTLoss: sentence pairs with a gold similarity score",
@@ -475,13 +404,65 @@ register(
 register(
   Objective(
     "gist",
-    loss=_gist,
-    settings=_gist_settings,
-    check_config=_check_gist,
+    loss=st_methods.gist,
+    settings=st_methods.gist_settings,
+    check_config=st_methods.check_gist,
     encoder=_gist_encoder,
     min_columns=2,
     doc="GISTEmbed (sentence-transformers' GISTEmbedLoss): in-batch and hard negatives a frozen guide model scores "
     "above the positive left out",
+  )
+)
+register(
+  Objective(
+    "embed_distill",
+    loss=st_methods.embed_distill,
+    settings=st_methods.embed_distill_settings,
+    check_config=st_methods.check_distill,
+    scores=None,
+    labels=True,
+    label_shapes=st_methods.embed_distill_label_shapes,
+    two_views=False,
+    in_batch_negatives=False,
+    doc="sentence-transformers' EmbedDistillLoss (MSELoss with distill.distance=mse): each text's embedding "
+    "against its teacher embedding, the row's label",
+  )
+)
+register(
+  Objective(
+    "margin_mse",
+    loss=st_methods.margin_mse,
+    settings=lambda config: {"similarity": config.distill.similarity},
+    check_config=st_methods.check_distill,
+    labels=True,
+    label_shapes=st_methods.margin_mse_label_shapes,
+    min_columns=3,
+    in_batch_negatives=False,
+    doc="sentence-transformers' MarginMSELoss: query, positive, negatives; the teacher's score margins as the label",
+  )
+)
+register(
+  Objective(
+    "distill_kl_div",
+    loss=st_methods.distill_kl_div,
+    settings=st_methods.distill_kl_div_settings,
+    check_config=st_methods.check_distill,
+    labels=True,
+    label_shapes=st_methods.distill_kl_div_label_shapes,
+    min_columns=3,
+    in_batch_negatives=False,
+    doc="sentence-transformers' DistillKLDivLoss: query and candidates; the teacher's score of each as the label",
+  )
+)
+register(
+  Objective(
+    "gor",
+    loss=st_methods.gor,
+    settings=st_methods.gor_settings,
+    scores=None,
+    two_views=False,
+    doc="sentence-transformers' GlobalOrthogonalRegularizationLoss alone: the batch's embeddings spread out "
+    "(gor.enabled adds it to any other method)",
   )
 )
 register(

@@ -31,7 +31,7 @@ import ml_collections
 import optax
 
 from jaxcse import models
-from jaxcse.training import augment, distributed, gradcache, matryoshka as matryoshka_lib, objectives
+from jaxcse.training import augment, distributed, gradcache, matryoshka as matryoshka_lib, objectives, st_methods
 from jaxcse.training.masked_lm import MaskedLMTerm, MaskedPositions, MaskedViews, TokenSums
 from jaxcse.training.views import embed_views, flat_views  # noqa: F401  (train_step.embed_views)
 
@@ -252,7 +252,14 @@ class StepLoss:
 
   def embed(self, params, rows: Rows) -> jax.Array:
     """``[rows, views, hidden]`` embeddings of ``rows``, with dropout."""
-    return embed_views(self.module, params, rows.batch, rows.dropout_key, same_dropout_mask=self.same_dropout_mask)
+    return embed_views(
+      self.module,
+      params,
+      rows.batch,
+      rows.dropout_key,
+      same_dropout_mask=self.same_dropout_mask,
+      two_views=self.needs.two_views,
+    )
 
   def sentence(
     self, z: jax.Array, method_key: jax.Array, complementary: jax.Array | None, labels: jax.Array | None = None
@@ -261,18 +268,22 @@ class StepLoss:
 
     In at least float32: a bfloat16 model's pooled embeddings are upcast first (as PyTorch's autocast runs
     cosines and the cross-entropy in float32), else a loss near 0 rounds to exactly 0. ``labels``: the whole
-    batch's gold scores (the batch's ``"labels"``, ``[batch]``), for an objective that reads them.
+    batch's labels (the batch's ``"labels"``, ``[batch, *label shape]``), for an objective that reads them.
     """
     z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
     if self.objective.labels and labels is None:
       raise ValueError(
-        f'method {self.objective.name} needs a gold score per pair: a batch with "labels" '
+        f'method {self.objective.name} needs a label per row: a batch with "labels" '
         "(a data file with a label or score column)"
       )
     keywords = {"labels": labels.astype(z.dtype)} if self.objective.labels else {}
 
     def method_loss(embeddings: jax.Array) -> tuple[jax.Array, dict]:
-      return self.objective.loss(self.settings, embeddings, method_key, complementary, **keywords)
+      loss, extra = self.objective.loss(self.settings, embeddings, method_key, complementary, **keywords)
+      if self.needs.regularizer is not None:  # gor.enabled: s-t's loss terms summed, as its trainer sums them.
+        spread, terms = st_methods.gor_terms(self.needs.regularizer, embeddings)
+        loss, extra = loss + spread, {**extra, **terms}
+      return loss, extra
 
     if self.matryoshka is None:
       loss, extra = method_loss(z)

@@ -142,11 +142,11 @@ def embed_views(
       rngs={"dropout": rng} if train else {},
     )
     return jnp.stack([z, z], axis=1)
-  # PackedViews.lay_out's rows of the same views, in the same order (laid out with a one-column batch's two views:
-  # a caller that wants one view of it, as GISTEmbed's guide, gets the padded rows).
-  if "packed" in batch and (batch["input_ids"].shape[1] > 1 or two_views):
-    ids, views = batch["input_ids"], batch["input_ids"].shape[1]
-    views = 2 if views == 1 and two_views else views
+  # PackedViews.lay_out's rows of the same views, in the same order, when they hold as many texts as asked for (a
+  # one-column batch laid out as two views, while a caller wants one, as GISTEmbed's guide: the padded rows).
+  ids, views = batch["input_ids"], batch["input_ids"].shape[1]
+  views = 2 if views == 1 and two_views else views
+  if "packed" in batch and batch["packed"]["places"].row.size == ids.shape[0] * views:
     rows = batch["packed"]
     z = module.apply(
       {"params": params},
