@@ -19,6 +19,7 @@ if __name__ == "__main__":  # The 2-device step (test_a_packed_step_on_two_devic
 
 import flax
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
@@ -26,7 +27,7 @@ import pytest
 from jaxcse import data as data_lib, models
 from jaxcse.core import compat
 from jaxcse.storage import loading
-from jaxcse.training import configuration, distributed, train_step, views
+from jaxcse.training import configuration, distributed, objectives, train_step, views
 from tests import helpers
 
 BATCH = 8
@@ -50,6 +51,9 @@ VARIANTS = {
   # GradCache: 2 chunks of 4 examples, each packed in rows of its own (strided, as gradcache.to_chunks cuts them).
   "simcse_gradcache": ("base", {"train.grad_cache_chunk": 4}),
   "mnrl_gradcache_mlm": ("pairs", {"train.grad_cache_chunk": 4, "mlm.enabled": True}),
+  # One view of a one-column batch (the regulariser alone), and the regulariser added to a method.
+  "gor_one_view": ("base", {"method": "gor"}),
+  "mnrl_gor": ("pairs", {"gor.enabled": True}),
 }
 
 
@@ -86,7 +90,9 @@ def _step(model_dir: str, data_dir: str, variant: str, *, packed: bool, mesh=Non
     corpus = data_lib.load_corpus(config.data.train, root=data_dir, csv_format=config.data.csv_format)
     batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=config.seed).batch(0)
     if packed:
-      layout = views.PackedViews.for_batches(*batch["input_ids"].shape, pad_id=spec.tokenizer.pad_token_id)
+      layout = views.PackedViews.for_batches(
+        *batch["input_ids"].shape, pad_id=spec.tokenizer.pad_token_id, two_views=objectives.needs(config).two_views
+      )
       chunk = config.train.grad_cache_chunk
       chunks = BATCH // chunk if chunk else 1
       if mesh is None:
@@ -122,6 +128,27 @@ def test_a_packed_step_is_the_padded_step_in_float64(tiny_model_dir, small_data_
   for key in p1:
     assert p1[key].dtype == np.float64, key
     np.testing.assert_allclose(p1[key], p2[key], rtol=RTOL, atol=ATOL, err_msg=key)
+
+
+def test_a_one_view_batch_embeds_its_packed_rows(tiny_model_dir, small_data_dir):
+  # embed_views takes the packed rows when they hold the views asked for: one per text for a one-view method (so
+  # the equality above is of the packed computation, not of a padded fallback), two for SimCSE's views.
+  spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), dropout=0.0, seed=0)
+  corpus = data_lib.load_corpus("corpora/small.txt", root=small_data_dir)
+  batch = data_lib.Batches(corpus, spec.tokenizer, batch_size=BATCH, max_seq_len=16, seed=0).batch(0)
+  module, key = spec.module_for("cls"), jax.random.PRNGKey(0)
+  for two_views in (False, True):
+    layout = views.PackedViews.for_batches(*batch["input_ids"].shape, pad_id=0, two_views=two_views)
+    packed = {**batch, "packed": layout.lay_out(batch)}
+    padded = views.embed_views(module, params, batch, key, train=False, two_views=two_views)
+    np.testing.assert_allclose(
+      views.embed_views(module, params, packed, key, train=False, two_views=two_views), padded, rtol=1e-5, atol=1e-6
+    )
+    # The same rows with their tokens changed: a result that moves is one computed from the packed rows.
+    rows = packed["packed"]
+    changed = {**packed, "packed": {**rows, "input_ids": jnp.where(rows["segment_ids"] > 0, 1000, rows["input_ids"])}}
+    moved = views.embed_views(module, params, changed, key, train=False, two_views=two_views)
+    assert padded.shape == (BATCH, 1 + two_views, 32) and np.abs(moved - padded).max() > 1e-3
 
 
 def test_the_layout_is_sized_by_the_batch_shape_and_rounds_rows_to_few_buckets():

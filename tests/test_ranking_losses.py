@@ -5,7 +5,7 @@ against ours under float64, loss and gradient w.r.t. every embedding, over every
 supervised SimCSE bit for bit, the methods' config checks, GradCache and 2 devices against the plain 1-device
 step, and a few training steps on the tiny model.
 
-``python tests/test_ranking_losses.py MODEL_DIR DATA_DIR OUT.npz`` runs ``STEP_VARIANTS``' steps on every visible
+``python tests/test_ranking_losses.py MODEL_DIR DATA_DIR OUT.npz`` runs ``MESH_VARIANTS``' steps on every visible
 device and saves them (the 2-device check runs it with XLA_FLAGS simulating two CPU devices).
 """
 
@@ -220,10 +220,31 @@ STEP_VARIANTS = {
   "mnrl_k1_matryoshka": ("mnrl", (0, 1, 2), {"matryoshka.dims": "32,16,8", "matryoshka.weights": "1,0.5,0.25"}),
   # GISTEmbed guided by the tiny model's folder (its pooler layer, while the trained model pools through the MLP).
   "gist_k1": ("gist", (0, 1, 2), {"gist.guide_model": "MODEL_DIR"}),
+  # Learning from a teacher (its labels: _teacher_labels): one text column embedded once, 3 and 4 columns scored.
+  "embed_distill_one_column": ("embed_distill", (0,), {"distill.distance": "cosine"}),
+  "embed_distill_mse_per_column": ("embed_distill", (0, 1), {"distill.distance": "mse"}),
+  "margin_mse_k2_matryoshka": ("margin_mse", (0, 1, 2, 2), {"matryoshka.dims": "32,16"}),
+  "distill_kl_div": ("distill_kl_div", (0, 1, 2), {"distill.student_temperature": 0.5}),
+  # The spread-out regulariser alone (one view of one column) and added to mnrl.
+  "gor": ("gor", (0,), {"gor.aggregation": "sum"}),
+  "mnrl_gor": ("mnrl", (0, 1), {"gor.enabled": True, "gor.mean_weight": 2.0}),
 }
 
 
-def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: bool, seed: int) -> dict:
+def _teacher_labels(method: str, batch: int, columns: int) -> np.ndarray | None:
+  """A label per row as the method reads it: cosent's gold score, a teacher's scores or embeddings (the tiny
+  model's width, 32), or None."""
+  rng = np.random.default_rng(0)
+  return {
+    "cosent": lambda: rng.uniform(0, 5, batch),
+    "margin_mse": lambda: rng.normal(size=(batch, columns - 1)),  # Scores of the positive and each negative.
+    "distill_kl_div": lambda: 3 * rng.normal(size=(batch, columns - 1)),
+    "embed_distill": lambda: rng.normal(size=(batch, 32) if columns == 1 else (batch, columns, 32)),
+  }.get(method, lambda: None)()
+
+
+def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: str | None, seed: int) -> dict:
+  """``labels``: the method whose labels the batch carries (``_teacher_labels``), or None."""
   corpus = data_lib.load_corpus("corpora/small_nli.csv", root=data_dir)
   batch = data_lib.Batches(corpus, tokenizer, batch_size=BATCH, max_seq_len=16, seed=seed).batch(0)
   # k = 3: the third column rolled by one row, then the first rolled by two: hard negatives that are other rows'.
@@ -232,8 +253,9 @@ def _variant_batch(tokenizer, data_dir: str, columns: tuple[int, ...], labels: b
     key: np.stack([np.roll(value[:, c], shifts[i], axis=0) for i, c in enumerate(columns)], axis=1)
     for key, value in batch.items()
   }
-  if labels:
-    out["labels"] = np.random.default_rng(0).uniform(0, 5, BATCH)
+  values = _teacher_labels(labels, BATCH, len(columns)) if labels else None
+  if values is not None:
+    out["labels"] = values
   return out
 
 
@@ -251,7 +273,7 @@ def _variant_step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropo
   configuration.validate(config)
   pooling = models.PoolerSpec(config.model.pooler, config.model.mlp_only_train)
   spec, params = helpers.in_float64(*models.load_pretrained(model_dir, pooling, dropout=dropout, seed=config.seed))
-  batch = _variant_batch(spec.tokenizer, data_dir, columns, method == "cosent", config.seed)
+  batch = _variant_batch(spec.tokenizer, data_dir, columns, method, config.seed)
   mesh = distributed.make_mesh()
   replicated = NamedSharding(mesh, PartitionSpec())
   tx = optax.sgd(1.0)
@@ -274,6 +296,12 @@ def _step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropout: floa
 
 # The 2-device check's GradCache variants (every variant runs plain): the two whose losses couple the most rows.
 MESH_GRAD_CACHE = ("mnrl_k3_gte_hardness", "cosent")
+# The 2-device check's variants: each compiles twice in float64 (15-25 s), so not the teacher's losses (their
+# scores couple no rows, and cosent's labels are sharded as theirs are) but the regulariser, which couples every row
+# of the global batch, added to mnrl.
+MESH_VARIANTS = tuple(
+  name for name in STEP_VARIANTS if not name.startswith(("embed_distill", "margin_mse", "distill_kl_div", "gor"))
+)
 
 
 def _run_on_devices(model_dir: str, data_dir: str, out: str) -> None:
@@ -281,7 +309,7 @@ def _run_on_devices(model_dir: str, data_dir: str, out: str) -> None:
   saved to ``out``."""
   results = {"devices": np.asarray(jax.device_count())}
   with compat.enable_x64(True):
-    for name in STEP_VARIANTS:
+    for name in MESH_VARIANTS:
       for chunk in (0, CHUNK) if name in MESH_GRAD_CACHE else (0,):
         metrics, params = _variant_step(model_dir, data_dir, name, chunk=chunk, dropout=0.1)
         results[f"{name}/{chunk}:loss"] = np.asarray(metrics["loss"])
@@ -337,7 +365,7 @@ def test_two_devices_equal_one_device(tiny_model_dir, small_data_dir, tmp_path):
     if key != "devices":
       assert results[1][key].dtype == np.float64, key
       np.testing.assert_allclose(results[2][key], results[1][key], rtol=STEP_RTOL, atol=STEP_ATOL, err_msg=key)
-  step_losses = [float(results[1][f"{name}/0:loss"]) for name in STEP_VARIANTS]
+  step_losses = [float(results[1][f"{name}/0:loss"]) for name in MESH_VARIANTS]
   assert len(set(step_losses)) == len(step_losses), step_losses
 
 
@@ -367,7 +395,7 @@ def test_cosent_without_labels_is_a_clear_error(tiny_model_dir, small_data_dir):
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), seed=0)
   tx = optax.sgd(1.0)
   state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
-  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), False, 0)
+  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), None, 0)
   with pytest.raises(ValueError, match="method cosent needs a label per row"):
     train_step.make_train_step(config, spec, tx)(state, batch)
 
@@ -413,7 +441,7 @@ def test_cosent_labels_survive_the_second_view_augmentation(tiny_model_dir, smal
   spec, params = models.load_pretrained(tiny_model_dir, models.PoolerSpec("cls"), seed=0)
   tx = optax.sgd(1.0)
   state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
-  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), True, 0)
+  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), "cosent", 0)
   _, metrics = jax.jit(train_step.make_train_step(config, spec, tx))(state, batch)
   assert np.isfinite(metrics["loss"]) and metrics["loss"] > 0
 
@@ -424,7 +452,7 @@ def test_cosent_trains_on_the_tiny_model(tiny_model_dir, small_data_dir):
   spec, params = models.load_pretrained(
     tiny_model_dir, models.PoolerSpec(config.model.pooler, config.model.mlp_only_train), dropout=0.0, seed=config.seed
   )
-  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), True, config.seed)
+  batch = _variant_batch(spec.tokenizer, small_data_dir, (0, 1), "cosent", config.seed)
   tx = optax.adam(1e-3)
   state = train_step.TrainState(step=np.int32(0), params=params, opt_state=tx.init(params))
   step = jax.jit(train_step.make_train_step(config, spec, tx))

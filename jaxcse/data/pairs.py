@@ -480,7 +480,9 @@ def _check_list_labels(name: str, start: int, column: str, values, row_shape: tu
       raise RowError(name, start + int(owner[0]), column, f"an empty{inner} list, not numbers")
     wrong = np.flatnonzero(lengths != expected)
     if len(wrong):
-      problem = f"an{inner} list of {int(lengths[wrong[0]])} numbers, where row 0's has {expected}"
+      problem = (
+        f"a{'n' + inner if inner else ''} list of {int(lengths[wrong[0]])} numbers, where row 0's has {expected}"
+      )
       raise RowError(name, start + int(owner[wrong[0]]), column, problem)
     shape.append(expected)
     owner, level = np.repeat(owner, lengths), level.flatten()
