@@ -457,6 +457,7 @@ def test_the_prepared_packing_device_script_runs_and_summarises(tmp_path):
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
   numbers = (tmp_path / "numbers.txt").read_text()
   assert "=== train_b8_len16 rc=0" in numbers and "=== encode rc=0" in numbers, numbers
+  assert "=== attention rc=0" in numbers and "attention check: 0 failed" in numbers, numbers
   assert re.search(r"^packed over padded: \d+\.\d{3}x the speed per step, by CPU seconds \d+\.\d{3}x$", numbers, re.M)
   assert re.search(r"^packed side: \d+ real tokens of 256 padded", numbers, re.M)
   agreement = re.search(r"max \|packed - padded\| over unit embeddings (\S+)", numbers)

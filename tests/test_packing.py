@@ -259,6 +259,25 @@ def test_the_fast_and_the_explicit_path_agree(dtype):
   assert np.isfinite(dropped).all() and not np.allclose(dropped, np.asarray(reference)[real])
 
 
+def test_cudnn_gets_a_mask_of_full_queries_by_keys(monkeypatch):
+  """cuDNN's fused kernel takes the mask as a bias of full [queries, keys] and refuses a padding mask's broadcast
+  query axis ("Bias must have same seq length as QKV, got 1 and 128" on an H200: experiments/packing/README.md,
+  1c). ``attend`` broadcasts it for cuDNN only; the call is captured here, where no GPU is."""
+  seen = []
+  monkeypatch.setattr(
+    jax.nn, "dot_product_attention", lambda q, k, v, mask, scale, implementation: seen.append((mask, implementation))
+  )
+  q = jnp.zeros((2, 5, 3, 4), jnp.float32)
+  padding = attention.visible(jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]))
+  assert padding.shape == (2, 1, 1, 5)
+  for implementation in ("cudnn", None):
+    attention.attend(q, q, q, padding, dtype=jnp.float32, implementation=implementation)
+  (cudnn_mask, cudnn), (plain_mask, plain) = seen
+  assert (cudnn, plain) == ("cudnn", None)
+  assert cudnn_mask.shape == (2, 1, 5, 5) and plain_mask.shape == (2, 1, 1, 5)
+  np.testing.assert_array_equal(cudnn_mask, np.broadcast_to(padding, (2, 1, 5, 5)))
+
+
 # --------------------------------------------------------------------------
 # Inference: the embedder packs when asked (packed=True).
 

@@ -1,8 +1,10 @@
 #!/bin/bash
 # The prepared device check of issue 64 (packed rows), one command of about 6 minutes on a GPU: jaxcse's SimCSE
 # step padded, packed (train.packed) and PyTorch AMP (eager, fused AdamW) in the same process, BERT-base, batch 64
-# and 512, texts of 8-32 and 8-64 tokens; then encoding, padded and packed against sentence-transformers. Every
-# log and a summary (numbers.txt) go to $OUT (the device tool's folder; DIR given as $1 elsewhere).
+# and 512, texts of 8-32 and 8-64 tokens; then encoding, padded and packed against sentence-transformers. First, the
+# fused-attention check (attention_fused.py: cuDNN's kernel against XLA's on packed and padded rows). Every log and a
+# summary (numbers.txt) go to $OUT (the device tool's folder; DIR given as $1 elsewhere). TRAINS="512:64 64:32"
+# (batch:length pairs) runs only those training benchmarks, for a short lease.
 #
 #   bash experiments/packing/device.sh [DIR]
 #   SMOKE=1 bash experiments/packing/device.sh DIR     # tiny shapes, a minute on a CPU: tests/test_bench.py runs it
@@ -31,9 +33,11 @@ fi
 cat "$OUT_DIR/machine.txt"
 
 if [ "${SMOKE:-0}" = 1 ]; then
-  SHAPE=tiny; BATCHES="8"; LENGTHS="16"; TIMED="--warmup 1 --rounds 1 --repeats 1 --peak_size 256"; LIMIT=64; LIM=300
+  SHAPE=tiny; PAIRS=${TRAINS:-8:16}; TIMED="--warmup 1 --rounds 1 --repeats 1 --peak_size 256"; LIMIT=64; LIM=300
+  ATTENTION=--smoke
 else
-  SHAPE=base; BATCHES="64 512"; LENGTHS="32 64"; TIMED="--rounds 2 --repeats 10"; LIMIT=8192; LIM=150
+  SHAPE=base; PAIRS=${TRAINS:-64:32 512:32 64:64 512:64}; TIMED="--rounds 2 --repeats 10"; LIMIT=8192; LIM=150
+  ATTENTION=
 fi
 run() { name=$1; shift; start=$(date +%s)
   timeout $LIM $PY -m benchmarks.bench "$@" > "$OUT_DIR/$name.log" 2>&1
@@ -42,11 +46,14 @@ run() { name=$1; shift; start=$(date +%s)
   grep -E "^(packed side|jaxcse|pytorch|sentence-transformers|packed over|by CPU|train_|encode|agreement)" \
     "$OUT_DIR/$name.log" | cut -c1-240 | tee -a "$OUT_DIR/numbers.txt"; }
 : > "$OUT_DIR/numbers.txt"
-for length in $LENGTHS; do
-  for batch in $BATCHES; do
-    run "train_b${batch}_len${length}" train --shape $SHAPE --batch_size $batch --max_seq_len $length \
-      --torch_compile off --packed_side $TIMED
-  done
+start=$(date +%s)
+timeout $LIM $PY experiments/packing/attention_fused.py $ATTENTION > "$OUT_DIR/attention.log" 2>&1
+echo "=== attention rc=$? $(( $(date +%s) - start )) s" | tee -a "$OUT_DIR/numbers.txt"
+grep -E "^(devices|packed|padded|attention check)" "$OUT_DIR/attention.log" | cut -c1-400 | tee -a "$OUT_DIR/numbers.txt"
+for pair in $PAIRS; do
+  batch=${pair%%:*}; length=${pair##*:}
+  run "train_b${batch}_len${length}" train --shape $SHAPE --batch_size $batch --max_seq_len $length \
+    --torch_compile off --packed_side $TIMED
 done
 # Encoding: the shipped 4-layer encoder on the shipped Wikipedia sentences (no download), padded and packed.
 run encode encode --model jaxcse/bert-mini-wiki-uncased --input jaxcse/data/quickstart/corpora/wiki_offline_20k.txt \

@@ -7,9 +7,9 @@ Two questions, answered once for BERT, RoBERTa, XLM-R and ModernBERT alike:
   tokens of its own segment only), optionally within a local window (ModernBERT's local layers). Segments are
   contiguous, so a window over columns is a window over each segment's own positions.
 * **The computation** (``attend``): with no dropout on the weights, ``jax.nn.dot_product_attention`` (XLA's
-  attention, or cuDNN's fused kernel where ``implementation`` asks and the GPU has it); with dropout on the weights,
-  or in float64 (jax's function keeps its logits in float32), flax's weights function and one einsum. Both scale
-  the query first, so on a CPU in float32 the two paths compute the same numbers (``tests/test_attention.py``).
+  attention, or cuDNN's fused kernel where ``implementation`` asks and the GPU has it: equal within 16-bit rounding
+  on an H200, experiments/packing/README.md); with dropout on the weights, or in float64 (jax's function keeps its
+  logits in float32), flax's weights function and one einsum. Both scale the query first, so on a CPU in float32 the two paths compute the same numbers (``tests/test_packing.py``).
 
 A padding query in a packed row (segment 0) sees no key at all: its weights are then uniform over the row's keys,
 finite; no real token reads a padding token's state, and poolers read only real tokens.
@@ -81,6 +81,8 @@ def attend(
   scaled = query / jnp.sqrt(depth).astype(dtype)  # As flax's weights function scales it: the paths agree.
   dropout = dropout_rng is not None and dropout_rate > 0.0
   if not dropout and jnp.dtype(dtype) != jnp.float64:
+    if implementation == "cudnn":  # cuDNN takes the mask as a bias of full [queries, keys]: no broadcast query axis.
+      mask = jnp.broadcast_to(mask, (*mask.shape[:2], query.shape[1], key.shape[1]))
     return jax.nn.dot_product_attention(scaled, key, value, mask=mask, scale=1.0, implementation=implementation)
   weights = dot_product_attention_weights(
     query,
