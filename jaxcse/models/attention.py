@@ -9,7 +9,8 @@ Two questions, answered once for BERT, RoBERTa, XLM-R and ModernBERT alike:
 * **The computation** (``attend``): with no dropout on the weights, ``jax.nn.dot_product_attention`` (XLA's
   attention, or cuDNN's fused kernel where ``implementation`` asks and the GPU has it: equal within 16-bit rounding
   on an H200, experiments/packing/README.md); with dropout on the weights, or in float64 (jax's function keeps its
-  logits in float32), flax's weights function and one einsum. Both scale the query first, so on a CPU in float32 the two paths compute the same numbers (``tests/test_packing.py``).
+  logits in float32), flax's weights function and one einsum. Both scale the query first, so on a CPU in float32
+  the two paths compute the same numbers (``tests/test_packing.py``).
 
 A padding query in a packed row (segment 0) sees no key at all: its weights are then uniform over the row's keys,
 finite; no real token reads a padding token's state, and poolers read only real tokens.
