@@ -280,6 +280,66 @@ SCHEDULE = {
 
 
 # --------------------------------------------------------------------------
+# Loss parity with sentence-transformers (tests/test_ranking_losses.py, tests/test_distill_losses.py): its
+# ``compute_loss_from_embeddings`` in torch float64 against ours under float64, loss and gradient w.r.t. every
+# embedding.
+
+# Float64 on both sides: the two compute the same sums in another order (and s-t normalises with a 1e-12 norm
+# clamp, we with 1e-8, which random vectors never reach), so they differ by ~1e-15 relative; any difference in the
+# formula (a column left out, a mean over the wrong axis, a mask or penalty on the wrong cell, a sign) moves the
+# loss by 1e-3 or more.
+PARITY_RTOL = 1e-10
+
+
+def parity_embeddings(batch: int, columns: int, dim: int = 8, seed: int = 0):
+  """Standard normal float64 embeddings ``[batch, columns, dim]``, the same for the same seed."""
+  import numpy as np
+
+  return np.random.default_rng(seed).normal(size=(batch, columns, dim))
+
+
+def st_value_and_grad(compute, z, labels=None) -> tuple:
+  """``compute(columns, labels)`` -> s-t's loss (or its dict of loss terms, summed as its trainer sums them), in
+  torch float64: (loss, its gradient w.r.t. ``z`` ``[batch, columns, dim]``). ``labels`` None: passed as None."""
+  import pytest
+
+  torch = pytest.importorskip("torch")
+  embeddings = torch.tensor(z, dtype=torch.float64, requires_grad=True)
+  columns = [embeddings[:, c] for c in range(z.shape[1])]
+  label_tensor = None if labels is None else torch.tensor(labels, dtype=torch.float64)
+  loss = compute(columns, label_tensor)
+  if isinstance(loss, dict):
+    loss = sum(loss.values())
+  loss.backward()
+  return float(loss.detach()), embeddings.grad.numpy()
+
+
+def ours_value_and_grad(fn, z) -> tuple:
+  """``fn(z)`` and its gradient under float64 (asserted: a float32 value would not test the claim)."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  from jaxcse.core import compat
+
+  with compat.enable_x64(True):
+    value, grad = jax.value_and_grad(fn)(jnp.asarray(z, jnp.float64))
+    assert value.dtype == jnp.float64
+    return float(value), np.asarray(grad)
+
+
+def assert_parity(ours: tuple, theirs: tuple) -> None:
+  """Loss and gradient within ``PARITY_RTOL``; the gradient's largest entries set its scale (an entry near 0
+  differs by the same absolute rounding), and that scale is not trivial: a loss that does not depend on the
+  embeddings tests nothing."""
+  import numpy as np
+
+  np.testing.assert_allclose(ours[0], theirs[0], rtol=PARITY_RTOL, atol=0)
+  np.testing.assert_allclose(ours[1], theirs[1], rtol=PARITY_RTOL, atol=PARITY_RTOL * np.abs(theirs[1]).max())
+  assert np.abs(theirs[1]).max() > 1e-3
+
+
+# --------------------------------------------------------------------------
 # What a run left in its workdir.
 
 

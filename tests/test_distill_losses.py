@@ -9,47 +9,13 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxcse.core import compat
 from jaxcse.training import distill_losses
-
-# As tests/test_ranking_losses.py: float64 on both sides, the same sums in another order differ by ~1e-15 relative;
-# a formula off anywhere (a column left out, a mean over the wrong axis, a sign) moves the loss by 1e-3 or more.
-RTOL = 1e-10
-
-
-def _embeddings(batch: int, columns: int, dim: int = 8, seed: int = 0) -> np.ndarray:
-  return np.random.default_rng(seed).normal(size=(batch, columns, dim))
-
-
-def _st_value_and_grad(compute, z: np.ndarray, labels) -> tuple[float, np.ndarray]:
-  """``compute(columns, labels)`` -> s-t's loss (or its dict of loss terms, summed as its trainer sums them)."""
-  torch = pytest.importorskip("torch")
-  embeddings = torch.tensor(z, dtype=torch.float64, requires_grad=True)
-  columns = [embeddings[:, c] for c in range(z.shape[1])]
-  label_tensor = None if labels is None else torch.tensor(labels, dtype=torch.float64)
-  loss = compute(columns, label_tensor)
-  if isinstance(loss, dict):
-    loss = sum(loss.values())
-  loss.backward()
-  return float(loss.detach()), embeddings.grad.numpy()
-
-
-def _ours_value_and_grad(fn, z: np.ndarray) -> tuple[float, np.ndarray]:
-  with compat.enable_x64(True):
-    value, grad = jax.value_and_grad(fn)(jnp.asarray(z, jnp.float64))
-    assert value.dtype == jnp.float64
-    return float(value), np.asarray(grad)
-
-
-def _assert_close(ours: tuple[float, np.ndarray], theirs: tuple[float, np.ndarray]) -> None:
-  np.testing.assert_allclose(ours[0], theirs[0], rtol=RTOL, atol=0)
-  np.testing.assert_allclose(ours[1], theirs[1], rtol=RTOL, atol=RTOL * np.abs(theirs[1]).max())
-  assert np.abs(theirs[1]).max() > 1e-3  # A loss of these embeddings that does not depend on them tests nothing.
+from tests import helpers
 
 
 def _st_losses():
@@ -64,7 +30,7 @@ def _similarity(name: str):
 @pytest.mark.parametrize("distance", distill_losses.DISTANCES)
 @pytest.mark.parametrize("columns,per_column", [(1, False), (3, False), (3, True)])
 def test_embed_distill_equals_sentence_transformers(distance, columns, per_column):
-  z = _embeddings(6, columns, seed=columns)
+  z = helpers.parity_embeddings(6, columns, seed=columns)
   teacher = np.random.default_rng(9).normal(size=(6, columns, 8) if per_column else (6, 8))
   theirs_loss = _st_losses().EmbedDistillLoss(None, distance_metric=distance)
 
@@ -72,17 +38,21 @@ def test_embed_distill_equals_sentence_transformers(distance, columns, per_colum
     targets = [labels[:, c] for c in range(columns)] if per_column else [labels] * columns
     return theirs_loss.compute_loss_from_embeddings(embeddings, targets)
 
-  ours = _ours_value_and_grad(
+  ours = helpers.ours_value_and_grad(
     lambda e: distill_losses.embed_distill_loss(e, jnp.asarray(teacher), distance=distance), z
   )
-  _assert_close(ours, _st_value_and_grad(theirs, z, teacher))
+  helpers.assert_parity(ours, helpers.st_value_and_grad(theirs, z, teacher))
 
 
 def test_mse_loss_is_embed_distill_with_mse():
-  z, teacher = _embeddings(5, 2, seed=1), _embeddings(5, 1, seed=2)[:, 0]
+  z, teacher = helpers.parity_embeddings(5, 2, seed=1), helpers.parity_embeddings(5, 1, seed=2)[:, 0]
   mse = _st_losses().MSELoss(None)
-  ours = _ours_value_and_grad(lambda e: distill_losses.embed_distill_loss(e, jnp.asarray(teacher), distance="mse"), z)
-  _assert_close(ours, _st_value_and_grad(lambda e, t: mse.compute_loss_from_embeddings(e, [t, t]), z, teacher))
+  ours = helpers.ours_value_and_grad(
+    lambda e: distill_losses.embed_distill_loss(e, jnp.asarray(teacher), distance="mse"), z
+  )
+  helpers.assert_parity(
+    ours, helpers.st_value_and_grad(lambda e, t: mse.compute_loss_from_embeddings(e, [t, t]), z, teacher)
+  )
 
 
 @pytest.mark.parametrize("similarity", distill_losses.SIMILARITIES)
@@ -90,7 +60,7 @@ def test_mse_loss_is_embed_distill_with_mse():
   "negatives,layout", [(1, "flat"), (1, "margins"), (1, "scores"), (3, "margins"), (3, "scores")]
 )
 def test_margin_mse_equals_sentence_transformers(similarity, negatives, layout):
-  z = _embeddings(7, 2 + negatives, seed=negatives)
+  z = helpers.parity_embeddings(7, 2 + negatives, seed=negatives)
   rng = np.random.default_rng(4)
   labels = {
     "flat": rng.normal(size=7),
@@ -98,10 +68,10 @@ def test_margin_mse_equals_sentence_transformers(similarity, negatives, layout):
     "scores": rng.normal(size=(7, negatives + 1)),
   }[layout]
   theirs = _st_losses().MarginMSELoss(None, similarity_fct=_similarity(similarity))
-  ours = _ours_value_and_grad(
+  ours = helpers.ours_value_and_grad(
     lambda e: distill_losses.margin_mse_loss(e, jnp.asarray(labels), similarity=similarity), z
   )
-  _assert_close(ours, _st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
+  helpers.assert_parity(ours, helpers.st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
 
 
 def test_margin_mse_refuses_labels_of_another_shape():
@@ -116,7 +86,7 @@ def test_margin_mse_refuses_labels_of_another_shape():
 @pytest.mark.parametrize("candidates", [2, 4])
 def test_distill_kl_div_equals_sentence_transformers(similarity, temperatures, candidates):
   student_temperature, teacher_temperature = temperatures
-  z = _embeddings(6, 1 + candidates, seed=candidates)
+  z = helpers.parity_embeddings(6, 1 + candidates, seed=candidates)
   labels = np.random.default_rng(5).normal(size=(6, candidates)) * 3
   theirs = _st_losses().DistillKLDivLoss(
     None,
@@ -124,7 +94,7 @@ def test_distill_kl_div_equals_sentence_transformers(similarity, temperatures, c
     student_temperature=student_temperature,
     teacher_temperature=teacher_temperature,
   )
-  ours = _ours_value_and_grad(
+  ours = helpers.ours_value_and_grad(
     functools.partial(
       lambda e, **kw: distill_losses.distill_kl_div_loss(e, jnp.asarray(labels), **kw),
       similarity=similarity,
@@ -133,18 +103,18 @@ def test_distill_kl_div_equals_sentence_transformers(similarity, temperatures, c
     ),
     z,
   )
-  _assert_close(ours, _st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
+  helpers.assert_parity(ours, helpers.st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
 
 
 def test_distill_kl_div_where_the_teacher_excludes_a_candidate():
   # A teacher score of -inf (a candidate left out on purpose, as s-t's check allows): probability 0, adding 0, and
   # the student's score of it still gets the gradient of its log-softmax's normaliser.
-  z = _embeddings(4, 4, seed=6)
+  z = helpers.parity_embeddings(4, 4, seed=6)
   labels = np.random.default_rng(7).normal(size=(4, 3))
   labels[1, 2] = -np.inf
   theirs = _st_losses().DistillKLDivLoss(None)
-  ours = _ours_value_and_grad(lambda e: distill_losses.distill_kl_div_loss(e, jnp.asarray(labels)), z)
-  _assert_close(ours, _st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
+  ours = helpers.ours_value_and_grad(lambda e: distill_losses.distill_kl_div_loss(e, jnp.asarray(labels)), z)
+  helpers.assert_parity(ours, helpers.st_value_and_grad(theirs.compute_loss_from_embeddings, z, labels))
   assert np.isfinite(ours[0])
 
 
@@ -156,7 +126,7 @@ def test_global_orthogonal_regularization_equals_sentence_transformers(similarit
   util = pytest.importorskip("sentence_transformers.util")
   mean_weight, second_moment_weight = weights
   # dim 4, batch 6: random cosines' second moment (~1/4) crosses 1/dim in some columns, so both sides of the relu.
-  z = _embeddings(6, columns, dim=4, seed=columns) + (0.5 if similarity == "cosine" else 0.0)
+  z = helpers.parity_embeddings(6, columns, dim=4, seed=columns) + (0.5 if similarity == "cosine" else 0.0)
   theirs = _st_losses().GlobalOrthogonalRegularizationLoss(
     None,
     similarity_fct=util.cos_sim if similarity == "cosine" else util.dot_score,
@@ -175,7 +145,9 @@ def test_global_orthogonal_regularization_equals_sentence_transformers(similarit
     )
     return terms[0] + terms[1]
 
-  _assert_close(_ours_value_and_grad(ours, z), _st_value_and_grad(theirs.compute_loss_from_embeddings, z, None))
+  helpers.assert_parity(
+    helpers.ours_value_and_grad(ours, z), helpers.st_value_and_grad(theirs.compute_loss_from_embeddings, z, None)
+  )
 
 
 def test_global_orthogonal_regularization_is_zero_for_a_spread_out_batch():

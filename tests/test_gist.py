@@ -27,10 +27,6 @@ from jaxcse.storage import model_card
 from jaxcse.training import configuration, configured, objectives, ranking_losses, train_step
 from tests import helpers
 
-# As tests/test_ranking_losses.py: float64 on both sides, the same sums in another order (~1e-15 relative); a
-# candidate wrongly kept or left out moves the loss by 1e-3 or more.
-RTOL = 1e-10
-
 FLAGS = list(itertools.product((True, False), repeat=2))  # (contrast_anchors, contrast_positives)
 MARGINS = [(strategy, margin) for strategy in ranking_losses.MARGIN_STRATEGIES for margin in (0.0, 0.1)]
 
@@ -104,15 +100,8 @@ def _st_cached_value_and_grad(tokenizer, z, guide, settings, mini_batch_size) ->
 
 def _ours_value_and_grad(z, guide, settings) -> tuple[float, np.ndarray]:
   with compat.enable_x64(True):
-    fn = functools.partial(ranking_losses.gist_loss, guide=jnp.asarray(guide, jnp.float64), **settings)
-    value, grad = jax.value_and_grad(lambda e: fn(e))(jnp.asarray(z, jnp.float64))
-    assert value.dtype == jnp.float64
-    return float(value), np.asarray(grad)
-
-
-def _assert_close(ours, theirs) -> None:
-  np.testing.assert_allclose(ours[0], theirs[0], rtol=RTOL, atol=0)
-  np.testing.assert_allclose(ours[1], theirs[1], rtol=RTOL, atol=RTOL * np.abs(theirs[1]).max())
+    guide = jnp.asarray(guide, jnp.float64)
+  return helpers.ours_value_and_grad(functools.partial(ranking_losses.gist_loss, guide=guide, **settings), z)
 
 
 def _settings(strategy, margin, anchors, positives) -> dict:
@@ -129,7 +118,7 @@ def test_gist_equals_sentence_transformers(
   guide = _guide_for(z, seed=columns + 10)
   settings = _settings(margin_strategy, margin, contrast_anchors, contrast_positives)
   theirs = _st_gist_value_and_grad(monkeypatch, tokenizer, z, guide, {"temperature": 0.01, **settings})
-  _assert_close(_ours_value_and_grad(z, guide, settings), theirs)
+  helpers.assert_parity(_ours_value_and_grad(z, guide, settings), theirs)
 
 
 @pytest.mark.parametrize("contrast_anchors,contrast_positives", [(True, True), (False, False)])
@@ -143,7 +132,7 @@ def test_more_hard_negative_columns_equal_cached_gist(
   guide = _guide_for(z, seed=14)
   settings = _settings(margin_strategy, margin, contrast_anchors, contrast_positives)
   theirs = _st_cached_value_and_grad(tokenizer, z, guide, {"temperature": 0.05, **settings}, mini_batch_size=4)
-  _assert_close(_ours_value_and_grad(z, guide, {"temperature": 0.05, **settings}), theirs)
+  helpers.assert_parity(_ours_value_and_grad(z, guide, {"temperature": 0.05, **settings}), theirs)
 
 
 def test_the_guide_leaves_candidates_out_and_the_margin_matters():

@@ -19,13 +19,8 @@ import optax
 import pytest
 
 from jaxcse import data as data_lib, models
-from jaxcse.core import compat
 from jaxcse.training import configuration, configured, matryoshka, ranking_losses, train_step
 from tests import helpers
-
-# As tests/test_ranking_losses.py: float64 on both sides, the same sums in another order (~1e-15 relative); a wrong
-# prefix, a missing normalisation or weight moves the loss by 1e-3 or more.
-RTOL = 1e-10
 
 
 def _st_matryoshka_value_and_grad(inner, dims, weights, z: np.ndarray, labels: np.ndarray | None = None):
@@ -59,20 +54,12 @@ def _st_matryoshka_value_and_grad(inner, dims, weights, z: np.ndarray, labels: n
 
 def _ours_value_and_grad(inner_loss, dims, weights, z: np.ndarray):
   nested = _nested(",".join(map(str, dims)), ",".join(map(str, weights or ())))
-  with compat.enable_x64(True):
-    value, grad = jax.value_and_grad(lambda x: nested.loss(lambda e: (inner_loss(e), {}), x)[0])(jnp.asarray(z))
-    assert value.dtype == jnp.float64
-    return float(value), np.asarray(grad)
+  return helpers.ours_value_and_grad(lambda x: nested.loss(lambda e: (inner_loss(e), {}), x)[0], z)
 
 
 def _nested(dims: str, weights: str = "", n_dims_per_step: int = -1) -> matryoshka.Matryoshka | None:
   block = {"dims": dims, "weights": weights, "n_dims_per_step": n_dims_per_step}
   return matryoshka.Matryoshka.from_config(ml_collections.ConfigDict({"matryoshka": block}))
-
-
-def _assert_close(ours, theirs) -> None:
-  np.testing.assert_allclose(ours[0], theirs[0], rtol=RTOL, atol=0)
-  np.testing.assert_allclose(ours[1], theirs[1], rtol=RTOL, atol=RTOL * np.abs(theirs[1]).max())
 
 
 # Dims in any order (s-t sorts them, largest first, keeping each one's weight), with and without the full width.
@@ -88,7 +75,7 @@ def test_matryoshka_mnrl_equals_sentence_transformers(dims, weights, k):
     lambda model: st_losses.MultipleNegativesRankingLoss(model, scale=20.0), dims, weights, z
   )
   ours = _ours_value_and_grad(functools.partial(ranking_losses.mnrl_loss, scale=20.0), dims, weights, z)
-  _assert_close(ours, theirs)
+  helpers.assert_parity(ours, theirs)
 
 
 @pytest.mark.parametrize("dims,weights", DIMS[:2])
@@ -102,7 +89,7 @@ def test_matryoshka_cosent_equals_sentence_transformers(dims, weights):
   ours = _ours_value_and_grad(
     lambda e: ranking_losses.cosent_loss(e[:, 0], e[:, 1], jnp.asarray(labels), scale=20.0), dims, weights, z
   )
-  _assert_close(ours, theirs)
+  helpers.assert_parity(ours, theirs)
 
 
 def test_shrink_is_the_normalised_prefix():

@@ -44,11 +44,6 @@ from jaxcse.training import (  # noqa: E402
 from jaxcse import data as data_lib, models, train
 from tests import helpers  # noqa: E402
 
-# Float64 on both sides: the two compute the same sums in another order (and s-t normalises with a 1e-12 norm
-# clamp, we with 1e-8, which random vectors never reach), so they differ by ~1e-15 relative; any difference in the
-# formula (a column left out, a mask or penalty on the wrong cell) moves the loss by 1e-3 or more.
-RTOL = 1e-10
-
 # Every direction set s-t accepts (query_to_doc and any of the other three) with each partition mode it allows.
 DIRECTION_SETS = [
   ("query_to_doc", *rest)
@@ -64,31 +59,11 @@ SETTINGS = [
 HARDNESS = [("none", 0.0)] + [(mode, strength) for mode in ranking_losses.HARDNESS_MODES[1:] for strength in (0.0, 5.0)]
 
 
-def _embeddings(batch: int, columns: int, dim: int = 8, seed: int = 0) -> np.ndarray:
-  return np.random.default_rng(seed).normal(size=(batch, columns, dim))
-
-
 def _st_value_and_grad(loss_module, z: np.ndarray, labels: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-  torch = pytest.importorskip("torch")
-  embeddings = torch.tensor(z, dtype=torch.float64, requires_grad=True)
-  columns = [embeddings[:, c] for c in range(z.shape[1])]
-  label_tensor = torch.tensor(labels if labels is not None else np.zeros(z.shape[0]), dtype=torch.float64)
-  loss = loss_module.compute_loss_from_embeddings(columns, label_tensor)
-  loss.backward()
-  return float(loss.detach()), embeddings.grad.numpy()
-
-
-def _ours_value_and_grad(fn, z: np.ndarray) -> tuple[float, np.ndarray]:
-  with compat.enable_x64(True):
-    value, grad = jax.value_and_grad(fn)(jnp.asarray(z, jnp.float64))
-    assert value.dtype == jnp.float64
-    return float(value), np.asarray(grad)
-
-
-def _assert_close(ours: tuple[float, np.ndarray], theirs: tuple[float, np.ndarray]) -> None:
-  np.testing.assert_allclose(ours[0], theirs[0], rtol=RTOL, atol=0)
-  # The gradient's largest entries set the scale: an entry near 0 differs by the same absolute rounding.
-  np.testing.assert_allclose(ours[1], theirs[1], rtol=RTOL, atol=RTOL * np.abs(theirs[1]).max())
+  """s-t's ``loss_module`` on ``z`` (its labels: zeros where a loss reads none)."""
+  return helpers.st_value_and_grad(
+    loss_module.compute_loss_from_embeddings, z, labels if labels is not None else np.zeros(z.shape[0])
+  )
 
 
 @pytest.mark.parametrize("k", [0, 1, 3])
@@ -100,14 +75,16 @@ def test_mnrl_equals_sentence_transformers(directions, partition_mode, hardness_
   theirs = st_losses.MultipleNegativesRankingLoss(
     None, hardness_mode=None if hardness_mode == "none" else hardness_mode, **settings
   )
-  z = _embeddings(6, 2 + k, seed=k)
-  ours = _ours_value_and_grad(functools.partial(ranking_losses.mnrl_loss, hardness_mode=hardness_mode, **settings), z)
-  _assert_close(ours, _st_value_and_grad(theirs, z))
+  z = helpers.parity_embeddings(6, 2 + k, seed=k)
+  ours = helpers.ours_value_and_grad(
+    functools.partial(ranking_losses.mnrl_loss, hardness_mode=hardness_mode, **settings), z
+  )
+  helpers.assert_parity(ours, _st_value_and_grad(theirs, z))
 
 
 def test_hardness_changes_the_loss_where_it_applies():
   # The grid above compares with s-t; this checks that the grid's strength > 0 is not a no-op on its batches.
-  z = _embeddings(6, 4, seed=3)
+  z = helpers.parity_embeddings(6, 4, seed=3)
   with compat.enable_x64(True):
     plain = float(ranking_losses.mnrl_loss(jnp.asarray(z)))
     for mode in ranking_losses.HARDNESS_MODES[1:]:
@@ -125,20 +102,20 @@ def test_hardness_changes_the_loss_where_it_applies():
 @pytest.mark.parametrize("ties", [False, True])
 def test_cosent_equals_sentence_transformers(scale, ties):
   st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
-  z = _embeddings(12, 2, seed=7)
+  z = helpers.parity_embeddings(12, 2, seed=7)
   rng = np.random.default_rng(1)
   # Ties (several pairs with one gold score, as in 0..5 annotations) add nothing on either side.
   labels = rng.integers(0, 4, 12).astype(np.float64) if ties else rng.uniform(0, 5, 12)
   theirs = _st_value_and_grad(st_losses.CoSENTLoss(None, scale=scale), z, labels)
-  ours = _ours_value_and_grad(
+  ours = helpers.ours_value_and_grad(
     lambda e: ranking_losses.cosent_loss(e[:, 0], e[:, 1], jnp.asarray(labels), scale=scale), z
   )
-  _assert_close(ours, theirs)
+  helpers.assert_parity(ours, theirs)
 
 
 def test_k1_is_supervised_simcse_bit_for_bit():
   # In float32 (the trainer's precision): the same operations in the same order, so the same bits, loss and gradient.
-  z = jnp.asarray(_embeddings(16, 3, dim=32, seed=5), jnp.float32)
+  z = jnp.asarray(helpers.parity_embeddings(16, 3, dim=32, seed=5), jnp.float32)
 
   def simcse(e):
     return losses.simcse_loss(e[:, 0], e[:, 1], e[:, 2], temperature=0.05)
