@@ -47,12 +47,18 @@ def _check_columns(z: jax.Array, at_least: int, name: str) -> None:
     raise ValueError(f"{name} takes [batch, columns >= {at_least}, dim] embeddings; got {z.shape}")
 
 
+def _for_similarity(similarity: str, *embeddings: jax.Array) -> tuple[jax.Array, ...]:
+  """The embeddings whose dot products are ``similarity``: unit rows for ``cosine``, as they are for ``dot``."""
+  if similarity == "cosine":
+    return tuple(unit_rows(e) for e in embeddings)
+  if similarity != "dot":
+    raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, not {similarity!r}")
+  return embeddings
+
+
 def _pairwise(similarity: str, a: jax.Array, b: jax.Array) -> jax.Array:
   """``[batch]`` similarities of ``a[i]`` and ``b[i]`` (s-t's ``pairwise_dot_score`` / ``pairwise_cos_sim``)."""
-  if similarity == "cosine":
-    a, b = unit_rows(a), unit_rows(b)
-  elif similarity != "dot":
-    raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, not {similarity!r}")
+  a, b = _for_similarity(similarity, a, b)
   return jnp.sum(a * b, axis=-1)
 
 
@@ -259,11 +265,7 @@ def global_orthogonal_regularization(
     raise ValueError(f"aggregation must be one of {', '.join(AGGREGATIONS)}, not {aggregation!r}")
   batch, _, dim = z.shape
   off_diagonal = max(batch * (batch - 1), 1)
-  columns = jnp.swapaxes(z, 0, 1)  # [columns, batch, dim]
-  if similarity == "cosine":
-    columns = unit_rows(columns)
-  elif similarity != "dot":
-    raise ValueError(f"similarity must be one of {', '.join(SIMILARITIES)}, not {similarity!r}")
+  (columns,) = _for_similarity(similarity, jnp.swapaxes(z, 0, 1))  # [columns, batch, dim]
   sim = jnp.einsum("cid,cjd->cij", columns, columns) * (1.0 - jnp.eye(batch, dtype=z.dtype))
   mean_terms = (jnp.sum(sim, axis=(1, 2)) / off_diagonal) ** 2
   second_moment_terms = jax.nn.relu(jnp.sum(sim**2, axis=(1, 2)) / off_diagonal - 1.0 / dim)
