@@ -259,6 +259,35 @@ def test_the_fast_and_the_explicit_path_agree(dtype):
   assert np.isfinite(dropped).all() and not np.allclose(dropped, np.asarray(reference)[real])
 
 
+@pytest.mark.parametrize("window", [None, 8])
+def test_the_tpus_splash_kernel_computes_what_attend_does_at_real_tokens(window):
+  """attention.splash_attend (TPU's Pallas splash kernel, run by Pallas' interpreter here) against attend over
+  visible(segment_ids, window): float32 on both sides, a softmax over at most 128 keys and a 16-term dot (a bound of
+  16 eps on O(1) values), at real tokens; and the gradient through the kernel's own backward."""
+  rng = np.random.default_rng(0)
+  length = 128
+  segments = np.zeros((2, length), np.int32)
+  segments[0, :40], segments[0, 40:100], segments[1, :] = 1, 2, 1  # Two texts and padding; one full row.
+  segments = jnp.asarray(segments)
+  q, k, v = (jnp.asarray(rng.normal(size=(2, length, 2, 16)), jnp.float32) for _ in range(3))
+  real = np.asarray(segments) > 0
+  mask = attention.visible(segment_ids=segments, window=window)
+
+  def splash(q):
+    return attention.splash_attend(q, k, v, segments, window=window, interpret=True)
+
+  def plain(q):
+    return attention.attend(q, k, v, mask, dtype=jnp.float32)
+
+  bound = 16 * np.finfo(np.float32).eps
+  np.testing.assert_allclose(np.asarray(splash(q))[real], np.asarray(plain(q))[real], rtol=bound, atol=bound)
+  if window is None:
+    grads = [jax.grad(lambda q, f=f: jnp.sum(jnp.where(real[:, :, None, None], f(q), 0.0)))(q) for f in (splash, plain)]
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=bound, atol=bound)
+  with pytest.raises(ValueError, match="multiple of its block 128"):
+    attention.splash_attend(q[:, :96], k[:, :96], v[:, :96], segments[:, :96], interpret=True)
+
+
 def test_cudnn_gets_a_mask_of_full_queries_by_keys(monkeypatch):
   """cuDNN's fused kernel takes the mask as a bias of full [queries, keys] and refuses a padding mask's broadcast
   query axis ("Bias must have same seq length as QKV, got 1 and 128" on an H200: experiments/packing/README.md,

@@ -12,6 +12,9 @@ Two questions, answered once for BERT, RoBERTa, XLM-R and ModernBERT alike:
   logits in float32), flax's weights function and one einsum. Both scale the query first, so on a CPU in float32
   the two paths compute the same numbers (``tests/test_packing.py``).
 
+On a TPU, ``splash_attend`` runs the same attention within segments through Pallas' splash kernel (equal at real
+tokens, checked through Pallas' interpreter on a CPU).
+
 A padding query in a packed row (segment 0) sees no key at all: its weights are then uniform over the row's keys,
 finite; no real token reads a padding token's state, and poolers read only real tokens.
 """
@@ -107,3 +110,58 @@ def segment_positions(segment_ids: jax.Array) -> jax.Array:
   previous = jnp.concatenate([jnp.full_like(segment_ids[:, :1], -1), segment_ids[:, :-1]], axis=-1)
   starts = jnp.where(segment_ids != previous, columns, 0)
   return columns - jax.lax.cummax(starts, axis=segment_ids.ndim - 1)
+
+
+def splash_attend(
+  query: jax.Array,
+  key: jax.Array,
+  value: jax.Array,
+  segment_ids: jax.Array,
+  *,
+  window: int | None = None,
+  block: int = 128,
+  interpret: bool = False,
+) -> jax.Array:
+  """Attention within the segments of packed rows by the TPU's splash kernel (jax's Pallas ``splash_attention``):
+  what ``attend(query, key, value, visible(segment_ids=segment_ids, window=window))`` computes at every real token.
+
+  Args:
+    query, key, value: ``[batch, len, heads, head_dim]``; ``len`` a multiple of ``block``.
+    segment_ids: ``[batch, len]``, as for ``visible`` (0 at padding).
+    window: a query sees only keys at most this many columns away (ModernBERT's local layers).
+    block: the kernel's query and key block (``len`` and ``block`` multiples of 128 on a TPU).
+    interpret: run the kernel through Pallas' interpreter (any backend, slowly): how tests check it off a TPU.
+
+  Returns: ``[batch, len, heads, head_dim]``. Padding queries (segment 0) attend over the row's padding keys here,
+  where ``visible`` lets them see no key at all: their outputs differ, and nothing reads them (no real token sees a
+  padding key; poolers read real tokens only).
+  """
+  # Imported here: Pallas' TPU package loads only for this path.
+  from jax.experimental.pallas.ops.tpu.splash_attention import (
+    splash_attention_kernel as kernels,
+    splash_attention_mask as masks,
+  )
+
+  _, length, heads, depth = query.shape
+  if length % block:
+    raise ValueError(f"splash attention needs a length that is a multiple of its block {block}; got {length}")
+  shape = (length, length)
+  static = masks.FullMask(shape) if window is None else masks.LocalMask(shape, (window, window), offset=0)
+  blocks = {
+    name: block
+    for name in ("block_q", "block_kv", "block_kv_compute", "block_q_dkv", "block_kv_dkv", "block_kv_dkv_compute")
+  }
+  kernel = kernels.make_splash_mha(
+    masks.MultiHeadMask([static] * heads),
+    block_sizes=kernels.BlockSizes(**blocks, block_q_dq=block, block_kv_dq=block),
+    head_shards=1,
+    q_seq_shards=1,
+    interpret=interpret,
+  )
+  scaled = query / jnp.sqrt(depth).astype(query.dtype)  # As attend scales it.
+
+  def one_row(q, k, v, ids):  # The kernel takes [heads, len, head_dim] of one row.
+    out = kernel(q.swapaxes(0, 1), k.swapaxes(0, 1), v.swapaxes(0, 1), segment_ids=kernels.SegmentIds(q=ids, kv=ids))
+    return out.swapaxes(0, 1)
+
+  return jax.vmap(one_row)(scaled, key, value, segment_ids)
