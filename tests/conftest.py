@@ -84,14 +84,35 @@ def tokenizer():
   return AutoTokenizer.from_pretrained(helpers.BERT_UNCASED_TOKENIZER)
 
 
-@pytest.fixture(scope="module")
-def reference(tiny_model_dir, small_data_dir, tmp_path_factory):
-  """An uninterrupted run of helpers.SCHEDULE: (workdir, summary). Tests copy it, never change it."""
+def _tree_state(root: str) -> dict[str, tuple[int, int]]:
+  """Every file under ``root``: its size and modification time (what a write into the tree changes)."""
+  state = {}
+  for folder, _, files in os.walk(root):
+    for name in files:
+      path = os.path.join(folder, name)
+      stat = os.stat(path)
+      state[os.path.relpath(path, root)] = (stat.st_size, stat.st_mtime_ns)
+  return state
+
+
+@pytest.fixture(scope="session")
+def _reference_run(tiny_model_dir, small_data_dir, tmp_path_factory):
   from jaxcse import train
 
   workdir = str(tmp_path_factory.mktemp("fault") / "reference")
   summary = train.train_and_evaluate(helpers.tiny_config(tiny_model_dir, small_data_dir, **helpers.SCHEDULE), workdir)
-  return workdir, summary
+  return workdir, summary, _tree_state(workdir)
+
+
+@pytest.fixture
+def reference(_reference_run):
+  """An uninterrupted run of helpers.SCHEDULE: (workdir, summary), trained once per test process (each test module
+  used to train its own). Tests copy it, never change it: a test that writes into it fails here."""
+  import copy
+
+  workdir, summary, state = _reference_run
+  yield workdir, copy.deepcopy(summary)
+  assert _tree_state(workdir) == state, f"this test changed the shared reference run in {workdir}: copy it first"
 
 
 @pytest.fixture

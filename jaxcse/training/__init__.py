@@ -17,6 +17,8 @@ losses, devices.
   ranking_losses.py sentence-transformers' MultipleNegativesRankingLoss and CoSENT, pure functions on embeddings
   distill_losses.py its distillation losses (EmbedDistill/MSE, MarginMSE, DistillKLDiv) and global orthogonal
                     regulariser, pure functions on embeddings and a teacher's labels
+  rankcse_losses.py RankCSE's ranking distillation (ListNet, ListMLE) and view consistency, pure functions on
+                    similarity lists
   matryoshka.py     any method's loss over nested prefixes of the embeddings (Matryoshka), summed with weights
   gradcache.py      chunked value-and-grad over a whole batch's embeddings
   augment.py        discrete augmentations of token ids, pure
