@@ -129,6 +129,18 @@ def get_config() -> ml_collections.ConfigDict:
   config.gor.aggregation = "mean"  # Of the per-column terms: mean or sum.
   config.gor.similarity = "cosine"  # cosine (s-t's cos_sim) or dot.
 
+  # RankCSE (Liu et al. 2023; method="rankcse"): SimCSE + the two views' ranking consistency + listwise distillation
+  # of a teacher's in-batch similarity lists; each row's label is its text's teacher embedding. The defaults are the
+  # released run script's (temp = tau2 = 0.05, gamma 1, alpha 0.33). docs/methods.md#rankcse.
+  config.rankcse = ml_collections.ConfigDict()
+  config.rankcse.distillation = "listnet"  # listnet (top-one cross entropy) or listmle (Plackett-Luce likelihood).
+  config.rankcse.tau2 = 0.05  # Divides the student's and the teacher's cosines in the distillation term.
+  config.rankcse.gamma = 1.0  # x the distillation term; in [0, 1e4].
+  config.rankcse.alpha = 0.33  # Two teachers (labels [2, D]): alpha x the first's lists + (1 - alpha) x the second's.
+  # The consistency term: as_released (the code's: the two softmaxes' negative entropy) or jsd (the paper's).
+  config.rankcse.consistency = "as_released"
+  config.rankcse.consistency_weight = 1.0  # x the consistency term (the released code: 1); in [0, 1e4].
+
   # SimCSE's own ablations of its positive pairs (its Tables 1 and 3); all off = the paper's method.
   config.augment = ml_collections.ConfigDict()
   # "Fixed 0.1": both views of a sentence get the same dropout mask (so identical embeddings); one-column data only.

@@ -150,6 +150,10 @@ def test_every_numeric_config_field_has_its_range_checked():
     "distill.teacher_temperature",
     "gor.mean_weight",  # st_methods.check_gor.
     "gor.second_moment_weight",
+    "rankcse.tau2",  # rankcse.check.
+    "rankcse.gamma",
+    "rankcse.alpha",
+    "rankcse.consistency_weight",
   }
   unchecked = set()
   for name in (*helpers.CONFIG_NAMES, "pretrain_mlm"):
@@ -298,6 +302,8 @@ LAYERS = (
       "jaxcse.training.dclr_losses",
       "jaxcse.training.ranking_losses",
       "jaxcse.training.distill_losses",
+      "jaxcse.training.rankcse",
+      "jaxcse.training.rankcse_losses",
       "jaxcse.training.matryoshka",
       "jaxcse.training.gradcache",
       "jaxcse.training.augment",

@@ -143,6 +143,23 @@ def test_margin_mse_and_the_regulariser_train_on_triplets(tiny_model_dir, small_
     assert {"gor_mean", "gor_second_moment"} <= set(records[0]), records[0]
 
 
+def test_rankcse_trains_on_one_or_two_teachers_embeddings_of_their_own_width(tiny_model_dir, small_data_dir, tmp_path):
+  # RankCSE's labels: each text's teacher embedding, of the teacher's width (16 here, the student's 32), or two
+  # teachers' as [2, D]; the loss is SimCSE's plus the logged consistency and distillation terms.
+  for name, columns in (("one", 1), ("two", 2)):
+    rows = [{"text": row["english"], "label": row["label"]} for row in _teacher_rows(16, dim=16, columns=1)]
+    if columns == 2:
+      second = _teacher_rows(16, dim=16, seed=1)
+      rows = [{**row, "label": [row["label"], other["label"]]} for row, other in zip(rows, second)]
+    path = _write_jsonl(tmp_path / f"{name}.jsonl", rows)
+    workdir = str(tmp_path / name)
+    config = _distill_config(tiny_model_dir, small_data_dir, path, "rankcse", **{"rankcse.distillation": "listmle"})
+    assert train.train_and_evaluate(config, workdir)["steps"] == 2
+    records = [r for r in helpers.metrics_records(workdir) if "loss" in r]
+    assert records and all(np.isfinite(r["loss"]) for r in records)
+    assert {"infonce", "consistency", "distillation", "pos_score"} <= set(records[0]), records[0]
+
+
 def test_a_teacher_of_another_width_is_refused_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
   path = _write_jsonl(tmp_path / "teacher.jsonl", _teacher_rows(16, dim=16))
   workdir = tmp_path / "w"
@@ -160,7 +177,9 @@ def test_teacher_labels_for_a_method_without_labels_name_the_methods_that_read_t
 ):
   path = _write_jsonl(tmp_path / "teacher.jsonl", _teacher_rows(16))
   with pytest.raises(
-    DataError, match=r"which method gor does not use: train them with --config.method=embed_distill, or"
+    DataError,
+    match=r"which method gor does not use: train them with --config.method=embed_distill or --config.method=rankcse, "
+    r"or",
   ):
     train.train_and_evaluate(_distill_config(tiny_model_dir, small_data_dir, path, "gor"), str(tmp_path / "w"))
 
@@ -177,6 +196,10 @@ def test_teacher_labels_for_a_method_without_labels_name_the_methods_that_read_t
     ({"method": "distill_kl_div", "distill.teacher_temperature": 0.0}, "distill.teacher_temperature must be"),
     ({"method": "margin_mse", "distill.similarity": "l1"}, "distill.similarity must be one of dot, cosine"),
     ({"method": "mlm", "gor.enabled": True}, "gor.enabled: method mlm has no sentence embeddings"),
+    ({"method": "rankcse", "rankcse.distillation": "lambdarank"}, "rankcse.distillation must be one of listnet"),
+    ({"method": "rankcse", "rankcse.consistency": "kl"}, "rankcse.consistency must be one of as_released, jsd"),
+    ({"method": "rankcse", "rankcse.tau2": 0.0}, "rankcse.tau2 must be a finite number"),
+    ({"method": "rankcse", "rankcse.alpha": 1.5}, r"rankcse.alpha must be a number in \[0, 1\]"),
   ],
 )
 def test_config_mistakes_are_one_line(tiny_model_dir, small_data_dir, overrides, message):
@@ -187,7 +210,7 @@ def test_config_mistakes_are_one_line(tiny_model_dir, small_data_dir, overrides,
 
 @pytest.mark.parametrize(
   "method,columns,label_shape",
-  [("distill_kl_div", 3, (8, 2)), ("margin_mse", 4, (8, 2)), ("embed_distill", 1, (8, 32))],
+  [("distill_kl_div", 3, (8, 2)), ("margin_mse", 4, (8, 2)), ("embed_distill", 1, (8, 32)), ("rankcse", 1, (8, 32))],
 )
 def test_jaxcse_compile_lowers_the_labels_the_method_reads(
   tiny_model_dir, small_data_dir, method, columns, label_shape

@@ -143,3 +143,45 @@ def test_listmle_keeps_a_tied_teachers_column_order():
   in_order = rankcse_losses.listmle_loss(student, teacher)
   reversed_order = rankcse_losses.listmle_loss(student[:, ::-1], teacher)
   assert float(in_order) < float(reversed_order)  # Column order is the ranking: the student agreeing scores lower.
+
+
+def _released_total(z1, z2, teachers, temp, tau2, gamma, alpha, distillation):
+  """cl_forward's loss for unsupervised pairs: InfoNCE + sd_loss + kd_loss, the teachers' lists from trainers.py."""
+  cos_sim = _released_similarity(z1.unsqueeze(1), z2.unsqueeze(0), temp)
+  infonce = F.cross_entropy(cos_sim, torch.arange(cos_sim.size(0)))
+  teacher = _released_teacher_scores(teachers, tau2, alpha)
+  kd = {"listnet": _released_listnet, "listmle": _released_listmle}[distillation](teacher, z1, z2, tau2, gamma)
+  return infonce + _released_divergence(z1, z2, temp) + kd
+
+
+@pytest.mark.parametrize("distillation", ["listnet", "listmle"])
+@pytest.mark.parametrize("widths", [(8,), (8, 12)])
+def test_the_rankcse_method_equals_the_released_loss(distillation, widths):
+  """jaxcse.training.rankcse.loss on two views and the rows' teacher embeddings (two teachers: one label [2, D],
+  the narrower zero-padded) against cl_forward's total, at the run script's settings."""
+  from jaxcse.training import rankcse
+
+  batch, temp, tau2, gamma, alpha = 6, 0.05, 0.05, 1.0, 0.33
+  z = helpers.parity_embeddings(batch, 2, seed=11)
+  teachers = _teachers(batch, widths, seed=12)
+  wide = max(widths)
+  padded = np.stack([np.pad(t, ((0, 0), (0, wide - t.shape[1]))) for t in teachers], axis=1)
+  labels = padded[:, 0] if len(teachers) == 1 else padded
+  settings = dict(
+    temperature=temp,
+    distillation=distillation,
+    tau2=tau2,
+    gamma=gamma,
+    alpha=alpha,
+    consistency="as_released",
+    consistency_weight=1.0,
+  )
+
+  def ours(e):
+    return rankcse.loss(settings, e, None, None, labels=jnp.asarray(labels, jnp.float64))[0]
+
+  torch_teachers = [torch.tensor(t, dtype=torch.float64) for t in teachers]
+  theirs = helpers.st_value_and_grad(
+    lambda cols, _: _released_total(*cols, torch_teachers, temp, tau2, gamma, alpha, distillation), z
+  )
+  helpers.assert_parity(helpers.ours_value_and_grad(ours, z), theirs)

@@ -140,7 +140,10 @@ def train_step_program(
   batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32) for k in ("input_ids", "attention_mask")}
   objective = objectives.get(config.method)
   if objective.labels:  # A label per row (cosent's gold score, a teacher's), as the trainer's batches carry it.
-    label_shape = objective.label_shapes(columns, model.spec.hidden_size)[0]
+    # A teacher of any width (None): compiled at the student's.
+    label_shape = tuple(
+      model.spec.hidden_size if n is None else n for n in objective.label_shapes(columns, model.spec.hidden_size)[0]
+    )
     batch["labels"] = jax.ShapeDtypeStruct((batch_size, *label_shape), jnp.float32)
   if configuration.packed(config):
     batch["packed"] = packed_rows(config, model.spec, shape, packed_length, shards=mesh.size)

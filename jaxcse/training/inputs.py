@@ -233,7 +233,8 @@ def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
     readers = [
       name
       for name in objectives.names()
-      if objectives.get(name).labels and shape in objectives.get(name).label_shapes(columns, (shape or (0,))[-1])
+      if objectives.get(name).labels
+      and objectives.label_shape_allowed(shape, objectives.get(name).label_shapes(columns, (shape or (0,))[-1]))
     ]
     train = f"train them with {' or '.join(f'--config.method={name}' for name in readers)}, or " if readers else ""
     raise data_lib.DataError(
@@ -247,6 +248,10 @@ def check_labels(config: ml_collections.ConfigDict, corpus) -> None:
     )
 
 
+def _size(n: int | None) -> str:
+  return "N" if n is None else str(n)
+
+
 def check_label_shape(config: ml_collections.ConfigDict, corpus, embedding_dim: int) -> None:
   """Refuses labels of a shape the method's loss cannot read (``objectives.Objective.label_shapes``): a teacher
   embedding of another width than the model's embeddings, scores for another number of candidates."""
@@ -256,8 +261,8 @@ def check_label_shape(config: ml_collections.ConfigDict, corpus, embedding_dim: 
     return
   columns = len(corpus.text_columns)
   allowed = objective.label_shapes(columns, embedding_dim)
-  if shape not in allowed:
-    said = lambda s: "a number" if s == () else "a list of " + " x ".join(map(str, s)) + " numbers"  # noqa: E731
+  if not objectives.label_shape_allowed(shape, allowed):
+    said = lambda s: "a number" if s == () else "a list of " + " x ".join(map(_size, s)) + " numbers"  # noqa: E731
     raise data_lib.DataError(
       f"{corpus.path}: column {corpus.label_column!r} holds {said(shape)} per row; method {config.method} with "
       f"{columns} text columns and {embedding_dim}-dimensional embeddings reads {' or '.join(map(said, allowed))}"

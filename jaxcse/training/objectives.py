@@ -28,7 +28,7 @@ import ml_collections
 
 from jaxcse import models
 from jaxcse.core.registry import Registry
-from jaxcse.training import dclr_losses, losses, st_methods
+from jaxcse.training import dclr_losses, losses, rankcse, st_methods
 
 # The fields of the config an objective's loss and scores read, by name: its ``settings(config)``, resolved once when
 # the step is built, so that a loss never sees the whole config.
@@ -125,8 +125,9 @@ class Objective:
     encoder: what the method asks of the encoders for a config (``EncoderNeeds``); read through ``needs``.
     labels: the loss reads a label per example: the batch's ``"labels"`` (float ``[batch, *label_shape]``: a gold
       score, or a teacher's scores or embeddings), passed to ``loss`` as ``labels=``.
-    label_shapes: ``(text columns, embedding width) -> the shapes one row's label may have`` (``()``: a number);
-      the trainer refuses data whose labels have another before it writes anything.
+    label_shapes: ``(text columns, embedding width) -> the shapes one row's label may have`` (``()``: a number;
+      ``None`` in a shape: any size there, a teacher's own width); the trainer refuses data whose labels have
+      another before it writes anything (``label_shape_allowed``).
     two_views: a one-column batch is embedded twice, SimCSE's two dropout views; False: once, as its one column
       (a loss that compares each text with its teacher, not with itself).
     min_columns: the fewest text columns its training data may have (2: an anchor and its positive; the trainer
@@ -154,6 +155,13 @@ class Objective:
   def __post_init__(self):
     if (self.loss is None) == (not self.masked_lm):
       raise ValueError(f"objective {self.name!r}: give a sentence loss, or masked_lm=True, not both")
+
+
+def label_shape_allowed(shape: tuple[int, ...], allowed) -> bool:
+  """Whether a row's label ``shape`` is one of ``allowed`` (``Objective.label_shapes``; ``None``: any size)."""
+  return any(
+    len(shape) == len(pattern) and all(p is None or p == n for p, n in zip(pattern, shape)) for pattern in allowed
+  )
 
 
 _REGISTRY: Registry[Objective] = Registry(
@@ -463,6 +471,19 @@ register(
     two_views=False,
     doc="sentence-transformers' GlobalOrthogonalRegularizationLoss alone: the batch's embeddings spread out "
     "(gor.enabled adds it to any other method)",
+  )
+)
+register(
+  Objective(
+    "rankcse",
+    loss=rankcse.loss,
+    settings=rankcse.settings,
+    check_config=rankcse.check,
+    labels=True,
+    label_shapes=rankcse.label_shapes,
+    in_batch_negatives=True,
+    doc="RankCSE: SimCSE + the two views' ranking consistency + ListNet/ListMLE distillation of a teacher's "
+    "in-batch similarity lists (its embeddings, the rows' labels)",
   )
 )
 register(
