@@ -49,7 +49,7 @@ def test_a_fourth_method_needs_only_a_registry_entry(tiny_model_dir, small_data_
   [
     (
       {"method": "foo"},
-      r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, gist, embed_distill, margin_mse, distill_kl_div, gor, mlm",
+      r"unknown method 'foo'; choose one of simcse, mixcse, dclr, mnrl, cosent, gist, embed_distill, margin_mse, distill_kl_div, gor, rankcse, mlm",
     ),
     ({"eval.metric": "foo"}, r"unknown eval.metric 'foo'; choose one of stsb_dev, stsb_sickr_dev"),
     ({"model.pooler": "foo"}, r"unknown pooler 'foo'; choose one of cls, cls_before_pooler, avg"),
