@@ -205,6 +205,8 @@ STEP_VARIANTS = {
   # The spread-out regulariser alone (one view of one column) and added to mnrl.
   "gor": ("gor", (0,), {"gor.aggregation": "sum"}),
   "mnrl_gor": ("mnrl", (0, 1), {"gor.enabled": True, "gor.mean_weight": 2.0}),
+  # RankCSE: two dropout views of one column, a teacher of its own width (16); ListMLE sorts each row by it.
+  "rankcse_listmle": ("rankcse", (0,), {"rankcse.distillation": "listmle", "rankcse.consistency": "jsd"}),
 }
 
 
@@ -217,6 +219,7 @@ def _teacher_labels(method: str, batch: int, columns: int) -> np.ndarray | None:
     "margin_mse": lambda: rng.normal(size=(batch, columns - 1)),  # Scores of the positive and each negative.
     "distill_kl_div": lambda: 3 * rng.normal(size=(batch, columns - 1)),
     "embed_distill": lambda: rng.normal(size=(batch, 32) if columns == 1 else (batch, columns, 32)),
+    "rankcse": lambda: rng.normal(size=(batch, 16)),
   }.get(method, lambda: None)()
 
 
@@ -275,9 +278,12 @@ def _step(model_dir: str, data_dir: str, name: str, *, chunk: int, dropout: floa
 MESH_GRAD_CACHE = ("mnrl_k3_gte_hardness", "cosent")
 # The 2-device check's variants: each compiles twice in float64 (15-25 s), so not the teacher's losses (their
 # scores couple no rows, and cosent's labels are sharded as theirs are) but the regulariser, which couples every row
-# of the global batch, added to mnrl.
+# of the global batch, added to mnrl. rankcse couples rows too and is not in this check yet: its step is checked
+# on one device (GradCache = plain) only.
 MESH_VARIANTS = tuple(
-  name for name in STEP_VARIANTS if not name.startswith(("embed_distill", "margin_mse", "distill_kl_div", "gor"))
+  name
+  for name in STEP_VARIANTS
+  if not name.startswith(("embed_distill", "margin_mse", "distill_kl_div", "gor", "rankcse"))
 )
 
 
