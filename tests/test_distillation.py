@@ -160,6 +160,17 @@ def test_rankcse_trains_on_one_or_two_teachers_embeddings_of_their_own_width(tin
     assert {"infonce", "consistency", "distillation", "pos_score"} <= set(records[0]), records[0]
 
 
+def test_rankcse_refuses_pairs_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
+  rows = [{**row, "other": "a second text"} for row in _teacher_rows(16, dim=16)]
+  workdir = tmp_path / "w"
+  with pytest.raises(DataError, match=r"method rankcse reads 1 text column .*this data has 2 \(english, other\)"):
+    train.train_and_evaluate(
+      _distill_config(tiny_model_dir, small_data_dir, _write_jsonl(tmp_path / "t.jsonl", rows), "rankcse"),
+      str(workdir),
+    )
+  assert not workdir.exists()
+
+
 def test_a_teacher_of_another_width_is_refused_before_anything_is_written(tiny_model_dir, small_data_dir, tmp_path):
   path = _write_jsonl(tmp_path / "teacher.jsonl", _teacher_rows(16, dim=16))
   workdir = tmp_path / "w"

@@ -56,10 +56,11 @@ def stand_in_total_steps(config: ml_collections.ConfigDict) -> int:
 
 def default_columns(config: ml_collections.ConfigDict) -> int:
   """Sentence columns of a batch, from the corpus's kind (never read): 3 for a csv (SimCSE's NLI triplets), else 1;
-  at least the method's ``min_columns`` (2 for gist: an anchor and its positive)."""
+  at least the method's ``min_columns`` (2 for gist: an anchor and its positive), at most its ``max_columns``."""
   train = config.data.train
   columns = 3 if train.endswith(".csv") and not config.data.pack else 1
-  return max(columns, objectives.get(config.method).min_columns)
+  objective = objectives.get(config.method)
+  return min(max(columns, objective.min_columns), objective.max_columns or columns)
 
 
 @dataclasses.dataclass(frozen=True)

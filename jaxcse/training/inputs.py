@@ -209,13 +209,19 @@ def check_one_row_batch(config: ml_collections.ConfigDict, corpus) -> None:
 
 
 def check_columns(config: ml_collections.ConfigDict, corpus) -> None:
-  """Refuses a corpus with fewer text columns than the method reads (``objectives.Objective.min_columns``)."""
+  """Refuses a corpus with fewer or more text columns than the method reads (``objectives.Objective.min_columns``,
+  ``max_columns``)."""
   columns = getattr(corpus, "text_columns", None) or tuple(corpus.columns)
-  needed = objectives.get(config.method).min_columns
-  if len(columns) < needed:
+  objective = objectives.get(config.method)
+  if len(columns) < objective.min_columns:
     raise data_lib.DataError(
-      f"{corpus.path}: method {config.method} needs at least {needed} text columns (an anchor and its "
-      f"positive, then any hard negatives); this data has {len(columns)} ({', '.join(columns)})"
+      f"{corpus.path}: method {config.method} needs at least {objective.min_columns} text columns (an anchor and "
+      f"its positive, then any hard negatives); this data has {len(columns)} ({', '.join(columns)})"
+    )
+  if objective.max_columns is not None and len(columns) > objective.max_columns:
+    raise data_lib.DataError(
+      f"{corpus.path}: method {config.method} reads {objective.max_columns} text column (each text's two dropout "
+      f"views); this data has {len(columns)} ({', '.join(columns)}): keep the one its labels describe"
     )
 
 

@@ -131,7 +131,7 @@ class Objective:
     two_views: a one-column batch is embedded twice, SimCSE's two dropout views; False: once, as its one column
       (a loss that compares each text with its teacher, not with itself).
     min_columns: the fewest text columns its training data may have (2: an anchor and its positive; the trainer
-      refuses a corpus with fewer before it writes anything).
+      refuses a corpus with fewer before it writes anything); max_columns: the most (None: any).
     in_batch_negatives: every other text of the batch is a negative for each anchor, so a text twice in a batch is
       a false negative and ``data.no_duplicates`` applies; False for a loss that only compares the batch's own
       pairs with one another (CoSENT), which a repeated text does not mislead: its batches are plain.
@@ -149,6 +149,7 @@ class Objective:
   label_shapes: Callable[[int, int], tuple[tuple[int, ...], ...]] = lambda columns, dim: ((),)
   two_views: bool = True
   min_columns: int = 1
+  max_columns: int | None = None
   in_batch_negatives: bool = True
   doc: str = ""
 
@@ -481,7 +482,7 @@ register(
     check_config=rankcse.check,
     labels=True,
     label_shapes=rankcse.label_shapes,
-    in_batch_negatives=True,
+    max_columns=1,
     doc="RankCSE: SimCSE + the two views' ranking consistency + ListNet/ListMLE distillation of a teacher's "
     "in-batch similarity lists (its embeddings, the rows' labels)",
   )
