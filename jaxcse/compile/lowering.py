@@ -60,7 +60,8 @@ def default_columns(config: ml_collections.ConfigDict) -> int:
   train = config.data.train
   columns = 3 if train.endswith(".csv") and not config.data.pack else 1
   objective = objectives.get(config.method)
-  return min(max(columns, objective.min_columns), objective.max_columns or columns)
+  columns = max(columns, objective.min_columns)
+  return columns if objective.max_columns is None else min(columns, objective.max_columns)
 
 
 @dataclasses.dataclass(frozen=True)
